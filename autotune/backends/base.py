@@ -1,0 +1,51 @@
+"""What every in-process engine offers the worker: load, generate a static batch, close."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from PIL import Image
+
+from autotune.measure.timing import RequestTiming
+
+
+@dataclass(frozen=True)
+class Request:
+    """One chat turn: an image and a text prompt."""
+
+    item_id: str
+    image: Image.Image
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    item_id: str
+    text: str
+    timing: RequestTiming
+
+
+class Engine(Protocol):
+    def load(self) -> None:
+        """Load weights and build whatever the engine serves with (timed as start-up)."""
+
+    def generate(self, batch: list[Request]) -> list[Completion]:
+        """Answer one static batch; timings start before preprocessing."""
+
+    def peak_memory_mib(self) -> tuple[float, str]:
+        """Peak memory so far and where it was read (cuda, rss)."""
+
+    def describe(self) -> dict[str, str]:
+        """Device and library versions, stored with the trial."""
+
+    def close(self) -> None: ...
+
+
+def resize_to_max_side(image: Image.Image, max_side: int | None) -> Image.Image:
+    """Shrink so the longest side is at most `max_side` (never enlarges), as a client would."""
+    if max_side is None or max(image.size) <= max_side:
+        return image
+    scale = max_side / max(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    return image.resize(size, Image.Resampling.LANCZOS)

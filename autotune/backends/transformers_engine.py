@@ -1,0 +1,181 @@
+"""In-process Hugging Face transformers engine: static batches, optional static cache + compile.
+
+Runs inside the worker process only (it imports torch), so a crash or an out-of-memory error here
+fails one trial and never the study.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+from autotune.backends.base import Completion, Request, resize_to_max_side
+from autotune.measure.timing import RequestTiming
+from autotune.params import TrialConfig
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class _StepClock(BaseStreamer):
+    """Timestamps every decoding step; generate() calls put() once per new token column."""
+
+    def __init__(self) -> None:
+        self.prompt_seen = False
+        self.step_times: list[float] = []
+        self.step_tokens: list[list[int]] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:  # the first call carries the prompt, not a new token
+            self.prompt_seen = True
+            return
+        self.step_times.append(time.perf_counter())  # .tolist() below synchronises the device
+        self.step_tokens.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("the space asks for device 'cuda' but torch sees no CUDA GPU")
+    return device
+
+
+class TransformersEngine:
+    """AutoModelForImageTextToText + AutoProcessor, generating static batches."""
+
+    def __init__(self, model_path: str, config: TrialConfig, *, device: str = "auto") -> None:
+        self.model_path = model_path
+        self.config = config
+        self.device = resolve_device(device)
+        self.model: Any = None
+        self.processor: Any = None
+        self.eos_ids: set[int] = set()
+
+    def load(self) -> None:
+        kwargs: dict[str, Any] = {"attn_implementation": self.config.attn_implementation}
+        if self.config.dtype != "auto":
+            kwargs["dtype"] = _DTYPES[self.config.dtype]
+        else:
+            kwargs["dtype"] = "auto"
+        self.processor = AutoProcessor.from_pretrained(self.model_path)
+        self.processor.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        self.model = model.to(self.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def _generation_config(self) -> GenerationConfig:
+        cfg = self.config
+        base = self.model.generation_config
+        values: dict[str, Any] = {
+            "max_new_tokens": cfg.max_new_tokens,
+            "do_sample": cfg.do_sample,
+            "repetition_penalty": cfg.repetition_penalty,
+            "eos_token_id": base.eos_token_id,
+            "pad_token_id": base.pad_token_id
+            if base.pad_token_id is not None
+            else self.processor.tokenizer.pad_token_id,
+            "bos_token_id": base.bos_token_id,
+        }
+        if cfg.do_sample:
+            values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        else:
+            # The checkpoint's own sampling defaults must not leak into greedy decoding.
+            values.update(temperature=None, top_k=None, top_p=None)
+        if cfg.compile_mode != "none":
+            from transformers import CompileConfig
+
+            compile_config = CompileConfig(mode=cfg.compile_mode)
+            # generate() compiles automatically only on accelerators; the flag lets the smoke
+            # space exercise the same path on a CPU.
+            compile_config._compile_all_devices = True
+            values.update(cache_implementation="static", compile_config=compile_config)
+        return GenerationConfig(**values)
+
+    def generate(self, batch: list[Request]) -> list[Completion]:
+        start = time.perf_counter()
+        images = [resize_to_max_side(r.image, self.config.image_max_side) for r in batch]
+        # Render the template to text, then call the processor: the same two steps on every
+        # transformers 5.x (keyword routing inside apply_chat_template changed between them).
+        texts = [
+            self.processor.apply_chat_template(
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image"}, {"type": "text", "text": r.prompt}],
+                    }
+                ],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            for r in batch
+        ]
+        inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt").to(
+            self.device
+        )
+        clock = _StepClock()
+        if self.config.do_sample:
+            torch.manual_seed(self.config.seed)
+        with torch.inference_mode():
+            self.model.generate(
+                **inputs, generation_config=self._generation_config(), streamer=clock
+            )
+        end = time.perf_counter()
+        return [
+            self._completion(request, index, clock, start, end)
+            for index, request in enumerate(batch)
+        ]
+
+    def _completion(
+        self, request: Request, index: int, clock: _StepClock, start: float, end: float
+    ) -> Completion:
+        tokens: list[int] = []
+        for step in clock.step_tokens:
+            tokens.append(step[index])
+            if step[index] in self.eos_ids:
+                break
+        n = len(tokens)
+        first = clock.step_times[0] if clock.step_times else end
+        last = clock.step_times[n - 1] if n else end
+        text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        return Completion(
+            item_id=request.item_id,
+            text=text,
+            timing=RequestTiming(
+                start=start, first_token=first, last_token=last, end=end, output_tokens=n
+            ),
+        )
+
+    def peak_memory_mib(self) -> tuple[float, str]:
+        if self.device == "cuda":
+            return torch.cuda.max_memory_reserved() / 2**20, "cuda"
+        # ru_maxrss is in KiB on Linux: the whole worker process, weights included.
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss"
+
+    def describe(self) -> dict[str, str]:
+        import transformers
+
+        info = {
+            "device": self.device,
+            "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__,
+        }
+        if self.device == "cuda":
+            info["gpu_name"] = torch.cuda.get_device_name()
+        return info
+
+    def close(self) -> None:
+        self.model = None
+        if self.device == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,308 @@
+"""The `autotune` command line: thin wrappers over library functions.
+
+Heavy modules (torch, transformers, optuna) are imported inside the commands, so `autotune
+--help` stays fast. Every AutotuneError becomes one `error:` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from autotune import __version__
+from autotune.errors import AutotuneError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(func: F) -> F:
+    """Turn user-fixable errors and Ctrl-C into one line and a non-zero exit."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except AutotuneError as exc:
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo(
+                "interrupted: running trials were stopped and marked failed; run the same "
+                "command again to resume",
+                err=True,
+            )
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+study_option = click.option("--study", "study_name", default=None, help="Study name.")
+storage_option = click.option(
+    "--storage", default=None, help="SQLAlchemy URL (default sqlite:///studies/<study>.db)."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+endpoint_option = click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="Measure this running OpenAI-compatible server (http://host:port) instead of starting "
+    "one; only request-side parameters are searched.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="autotune")
+def main() -> None:
+    """Find the fastest way to serve a vision-language model without losing accuracy."""
+
+
+@main.command()
+@click.option("--space", required=True, help="Space name (search_spaces/NAME.yaml) or path.")
+@click.option("--model", default=None, help="Hub id or local checkpoint; overrides the space.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Total trials wanted.")
+@study_option
+@storage_option
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop after seconds.")
+@click.option("--quiet", is_flag=True, help="Only the final summary.")
+@click.option("--evalset", default=None, help="Bundled set name, folder or JSONL file.")
+@endpoint_option
+@user_errors
+def run(
+    space: str,
+    model: str | None,
+    trials: int | None,
+    study_name: str | None,
+    storage: str | None,
+    timeout: float | None,
+    quiet: bool,
+    evalset: str | None,
+    endpoint: str | None,
+) -> None:
+    """Run (or resume) a study over a search space."""
+    from autotune.progress import Progress
+    from autotune.space import load_space
+    from autotune.study import plan_study, run_study
+
+    loaded = load_space(space)
+    plan = plan_study(
+        loaded,
+        model=model,
+        study_name=study_name,
+        storage_url=storage,
+        endpoint=endpoint,
+        evalset=evalset,
+    )
+    if plan.endpoint is not None and not quiet:
+        searched = ", ".join(plan.space.params) or "nothing"
+        click.echo(
+            f"endpoint mode: measuring {plan.endpoint} (autotune starts no server); searching "
+            f"request-side parameters only: {searched}. Server-side values in the results are "
+            "the reference's and say nothing about that server; start-up time and memory are "
+            "not measured.",
+            err=True,
+        )
+    total = trials if trials is not None else loaded.trials
+    study = run_study(
+        plan, trials=total, timeout_s=timeout, progress=Progress(total=total, quiet=quiet)
+    )
+    from autotune.report_text import best_text
+
+    click.echo(best_text(study))
+    click.echo(f"study stored in {plan.storage_url}")
+
+
+@main.command()
+@study_option
+@storage_option
+@json_option
+@user_errors
+def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
+    """Show the feasible Pareto front and the recommended trial."""
+    from autotune.report_text import best_json, best_text
+    from autotune.storage import load_study
+
+    study = load_study(study_name, storage)
+    click.echo(json.dumps(best_json(study), indent=2) if as_json else best_text(study))
+
+
+@main.command()
+@study_option
+@storage_option
+@click.option("--trial", "trial_number", type=int, default=None, help="Default: recommended.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["swift", "lmdeploy", "vllm", "yaml"]),
+    default="swift",
+    show_default=True,
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address the server binds.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port.")
+@click.option("--strict", is_flag=True, help="Fail when the command cannot match exactly.")
+@json_option
+@user_errors
+def export(
+    study_name: str | None,
+    storage: str | None,
+    trial_number: int | None,
+    fmt: str,
+    host: str,
+    port: int | None,
+    strict: bool,
+    as_json: bool,
+) -> None:
+    """Print the deploy command of the recommended (or a chosen) trial."""
+    from autotune.errors import ExportError
+    from autotune.export_study import export_trial
+    from autotune.storage import load_study
+
+    study = load_study(study_name, storage)
+    result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
+    if strict and not result.exact:
+        raise ExportError(
+            f"trial {trial.number} cannot be expressed exactly as a {fmt} command: "
+            + "; ".join(result.notes)
+        )
+    if as_json:
+        click.echo(json.dumps({"trial": trial.number, **result.to_dict()}, indent=2))
+    else:
+        click.echo(result.text)
+
+
+@main.command()
+@study_option
+@storage_option
+@click.option("--trial", "trial_number", type=int, default=None, help="Default: recommended.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["swift", "lmdeploy", "vllm"]),
+    default=None,
+    help="Command to relaunch. Default: the trial's own server backend, else swift.",
+)
+@endpoint_option
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.25,
+    show_default=True,
+    help="How much worse (relative) throughput and latency may be than recorded.",
+)
+@json_option
+@user_errors
+def verify(
+    study_name: str | None,
+    storage: str | None,
+    trial_number: int | None,
+    fmt: str | None,
+    endpoint: str | None,
+    tolerance: float,
+    as_json: bool,
+) -> None:
+    """Relaunch the recommended (or a chosen) trial's command and check its figures.
+
+    Exit status 0 when every figure is within tolerance, 1 when not.
+    """
+    from autotune.storage import load_study
+    from autotune.verify import verify_text, verify_trial
+
+    study = load_study(study_name, storage)
+    result = verify_trial(
+        study,
+        trial_number=trial_number,
+        fmt=fmt,
+        endpoint=endpoint,
+        tolerance=tolerance,
+        on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
+    )
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else verify_text(result))
+    sys.exit(0 if result.passed else 1)
+
+
+@main.command(name="eval")
+@click.option("--space", required=True, help="Space name (search_spaces/NAME.yaml) or path.")
+@click.option("--model", default=None, help="Hub id or local checkpoint; overrides the space.")
+@click.option("--evalset", default=None, help="Bundled set name, folder or JSONL file.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override one parameter of the reference configuration (repeatable).",
+)
+@endpoint_option
+@json_option
+@user_errors
+def eval_command(
+    space: str,
+    model: str | None,
+    evalset: str | None,
+    params: tuple[str, ...],
+    endpoint: str | None,
+    as_json: bool,
+) -> None:
+    """Score one configuration (the space's reference, with --param overrides)."""
+    from autotune.evaluate import evaluate, parse_overrides
+    from autotune.space import load_space
+    from autotune.study import plan_study
+
+    overrides = parse_overrides(params)
+    loaded = load_space(space)
+    plan = plan_study(loaded, model=model, evalset=evalset, endpoint=endpoint)
+    result = evaluate(plan, overrides, endpoint=plan.endpoint)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{result['model']} on {result['evalset']} ({result['items']} items)")
+    click.echo(f"accuracy: {result['accuracy']:.3f}")
+    for name, value in result["accuracy_by_category"].items():
+        click.echo(f"  {name}: {value:.3f}")
+    for name, value in result["figures"].items():
+        click.echo(f"{name}: {value:.4g}")
+
+
+@main.group()
+def evalset() -> None:
+    """Inspect and check evaluation sets."""
+
+
+@evalset.command("validate")
+@click.argument("path")
+@user_errors
+def evalset_validate(path: str) -> None:
+    """Check a JSONL evaluation set (fields, metrics, images); exit 2 on the first problem."""
+    from autotune.evalset.dataset import load_evalset
+
+    loaded = load_evalset(path)
+    click.echo(f"ok: {loaded.path}: {len(loaded.items)} items")
+
+
+@evalset.command("show")
+@click.argument("name_or_path", required=False, default="smoke")
+@json_option
+@user_errors
+def evalset_show(name_or_path: str, as_json: bool) -> None:
+    """Item count, categories and metrics of a bundled or own set (default: smoke)."""
+    from autotune.evalset.dataset import available_evalsets, load_evalset, summary
+
+    info = summary(load_evalset(name_or_path))
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"{info['name']}: {info['items']} items ({info['path']})")
+    click.echo("categories: " + ", ".join(f"{k} {v}" for k, v in info["categories"].items()))
+    click.echo("metrics: " + ", ".join(f"{k} {v}" for k, v in info["metrics"].items()))
+    click.echo("bundled sets: " + ", ".join(available_evalsets()))
+
+
+if __name__ == "__main__":
+    main()

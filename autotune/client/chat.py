@@ -1,0 +1,176 @@
+"""One streamed chat completion against an OpenAI-compatible server, timed like in-process runs.
+
+The image travels as a PNG data URL after the same client-side resize the in-process engine
+applies, so a server trial sees the very pixels an in-process trial saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from autotune.backends.base import resize_to_max_side
+from autotune.measure.timing import RequestTiming
+
+
+class ChatError(Exception):
+    """The server refused a request or broke off its stream."""
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """One chat turn to send: an image and a text prompt."""
+
+    item_id: str
+    image: Image.Image
+    prompt: str
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    item_id: str
+    text: str
+    timing: RequestTiming
+
+
+def image_data_url(image: Image.Image, max_side: int | None) -> str:
+    """The image, shrunk to `max_side` as the in-process engine does, as a PNG data URL."""
+    buffer = io.BytesIO()
+    # PNG is lossless: the server decodes exactly the pixels the resize produced.
+    resize_to_max_side(image, max_side).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def chat_body(model: str, prompt: str, image_url: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A streaming chat-completions body; `fields` carries max_tokens and the decoding knobs."""
+    return {
+        "model": model,
+        "messages": [
+            {
+                "role": "user",
+                # Image before text, the order the in-process engine's chat template uses.
+                "content": [
+                    {"type": "image_url", "image_url": {"url": image_url}},
+                    {"type": "text", "text": prompt},
+                ],
+            }
+        ],
+        **fields,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+class ChatClient:
+    """Streams chat completions from `base_url` (http://host:port, without /v1)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        base_url: str,
+        model: str,
+        fields: dict[str, Any],
+        image_max_side: int | None,
+    ) -> None:
+        self.client = client
+        self.url = f"{base_url}/v1/chat/completions"
+        self.model = model
+        self.fields = fields
+        self.image_max_side = image_max_side
+
+    async def send(self, prompt: ChatPrompt) -> ChatReply:
+        start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
+        # PIL releases the GIL while encoding; a thread keeps other streams' clocks honest.
+        image_url = await asyncio.to_thread(image_data_url, prompt.image, self.image_max_side)
+        body = chat_body(self.model, prompt.prompt, image_url, self.fields)
+        first: float | None = None
+        last: float | None = None
+        parts: list[str] = []
+        usage_tokens: int | None = None
+        async with self.client.stream("POST", self.url, json=body) as response:
+            if response.status_code != 200:
+                detail = (await response.aread()).decode("utf-8", "replace")[:500]
+                raise ChatError(f"HTTP {response.status_code} from {self.url}: {detail}")
+            async for line in response.aiter_lines():
+                payload = _event(line)
+                if payload is None:
+                    continue
+                text = _delta_text(payload)
+                if text:
+                    last = time.perf_counter()
+                    first = first if first is not None else last
+                    parts.append(text)
+                usage = payload.get("usage")
+                # Some servers repeat a running usage in every chunk: the last one is final.
+                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                    usage_tokens = int(usage["completion_tokens"])
+        end = time.perf_counter()
+        return ChatReply(
+            item_id=prompt.item_id,
+            text="".join(parts).strip(),  # the in-process engine strips its decoded text too
+            timing=RequestTiming(
+                start=start,
+                first_token=first if first is not None else end,
+                last_token=last if last is not None else end,
+                end=end,
+                output_tokens=usage_tokens if usage_tokens is not None else len(parts),
+            ),
+        )
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    """The JSON payload of one server-sent-events line; None for keep-alives and [DONE]."""
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:") :].strip()
+    if not data or data == "[DONE]":
+        return None
+    try:
+        payload = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ChatError(f"malformed stream chunk: {data[:200]}") from exc
+    if not isinstance(payload, dict):
+        raise ChatError(f"malformed stream chunk: {data[:200]}")
+    if "error" in payload:
+        raise ChatError(f"server error in stream: {json.dumps(payload['error'])[:500]}")
+    return payload
+
+
+def _delta_text(payload: dict[str, Any]) -> str:
+    choices = payload.get("choices") or []
+    if not choices:
+        return ""  # the usage-only chunk that include_usage adds at the end
+    delta = choices[0].get("delta") or {}
+    content = delta.get("content")
+    return content if isinstance(content, str) else ""
+
+
+async def list_models(client: httpx.AsyncClient, base_url: str) -> list[str]:
+    """Model ids served at `base_url`; raises httpx errors or ChatError when it cannot say."""
+    response = await client.get(f"{base_url}/v1/models")
+    if response.status_code != 200:
+        raise ChatError(f"GET /v1/models answered HTTP {response.status_code}")
+    try:
+        data = response.json()["data"]
+        return [str(entry["id"]) for entry in data]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ChatError("GET /v1/models did not return an OpenAI model list") from exc
+
+
+def normalize_base_url(url: str) -> str:
+    """http://host:port from a URL given with or without /v1 and a trailing slash."""
+    base = url.strip().rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    if not base.startswith(("http://", "https://")):
+        base = f"http://{base}"
+    return base

@@ -1,0 +1,196 @@
+"""Loading and validating evaluation sets.
+
+A set is a JSONL file, one item per line, with image paths relative to the file::
+
+    {"id": "line-0001", "category": "text_line", "image": "images/line-0001.png",
+     "prompt": "Read the text in the image. Answer with the text only.",
+     "answers": ["AB12CD"], "metric": "exact_match", "meta": {"font_px": 14}}
+
+Every problem is reported as one `EvalsetError` line naming the file and the line number, so a
+broken set fails before any model is loaded rather than halfway through a study.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from autotune.errors import EvalsetError
+from autotune.evalset.metrics import METRICS, unknown_metric_message
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EVALSETS_DIR = REPO_ROOT / "evalsets"
+ITEMS_FILE = "items.jsonl"
+
+
+class EvalItem(BaseModel):
+    """One image, one prompt, the reference answers and the metric that scores them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, description="Unique within the set; names the item in results.")
+    category: str = Field(min_length=1, description="Group for per-category accuracy.")
+    image: str = Field(min_length=1, description="Image path, relative to the JSONL file.")
+    prompt: str = Field(min_length=1, description="Text sent with the image.")
+    answers: list[str] = Field(min_length=1, description="Reference answers; the best counts.")
+    metric: str = Field(description="Name of a registered metric (autotune.evalset.metrics).")
+    meta: dict[str, Any] = Field(default_factory=dict, description="Free-form generator facts.")
+
+    _base_dir: Path = PrivateAttr(default=Path("."))
+
+    @field_validator("answers")
+    @classmethod
+    def _answers_not_blank(cls, answers: list[str]) -> list[str]:
+        if any(not a.strip() for a in answers):
+            raise ValueError("answers must be non-empty strings")
+        return answers
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_registered(cls, name: str) -> str:
+        if name not in METRICS:
+            raise ValueError(unknown_metric_message(name))
+        return name
+
+    @field_validator("meta")
+    @classmethod
+    def _extra_metrics_registered(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        # Secondary metrics (e.g. 1 - CER beside exact match) are scored too, so they must exist.
+        for name in meta.get("extra_metrics", []):
+            if name not in METRICS:
+                raise ValueError(f"extra_metrics: {unknown_metric_message(name)}")
+        return meta
+
+    @property
+    def image_path(self) -> Path:
+        return self._base_dir / self.image
+
+    def load_image(self) -> Image.Image:
+        """The item's image as RGB pixels (decoded now, not at load time)."""
+        with Image.open(self.image_path) as img:
+            return img.convert("RGB")
+
+
+class EvalSet(BaseModel):
+    """A loaded, validated evaluation set."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="Set name: its folder under evalsets/, or the file's stem.")
+    path: Path = Field(description="The JSONL file the items came from.")
+    items: list[EvalItem] = Field(description="Items in file order.")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def available_evalsets() -> list[str]:
+    """Names of the bundled sets (folders of evalsets/ that hold an items.jsonl)."""
+    if not EVALSETS_DIR.is_dir():
+        return []
+    return sorted(p.parent.name for p in EVALSETS_DIR.glob(f"*/{ITEMS_FILE}"))
+
+
+def resolve_evalset(path_or_name: str | Path) -> tuple[str, Path]:
+    """The set's name and JSONL path for a bundled name, a folder or a file."""
+    path = Path(path_or_name).expanduser()
+    if path.is_dir():
+        return path.resolve().name, path / ITEMS_FILE
+    if path.is_file():
+        name = path.resolve().parent.name if path.name == ITEMS_FILE else path.stem
+        return name, path
+    text = str(path_or_name)
+    if "/" not in text and "\\" not in text and not text.endswith(".jsonl"):
+        bundled = EVALSETS_DIR / text / ITEMS_FILE
+        if bundled.is_file():
+            return text, bundled
+        raise EvalsetError(
+            f"no evaluation set named {text!r}; bundled sets: "
+            f"{', '.join(available_evalsets()) or 'none'} (or give a folder or a .jsonl file)"
+        )
+    raise EvalsetError(f"evaluation set {text} not found")
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for err in error.errors():
+        field = ".".join(str(part) for part in err["loc"])
+        if err["type"] == "missing":
+            problems.append(f"missing field {field!r}")
+        elif err["type"] == "extra_forbidden":
+            allowed = ", ".join(EvalItem.model_fields)
+            problems.append(f"unknown field {field!r} (allowed: {allowed})")
+        else:
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{field}: {message}")
+    return "; ".join(problems)
+
+
+def _check_image(item: EvalItem) -> str | None:
+    if not item.image_path.is_file():
+        return f"image {item.image!r} not found (looked for {item.image_path})"
+    try:
+        with Image.open(item.image_path) as img:
+            img.verify()  # checks the file's structure without decoding all pixels
+    except Exception as exc:  # PIL raises many unrelated types for a corrupt file
+        return f"image {item.image!r} cannot be read: {exc}"
+    return None
+
+
+def load_evalset(path_or_name: str | Path) -> EvalSet:
+    """Load and validate a set: a bundled name, a folder holding items.jsonl, or a JSONL file.
+
+    Raises:
+        EvalsetError: the set is missing, empty or malformed; the message names the file and
+            line.
+    """
+    name, path = resolve_evalset(path_or_name)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalsetError(f"cannot read evaluation set {path}: {exc}") from exc
+    items: list[EvalItem] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvalsetError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise EvalsetError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        try:
+            item = EvalItem.model_validate(record)
+        except ValidationError as exc:
+            raise EvalsetError(f"{where}: {_describe(exc)}") from None
+        if item.id in first_line:
+            raise EvalsetError(
+                f"{where}: duplicate id {item.id!r} (first used on line {first_line[item.id]})"
+            )
+        first_line[item.id] = number
+        item._base_dir = path.parent
+        problem = _check_image(item)
+        if problem:
+            raise EvalsetError(f"{where}: {problem}")
+        items.append(item)
+    if not items:
+        raise EvalsetError(f"evaluation set {path} has no items")
+    return EvalSet(name=name, path=path, items=items)
+
+
+def summary(evalset: EvalSet) -> dict[str, Any]:
+    """Name, path, item count and items per category and per metric."""
+    return {
+        "name": evalset.name,
+        "path": str(evalset.path),
+        "items": len(evalset.items),
+        "categories": dict(sorted(Counter(i.category for i in evalset.items).items())),
+        "metrics": dict(sorted(Counter(i.metric for i in evalset.items).items())),
+    }

@@ -1,0 +1,73 @@
+"""Turn a measured configuration into a ready-to-run deploy command (or a YAML file).
+
+One module per target; `render_export` picks it by name. Every export says whether it is
+exactly what the trial measured (`Export.exact`) and, in `Export.notes`, what it cannot express.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from ..errors import ExportError
+from ..params import TrialConfig
+from . import lmdeploy, swift, vllm, yaml_config
+from .base import Export, ServeOptions
+
+FORMATS: tuple[str, ...] = ("swift", "lmdeploy", "vllm", "yaml")
+
+_RENDERERS: dict[str, Callable[[TrialConfig, ServeOptions], Export]] = {
+    "swift": swift.render,
+    "lmdeploy": lmdeploy.render,
+    "vllm": vllm.render,
+    "yaml": yaml_config.render,
+}
+
+
+def render_export(
+    config: TrialConfig,
+    *,
+    fmt: str,
+    model: str,
+    host: str = "0.0.0.0",
+    port: int | None = None,
+    served_model_name: str | None = None,
+    session_len: int | None = None,
+) -> Export:
+    """Render `config` as a deploy command for `fmt`.
+
+    Args:
+        config: The configuration a trial measured.
+        fmt: One of `FORMATS`.
+        model: Model id or local path, passed to the engine unchanged.
+        host: Address the server binds.
+        port: Port the server binds; None keeps the engine's default.
+        served_model_name: Name clients put in "model"; None keeps the engine's default.
+        session_len: Context cap for engines that reserve KV cache per sequence (LMDeploy
+            --session-len, vLLM --max-model-len); None keeps the engine's default.
+
+    Raises:
+        ExportError: Unknown format, bad option, or a configuration the target cannot serve.
+    """
+    renderer = _RENDERERS.get(fmt)
+    if renderer is None:
+        close = difflib.get_close_matches(fmt, FORMATS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ExportError(f"unknown export format {fmt!r}.{hint} Available: {', '.join(FORMATS)}")
+    if not model:
+        raise ExportError("export needs a model id or path")
+    if port is not None and not 0 < port < 65536:
+        raise ExportError(f"port {port} is out of range 1-65535")
+    if session_len is not None and session_len < 1:
+        raise ExportError(f"session_len must be positive, got {session_len}")
+    opts = ServeOptions(
+        model=model,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        session_len=session_len,
+    )
+    return renderer(config, opts)
+
+
+__all__ = ["FORMATS", "Export", "ServeOptions", "render_export"]

@@ -1,0 +1,161 @@
+"""What an export is: a command, its environment, and what it cannot say.
+
+Every target module builds one `Export`. The server runner launches `argv` with `env` exactly as
+rendered, so a trial measures the very command a user later pastes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..params import BACKEND_PARAMS, TrialConfig
+
+# One LLM image token of Qwen3-VL covers 32x32 pixels (patch 16, spatial merge 2).
+IMAGE_TOKEN_SIDE = 32
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where and how the server listens; the same for every target."""
+
+    model: str
+    host: str = "0.0.0.0"
+    port: int | None = None
+    served_model_name: str | None = None
+    session_len: int | None = None
+
+
+@dataclass(frozen=True)
+class Export:
+    """A configuration rendered for one deploy target.
+
+    Attributes:
+        format: The target name (one of `autotune.export.FORMATS`).
+        argv: The command to run, program first; empty for a document-only format.
+        env: Environment variables the command needs.
+        notes: What the command cannot express, or what a client must do.
+        exact: False when running the command differs from what the trial measured.
+        request: Chat-completions body fields that reproduce the measured decoding.
+        document: The rendered file body for a document-only format (yaml), else "".
+    """
+
+    format: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    exact: bool = True
+    request: dict[str, Any] = field(default_factory=dict)
+    document: str = ""
+
+    @property
+    def command(self) -> str:
+        """The command line alone: `KEY=value ... program args`, shell-quoted."""
+        assignments = [f"{key}={shlex.quote(value)}" for key, value in self.env.items()]
+        return " ".join([*assignments, shlex.join(self.argv)]) if self.argv else ""
+
+    @property
+    def text(self) -> str:
+        """Ready-to-paste text: notes as `# note:` comments, then the command or document.
+
+        No trailing newline, so `print` / `click.echo` end it with exactly one.
+
+        The command stays on one line: shell comments and a single quoted line survive a paste
+        into any POSIX shell, and `shlex.split` reads it back unchanged.
+        """
+        lines = [_comment(note) for note in self.notes]
+        if self.argv:
+            lines.append(self.command)
+        if self.document:
+            lines.append(self.document.rstrip("\n"))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (what `autotune export --json` prints)."""
+        return {
+            "format": self.format,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "notes": list(self.notes),
+            "exact": self.exact,
+            "request": dict(self.request),
+            "command": self.command,
+            "document": self.document,
+        }
+
+
+def _comment(note: str) -> str:
+    # A newline inside a note would end the comment and leave shell code behind it.
+    first, *rest = note.splitlines() or [""]
+    return "\n".join([f"# note: {first}", *(f"#   {line}" for line in rest)])
+
+
+def image_pixel_budget(image_max_side: int) -> int:
+    """A pixel budget that never shrinks an image already resized to this longest side.
+
+    The engines' resizers snap each side to a multiple of 32 by rounding, so an N-pixel side
+    can grow to ceil(N / 32) * 32; a budget of side**2 alone could then force a second,
+    different resize on a square image.
+    """
+    tokens_per_side = math.ceil(image_max_side / IMAGE_TOKEN_SIDE)
+    return (tokens_per_side * IMAGE_TOKEN_SIDE) ** 2
+
+
+def image_note(image_max_side: int) -> str:
+    """The client-side half of the image cap, which no server flag can express."""
+    return (
+        f"autotune resized every image client-side to longest side {image_max_side} px before "
+        "sending it; the server setting here is only a pixel budget (an upper bound), so resize "
+        "the same way in the client for identical results."
+    )
+
+
+def compact_json(value: Any) -> str:
+    """JSON without spaces, as engine flags take it (stable and easy to read in a command)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def backend_note(config: TrialConfig, *, target: str, native: str) -> str | None:
+    """A note when the trial ran on another backend than the one this command starts."""
+    if config.backend == native:
+        return None
+    return (
+        f"measured with backend {config.backend!r}; this command serves it with {target}, "
+        "whose speed autotune did not measure for this configuration."
+    )
+
+
+def unhonoured_params(config: TrialConfig, backend: str) -> list[str]:
+    """Parameters set away from their defaults that `backend` has no knob for."""
+    defaults = TrialConfig()
+    allowed = BACKEND_PARAMS[backend]
+    return [
+        name
+        for name in config.searched_values()
+        if name not in allowed and getattr(config, name) != getattr(defaults, name)
+    ]
+
+
+def sampling_request(
+    config: TrialConfig, *, max_tokens_key: str = "max_tokens", greedy: dict[str, Any]
+) -> dict[str, Any]:
+    """The OpenAI-style body fields that reproduce the trial's decoding.
+
+    `greedy` is the target's own spelling of greedy decoding (temperature 0, or top_k 1). A
+    sampling knob left as None is omitted so the server falls back to the checkpoint's
+    generation_config, as the in-process trial did.
+    """
+    body: dict[str, Any] = {max_tokens_key: config.max_new_tokens}
+    if config.do_sample:
+        for name in ("temperature", "top_k", "top_p"):
+            value = getattr(config, name)
+            if value is not None:
+                body[name] = value
+        body["seed"] = config.seed
+    else:
+        body.update(greedy)
+    body["repetition_penalty"] = config.repetition_penalty
+    return body

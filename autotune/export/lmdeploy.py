@@ -1,0 +1,81 @@
+"""Render a configuration as `lmdeploy serve api_server` (LMDeploy PyTorch engine, 0.18).
+
+Checked against lmdeploy 0.18.0's own argument parser (tests/test_export_lmdeploy_flags.py).
+LMDeploy takes decoding settings and image size per request, so much of a trial lives in the
+client's request body, which `Export.request` carries.
+"""
+
+from __future__ import annotations
+
+from ..errors import ExportError
+from ..params import TrialConfig
+from .base import (
+    Export,
+    ServeOptions,
+    backend_note,
+    compact_json,
+    image_note,
+    image_pixel_budget,
+    sampling_request,
+)
+
+
+def render(config: TrialConfig, opts: ServeOptions) -> Export:
+    """Build the `lmdeploy serve api_server` command that serves `config`."""
+    if config.dtype == "float32":
+        # --dtype takes auto|float16|bfloat16. Serving in a lower precision would change the
+        # answers whose accuracy the trial measured, so refuse rather than approximate.
+        raise ExportError(
+            "lmdeploy cannot run float32 (its --dtype takes auto, float16, bfloat16); "
+            "pick a trial with another dtype or export with --format swift or vllm"
+        )
+    notes: list[str] = []
+    exact = True
+    note = backend_note(config, target="LMDeploy's PyTorch engine", native="lmdeploy")
+    if note:
+        notes.append(note)
+        exact = False
+
+    # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
+    # would fall back to pytorch only after a warning.
+    argv = ["lmdeploy", "serve", "api_server", opts.model, "--backend", "pytorch"]
+    argv += ["--dtype", config.dtype, "--max-batch-size", str(config.batch_size)]
+    if config.kv_cache_fraction is not None:
+        argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
+    if opts.session_len is not None:
+        argv += ["--session-len", str(opts.session_len)]
+    argv += ["--server-name", opts.host]
+    if opts.port is not None:
+        argv += ["--server-port", str(opts.port)]
+    if opts.served_model_name is not None:
+        argv += ["--model-name", opts.served_model_name]
+
+    if config.compile_mode != "none":
+        notes.append(
+            f"compile_mode {config.compile_mode!r} has no LMDeploy flag; LMDeploy captures "
+            "CUDA graphs by default (--eager-mode would turn them off)."
+        )
+    if config.attn_implementation != "sdpa":
+        notes.append(
+            f"attn_implementation {config.attn_implementation!r} has no LMDeploy flag; its "
+            "PyTorch engine uses its own attention kernels."
+        )
+
+    # LMDeploy has no greedy switch over HTTP (the server always sets do_sample); top_k 1 is
+    # its greedy path. Without it the checkpoint's generation_config would make it sample.
+    request = sampling_request(config, max_tokens_key="max_completion_tokens", greedy={"top_k": 1})
+    if config.image_max_side is not None:
+        budget = image_pixel_budget(config.image_max_side)
+        request["mm_processor_kwargs"] = {"image": {"max_pixels": budget}}
+        notes.append(image_note(config.image_max_side))
+    notes.append(
+        "LMDeploy takes decoding settings (and the image pixel budget) per request: send these "
+        "fields in every chat-completions body (extra_body in the OpenAI client): "
+        + compact_json(request)
+    )
+    if config.do_sample and None in (config.temperature, config.top_k, config.top_p):
+        notes.append(
+            "sampling knobs the trial left unset come from the checkpoint's "
+            "generation_config.json (LMDeploy's default --generation-config auto)."
+        )
+    return Export(format="lmdeploy", argv=argv, notes=notes, exact=exact, request=request)

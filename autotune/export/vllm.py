@@ -1,0 +1,107 @@
+"""Render a configuration as `vllm serve` (vLLM >= 0.11; flags checked against 0.33.0 source).
+
+Compile mapping: vLLM compiles the model and captures CUDA graphs by default, and autotune's
+vLLM trials ran with those defaults (compile_mode is not searched for vLLM). So no compile
+flag is ever rendered: `--enforce-eager` would turn both off and serve something slower than
+what was measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..params import TrialConfig
+from .base import (
+    Export,
+    ServeOptions,
+    backend_note,
+    compact_json,
+    image_note,
+    image_pixel_budget,
+    sampling_request,
+)
+
+# autotune's evaluation prompts carry one image and no video; declaring that lets vLLM size
+# its multimodal memory profile for one image instead of the default maximum.
+LIMIT_MM_PER_PROMPT = {"image": 1, "video": 0}
+
+
+def render(config: TrialConfig, opts: ServeOptions) -> Export:
+    """Build the `vllm serve` command that serves `config`."""
+    notes: list[str] = []
+    exact = True
+    note = backend_note(config, target="vLLM", native="vllm")
+    if note:
+        notes.append(note)
+        exact = False
+
+    argv = ["vllm", "serve", opts.model, "--dtype", config.dtype]
+    argv += ["--max-num-seqs", str(config.batch_size)]
+    # For vLLM the fraction is the instance's share of total GPU memory (weights included),
+    # the value the trial passed with this same flag.
+    if config.kv_cache_fraction is not None:
+        argv += ["--gpu-memory-utilization", str(config.kv_cache_fraction)]
+    if opts.session_len is not None:
+        argv += ["--max-model-len", str(opts.session_len)]
+    argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
+    if config.image_max_side is not None:
+        budget = image_pixel_budget(config.image_max_side)
+        argv += ["--mm-processor-kwargs", compact_json({"max_pixels": budget})]
+        notes.append(image_note(config.image_max_side))
+
+    generation_source, overrides = _generation_config(config)
+    argv += ["--generation-config", generation_source]
+    argv += ["--override-generation-config", compact_json(overrides)]
+    if config.do_sample:
+        argv += ["--seed", str(config.seed)]
+    argv += ["--host", opts.host]
+    if opts.port is not None:
+        argv += ["--port", str(opts.port)]
+    if opts.served_model_name is not None:
+        argv += ["--served-model-name", opts.served_model_name]
+
+    if config.compile_mode != "none":
+        notes.append(
+            f"compile_mode {config.compile_mode!r} has no vLLM flag; vLLM applies its own "
+            "torch.compile and CUDA graphs by default."
+        )
+    if config.attn_implementation != "sdpa":
+        notes.append(
+            f"attn_implementation {config.attn_implementation!r} has no vLLM flag; vLLM picks "
+            "its own attention kernels."
+        )
+    request = sampling_request(config, greedy={"temperature": 0})
+    notes.append(
+        "decoding settings are server defaults (--override-generation-config): a client that "
+        "sends its own sampling fields overrides them, and max_tokens can only go lower. The "
+        "measured request fields: " + compact_json(request)
+    )
+    if generation_source == "auto":
+        notes.append(
+            "sampling knobs the trial left unset come from the checkpoint's "
+            "generation_config.json, as they did in the trial."
+        )
+    return Export(format="vllm", argv=argv, notes=notes, exact=exact, request=request)
+
+
+def _generation_config(config: TrialConfig) -> tuple[str, dict[str, Any]]:
+    """vLLM's default-sampling source and the overrides that make it the trial's decoding.
+
+    With "vllm" the server ignores the checkpoint's generation_config.json, so the overrides are
+    the whole story. A sampled trial that left a knob unset used the checkpoint's value, so
+    then the checkpoint file must stay in ("auto").
+    """
+    overrides: dict[str, Any] = {}
+    if config.do_sample:
+        for name in ("temperature", "top_k", "top_p"):
+            value = getattr(config, name)
+            if value is not None:
+                overrides[name] = value
+    else:
+        overrides["temperature"] = 0.0  # vLLM decodes greedily at temperature 0
+    overrides["repetition_penalty"] = config.repetition_penalty
+    overrides["max_new_tokens"] = config.max_new_tokens
+    unset = config.do_sample and any(
+        getattr(config, name) is None for name in ("temperature", "top_k", "top_p")
+    )
+    return ("auto" if unset else "vllm"), overrides

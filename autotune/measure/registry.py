@@ -1,0 +1,55 @@
+"""Every metric a trial records, with its unit and the direction that is better.
+
+Objectives, constraints, `best` and reports look metrics up here, so a name means one thing
+everywhere and every name carries its unit.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["maximize", "minimize"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    direction: Direction
+    description: str
+
+
+_SPECS = [
+    MetricSpec(
+        "throughput_output_tokens_per_s", "maximize", "Output tokens per second, all requests."
+    ),
+    MetricSpec("throughput_requests_per_s", "maximize", "Completed requests per second."),
+    MetricSpec(
+        "goodput_requests_per_s", "maximize", "Requests per second meeting the latency SLO."
+    ),
+    MetricSpec("ttft_p50_ms", "minimize", "Time to first token, median."),
+    MetricSpec("ttft_p95_ms", "minimize", "Time to first token, 95th percentile."),
+    MetricSpec("tpot_p50_ms", "minimize", "Time per output token after the first, median."),
+    MetricSpec(
+        "tpot_p95_ms", "minimize", "Time per output token after the first, 95th percentile."
+    ),
+    MetricSpec("e2e_latency_p50_ms", "minimize", "Request end-to-end latency, median."),
+    MetricSpec("e2e_latency_p95_ms", "minimize", "Request end-to-end latency, 95th percentile."),
+    MetricSpec("peak_memory_mib", "minimize", "Peak memory of the engine (GPU, else process RSS)."),
+    MetricSpec("accuracy", "maximize", "Mean item score on the evaluation set (0 to 1)."),
+    MetricSpec("startup_s", "minimize", "Model load / server start-up time, not in latency."),
+    MetricSpec("compile_s", "minimize", "Warm-up and compilation time, not in latency."),
+]
+
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """The spec of a metric, or a KeyError whose message suggests the closest names."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, METRICS, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise KeyError(f"unknown metric '{name}': {hint}known: {', '.join(METRICS)}") from None

@@ -1,0 +1,122 @@
+"""The searched parameters: their names, allowed values and what each one affects.
+
+One place defines every knob autotune can turn. Space files, trial parameters, exports and
+reports all use these names, so a value means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Backend = Literal["transformers", "swift", "lmdeploy", "vllm"]
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+AttnImplementation = Literal["eager", "sdpa", "flash_attention_2"]
+CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune"]
+
+PARAM_NAMES: tuple[str, ...] = (
+    "backend",
+    "dtype",
+    "attn_implementation",
+    "compile_mode",
+    "image_max_side",
+    "batch_size",
+    "kv_cache_fraction",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "max_new_tokens",
+)
+
+# Parameters that cannot change a greedy answer: the same prompt gives the same tokens whatever
+# the batch size or the share of memory given to the KV cache. Accuracy measured once is reused
+# across trials that differ only in these (tests/test_output_neutral.py checks the claim on the
+# bundled model).
+OUTPUT_NEUTRAL_PARAMS: frozenset[str] = frozenset({"batch_size", "kv_cache_fraction"})
+OUTPUT_AFFECTING_PARAMS: tuple[str, ...] = tuple(
+    name for name in PARAM_NAMES if name not in OUTPUT_NEUTRAL_PARAMS
+)
+
+SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
+
+# Which backend can honour which parameter. A parameter a backend lacks is never suggested for
+# it, so a trial never records a knob that had no effect.
+BACKEND_PARAMS: dict[str, frozenset[str]] = {
+    "transformers": frozenset(PARAM_NAMES) - {"kv_cache_fraction"},
+    "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode"},
+    "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation", "compile_mode"},
+    "vllm": frozenset(PARAM_NAMES) - {"attn_implementation", "compile_mode"},
+}
+
+# Backends that autotune measures through a server process rather than in-process.
+SERVER_BACKENDS: frozenset[str] = frozenset({"swift", "lmdeploy", "vllm"})
+
+# Parameters a client controls per request (batch_size as the number of requests in flight):
+# the only ones that can change while measuring a server someone else started (--endpoint).
+REQUEST_PARAMS: frozenset[str] = frozenset(
+    {
+        "image_max_side",
+        "batch_size",
+        "do_sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "repetition_penalty",
+        "max_new_tokens",
+    }
+)
+
+
+class TrialConfig(BaseModel):
+    """One complete serving configuration: what a trial measures and what export renders."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Backend = Field("transformers", description="Serving engine.")
+    dtype: Dtype = Field("auto", description="Weight and activation dtype; auto = checkpoint's.")
+    attn_implementation: AttnImplementation = Field("sdpa", description="Attention kernels.")
+    compile_mode: CompileMode = Field(
+        "none", description="none, or static KV cache + torch.compile with this mode."
+    )
+    image_max_side: int | None = Field(
+        None, ge=32, le=16384, description="Longest image side in pixels; None keeps full size."
+    )
+    batch_size: int = Field(1, ge=1, le=1024, description="Static batch / concurrency.")
+    kv_cache_fraction: float | None = Field(
+        None, gt=0.0, lt=1.0, description="Share of free GPU memory for the KV cache."
+    )
+    do_sample: bool = Field(False, description="Sample instead of greedy decoding.")
+    temperature: float | None = Field(None, gt=0.0, le=2.0, description="Sampling temperature.")
+    top_k: int | None = Field(None, ge=1, le=1000, description="Top-k sampling cut-off.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    repetition_penalty: float = Field(1.0, ge=0.5, le=2.0, description="Repetition penalty.")
+    max_new_tokens: int = Field(64, ge=1, le=32768, description="Cap on generated tokens.")
+    seed: int = Field(0, ge=0, description="Sampling seed (fixed so sampled runs repeat).")
+
+    @model_validator(mode="after")
+    def _sampling_only_when_sampling(self) -> TrialConfig:
+        if not self.do_sample:
+            set_sampling = [name for name in SAMPLING_PARAMS if getattr(self, name) is not None]
+            if set_sampling:
+                raise ValueError(
+                    f"{', '.join(sorted(set_sampling))} only apply when do_sample is true"
+                )
+        return self
+
+    def output_key(self) -> dict[str, Any]:
+        """The parameters that decide the answers, for reusing accuracy across trials.
+
+        Sampled answers also depend on how the random stream is shared out over a batch, so
+        batch_size joins the key when do_sample is on.
+        """
+        names = [*OUTPUT_AFFECTING_PARAMS, "seed"]
+        if self.do_sample:
+            names.append("batch_size")
+        return {name: getattr(self, name) for name in names}
+
+    def searched_values(self) -> dict[str, Any]:
+        """The parameter values in PARAM_NAMES order (what trial params and exports show)."""
+        return {name: getattr(self, name) for name in PARAM_NAMES}

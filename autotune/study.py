@@ -1,0 +1,269 @@
+"""The Optuna study: the reference trial first, then the sampler's trials, each contained.
+
+`run_study` is what `autotune run` calls. Each trial runs its engine in another process
+(autotune.runner), records its figures as user attributes and its constraint values, and a
+failed trial is a FAIL with its reason while the study goes on.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import SCHEMA_VERSION, __version__
+from autotune.accuracy_reuse import (
+    accuracy_key,
+    find_reusable,
+    screening_request,
+    stored_accuracy,
+)
+from autotune.artifacts import ArtifactRecorder
+from autotune.client.chat import normalize_base_url
+from autotune.errors import StudyError, TrialFailure
+from autotune.evalset.dataset import EvalSet, load_evalset
+from autotune.model_source import resolve_model
+from autotune.paired import PairedComparison, compare
+from autotune.progress import Progress
+from autotune.select import CONSTRAINT_NAMES, reference_trial
+from autotune.space import SearchSpace
+from autotune.storage import default_storage_url, open_storage
+from autotune.trial import Measurement, measure
+
+
+@dataclass
+class StudyPlan:
+    """Everything `run` needs, resolved and checked before the database is touched."""
+
+    space: SearchSpace
+    model: str
+    model_path: str
+    evalset: EvalSet
+    study_name: str
+    storage_url: str
+    endpoint: str | None = None
+
+
+def plan_study(
+    space: SearchSpace,
+    *,
+    model: str | None = None,
+    study_name: str | None = None,
+    storage_url: str | None = None,
+    endpoint: str | None = None,
+    evalset: str | None = None,
+) -> StudyPlan:
+    """Resolve the model and the eval set; every error here leaves no database behind.
+
+    With `endpoint` the trials measure that running server, and only request-side parameters
+    are searched (SearchSpace.for_endpoint).
+    """
+    if endpoint is not None:
+        space = space.for_endpoint()
+    model_id = model if model is not None else space.resolve_path(space.model)
+    # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
+    model_path = model_id if endpoint is not None else resolve_model(model_id)
+    evalset = load_evalset(evalset or space.resolve_path(space.evalset))
+    name = study_name or space.name
+    return StudyPlan(
+        space=space,
+        model=model_id,
+        model_path=model_path,
+        evalset=evalset,
+        study_name=name,
+        storage_url=storage_url or default_storage_url(name),
+        endpoint=normalize_base_url(endpoint) if endpoint is not None else None,
+    )
+
+
+def _study_attrs(plan: StudyPlan) -> dict[str, Any]:
+    space = plan.space
+    return {
+        "space_name": space.name,
+        "space_file": str(space.source) if space.source else None,
+        "space": space.model_dump(mode="json"),
+        "model": plan.model,
+        "model_path": plan.model_path,
+        "evalset": str(plan.evalset.path),
+        "objective_metrics": [o.metric for o in space.objectives],
+        "endpoint": plan.endpoint,
+        "autotune_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def open_study(plan: StudyPlan) -> optuna.Study:
+    space = plan.space
+    storage = open_storage(plan.storage_url, create=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=space.seed,
+            multivariate=True,
+            group=True,  # conditional parameters (sampling only when do_sample, ...)
+            n_startup_trials=max(2, min(10, space.trials // 3)),
+        )
+        study = optuna.create_study(
+            study_name=plan.study_name,
+            storage=storage,
+            directions=space.directions(),
+            sampler=sampler,
+            load_if_exists=True,
+        )
+    stored = study.user_attrs.get("objective_metrics")
+    wanted = [o.metric for o in space.objectives]
+    if stored is not None and stored != wanted:
+        raise StudyError(
+            f"study '{plan.study_name}' optimises {stored}, not {wanted}; "
+            "use another --study name for a different space"
+        )
+    if stored is not None and study.user_attrs.get("endpoint") != plan.endpoint:
+        where = study.user_attrs.get("endpoint") or "servers autotune starts itself"
+        raise StudyError(
+            f"study '{plan.study_name}' measured {where}; resume it the same way, or use "
+            "another --study name"
+        )
+    if stored is None:
+        for key, value in _study_attrs(plan).items():
+            study.set_user_attr(key, value)
+    return study
+
+
+def _constraints(
+    space: SearchSpace, m: Measurement, paired: PairedComparison | None
+) -> dict[str, float]:
+    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order."""
+    c = space.constraints
+    values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
+    if c.accuracy.enabled and m.accuracy is not None:
+        if c.accuracy.mode == "absolute":
+            values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
+        elif paired is not None:
+            diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
+            values["accuracy"] = -c.accuracy.max_drop - diff
+    if c.memory_budget_mib is not None and "peak_memory_mib" in m.figures:
+        values["memory"] = m.figures["peak_memory_mib"] - c.memory_budget_mib
+    if c.latency_slo_ms is not None and "e2e_latency_p95_ms" in m.figures:
+        values["latency"] = m.figures["e2e_latency_p95_ms"] - c.latency_slo_ms
+    return values
+
+
+def _record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
+    """Constraint values for the sampler (Optuna's set_constraint) and for our own readers."""
+    trial.set_user_attr("constraints", values)
+    for name in CONSTRAINT_NAMES:
+        trial.set_constraint(name, values[name])
+
+
+class _Objective:
+    def __init__(self, plan: StudyPlan, progress: Progress) -> None:
+        self.plan = plan
+        self.progress = progress
+        self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        plan, space = self.plan, self.plan.space
+        config = space.suggest(trial)
+        output_key = accuracy_key(config, plan.evalset)
+        trial.set_user_attr("config", config.model_dump())
+        trial.set_user_attr("output_key", output_key)
+        self.progress.trial_started(trial.number, config)
+        is_reference = bool(trial.user_attrs.get("is_reference"))
+        reference = None if is_reference else reference_trial(trial.study)
+        cached = find_reusable(trial.study, output_key)
+        try:
+            m = measure(
+                space,
+                config,
+                model_path=plan.model_path,
+                evalset=plan.evalset,
+                measure_accuracy=cached is None,
+                screening=None if cached else screening_request(space, plan.evalset, reference),
+                on_phase=self.progress.phase,
+                endpoint=plan.endpoint,
+            )
+        except TrialFailure as failure:
+            trial.set_user_attr("failure_kind", failure.kind)
+            trial.set_user_attr("failure_reason", failure.reason)
+            trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+            raise
+        if cached is not None:
+            m.accuracy = stored_accuracy(cached)
+            m.predictions = dict(cached.user_attrs.get("predictions") or {})
+            trial.set_user_attr("accuracy_reused_from", cached.number)
+        trial.set_user_attr("answers_computed", 0 if cached else len(m.predictions))
+        for key, value in m.user_attrs().items():
+            trial.set_user_attr(key, value)
+        paired = None
+        if reference is not None and m.accuracy is not None:
+            ref_accuracy = stored_accuracy(reference)
+            paired = compare(
+                m.accuracy.item_scores,
+                ref_accuracy.item_scores,
+                candidate_passed=m.accuracy.item_passed,
+                reference_passed=ref_accuracy.item_passed,
+                confidence=space.constraints.accuracy.confidence,
+            )
+            trial.set_user_attr("paired_vs_reference", paired.to_dict())
+        _record_constraints(trial, _constraints(space, m, paired))
+        self.artifacts.sample_outputs(trial, plan.evalset, m)
+        if m.screened_out:
+            raise optuna.TrialPruned(
+                f"screening: accuracy already below the floor on {len(m.predictions)} items"
+            )
+        return [float(m.user_attrs()[o.metric]) for o in space.objectives]
+
+
+def _ensure_reference(study: optuna.Study, space: SearchSpace) -> None:
+    pending = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if reference_trial(study) is None and not any(
+        t.user_attrs.get("is_reference") for t in pending
+    ):
+        study.enqueue_trial(space.reference_params(), user_attrs={"is_reference": True})
+
+
+def run_study(
+    plan: StudyPlan,
+    *,
+    trials: int | None = None,
+    timeout_s: float | None = None,
+    progress: Progress | None = None,
+) -> optuna.Study:
+    """Run (or resume) the study until it holds `trials` finished trials."""
+    target = trials if trials is not None else plan.space.trials
+    study = open_study(plan)
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    remaining = max(0, target - len(finished))
+    progress = progress or Progress(total=target)
+    progress.start(done=len(finished), study_name=plan.study_name)
+    if remaining == 0:
+        progress.note(f"study '{plan.study_name}' already has {len(finished)} finished trials")
+        return study
+    _ensure_reference(study, plan.space)
+
+    def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        progress.trial_finished(study, trial)
+        if trial.user_attrs.get("is_reference") and trial.state != TrialState.COMPLETE:
+            relative = plan.space.constraints.accuracy.mode == "relative"
+            if relative and plan.space.constraints.accuracy.enabled:
+                raise StudyError(
+                    f"the reference trial failed ({trial.user_attrs.get('failure_reason', '?')}); "
+                    "the relative accuracy floor needs it — fix the cause and run again"
+                )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.optimize(
+            _Objective(plan, progress),
+            n_trials=remaining,
+            timeout=timeout_s,
+            catch=(TrialFailure,),
+            callbacks=[after_trial],
+            gc_after_trial=False,
+        )
+    progress.finish(study)
+    return study

@@ -1,0 +1,232 @@
+"""`autotune verify`: relaunch a trial's deploy command, measure it again, compare.
+
+The recommendation is a claim: "this command, on this machine, gives these figures". Verify
+starts the very command `autotune export` prints (or measures `--endpoint`), re-measures
+accuracy and speed with the study's own workload, and checks each figure against what the
+trial recorded: accuracy may drop by at most the space's max_drop, and speed may be worse by at
+most a relative tolerance. Better than recorded always passes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+from rich.console import Console
+from rich.table import Table
+
+from autotune.errors import StudyError, TrialFailure
+from autotune.evalset.dataset import load_evalset
+from autotune.export_study import trial_config
+from autotune.measure.registry import METRICS
+from autotune.params import SERVER_BACKENDS
+from autotune.select import find_trial, recommend
+from autotune.space import SearchSpace
+from autotune.trial import Measurement, measure
+
+DEFAULT_TOLERANCE = 0.25
+
+# Speed figures always checked; the study's own objectives are added to them.
+CHECKED_SPEED = ("throughput_output_tokens_per_s", "e2e_latency_p50_ms", "e2e_latency_p95_ms")
+# Shown for comparison, not judged: too small or too noisy on their own to fail a deploy.
+SHOWN = ("ttft_p50_ms", "tpot_p50_ms", "throughput_requests_per_s", "startup_s", "peak_memory_mib")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One figure, recorded and re-measured; `passed` None means shown but not judged."""
+
+    metric: str
+    recorded: float | None
+    measured: float | None
+    bound: float | None
+    rule: str
+    passed: bool | None
+
+
+@dataclass
+class VerifyResult:
+    study: str
+    trial: int
+    target: str
+    command: str
+    exact: bool
+    notes: list[str]
+    checks: list[Check] = field(default_factory=list)
+    failure: str | None = None
+    log_tail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and all(c.passed is not False for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passed"] = self.passed
+        return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not math.isnan(float(value)):
+        return float(value)
+    return None
+
+
+def speed_check(metric: str, recorded: Any, measured: Any, tolerance: float) -> Check:
+    """Measured may be worse than recorded by at most `tolerance` (relative); better passes."""
+    rec, mes = _number(recorded), _number(measured)
+    maximize = METRICS[metric].direction == "maximize"
+    if rec is None or mes is None or rec == 0:
+        return Check(metric, rec, mes, None, "not comparable", None)
+    bound = rec * (1 - tolerance) if maximize else rec * (1 + tolerance)
+    passed = mes >= bound if maximize else mes <= bound
+    rule = f"{'>=' if maximize else '<='} recorded {'-' if maximize else '+'}{tolerance:.0%}"
+    return Check(metric, rec, mes, bound, rule, passed)
+
+
+def accuracy_check(recorded: Any, measured: Any, max_drop: float) -> Check:
+    rec, mes = _number(recorded), _number(measured)
+    if rec is None or mes is None:
+        return Check("accuracy", rec, mes, None, "not comparable", None)
+    bound = rec - max_drop
+    return Check("accuracy", rec, mes, bound, f">= recorded - {max_drop:g}", mes >= bound - 1e-12)
+
+
+def compare(
+    trial: FrozenTrial, m: Measurement, space: SearchSpace, tolerance: float
+) -> list[Check]:
+    recorded = trial.user_attrs
+    measured: dict[str, Any] = dict(m.figures)
+    if m.accuracy is not None:
+        measured["accuracy"] = m.accuracy.accuracy
+    checks = [
+        accuracy_check(
+            recorded.get("accuracy"), measured.get("accuracy"), space.constraints.accuracy.max_drop
+        )
+    ]
+    objectives = [o.metric for o in space.objectives]
+    speed = [*CHECKED_SPEED, *(o for o in objectives if o not in CHECKED_SPEED)]
+    for metric in speed:
+        if metric in ("accuracy", "peak_memory_mib", "startup_s", "compile_s"):
+            continue
+        checks.append(speed_check(metric, recorded.get(metric), measured.get(metric), tolerance))
+    budget = space.constraints.memory_budget_mib
+    for metric in SHOWN:
+        if metric in speed:
+            continue
+        rec, mes = _number(recorded.get(metric)), _number(measured.get(metric))
+        if metric == "peak_memory_mib" and budget is not None and mes is not None:
+            checks.append(Check(metric, rec, mes, budget, "<= memory budget", mes <= budget))
+        else:
+            checks.append(Check(metric, rec, mes, None, "shown only", None))
+    return checks
+
+
+def stored_space(study: optuna.Study) -> SearchSpace:
+    data = study.user_attrs.get("space")
+    if not data:
+        raise StudyError(f"study '{study.study_name}' does not store its space; cannot verify")
+    return SearchSpace.model_validate(data)
+
+
+def verify_trial(
+    study: optuna.Study,
+    *,
+    trial_number: int | None = None,
+    fmt: str | None = None,
+    endpoint: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    on_phase: Callable[[str], None] | None = None,
+) -> VerifyResult:
+    """Re-measure the recommended (or a given) trial through its deploy command."""
+    trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
+    config = trial_config(trial)
+    space = stored_space(study)
+    evalset = load_evalset(study.user_attrs["evalset"])
+    # A study measured through an endpoint is verified against that endpoint by default.
+    endpoint = endpoint or study.user_attrs.get("endpoint")
+    target = (
+        None
+        if endpoint
+        else fmt or (config.backend if config.backend in SERVER_BACKENDS else "swift")
+    )
+    result = VerifyResult(
+        study=study.study_name,
+        trial=trial.number,
+        target=f"endpoint {endpoint}" if endpoint else f"{target} server",
+        command="",
+        exact=True,
+        notes=[],
+    )
+    try:
+        m = measure(
+            space,
+            config,
+            model_path=study.user_attrs["model_path"],
+            evalset=evalset,
+            endpoint=endpoint,
+            server_format=target,
+            on_phase=on_phase,
+        )
+    except TrialFailure as failure:
+        result.failure = f"{failure.kind}: {failure.reason}"
+        result.log_tail = failure.log_tail
+        return result
+    result.command = m.environment.get("server_command", "")
+    result.exact = m.environment.get("export_exact", "true") == "true"
+    if not result.exact:
+        result.notes.append(
+            f"the {target} command cannot express trial {trial.number} exactly (see `autotune "
+            f"export --format {target}`); differences below may come from that"
+        )
+    if config.backend not in SERVER_BACKENDS and not endpoint:
+        result.notes.append(
+            f"trial {trial.number} was measured in-process ({config.backend}); this run adds "
+            "the HTTP server's own overheads"
+        )
+    result.checks = compare(trial, m, space, tolerance)
+    return result
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def verify_text(result: VerifyResult) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=140, highlight=False)
+    console.print(f"verify: study '{result.study}', trial {result.trial}, via {result.target}")
+    if result.command:
+        console.print(f"  relaunched: {result.command}")
+    for note in result.notes:
+        console.print(f"  note: {note}")
+    if result.failure is not None:
+        console.print(f"FAIL: the relaunch did not complete: {result.failure}")
+        if result.log_tail:
+            console.print("  last lines of the server log:")
+            for line in result.log_tail.rstrip().splitlines()[-15:]:
+                console.print(f"    {line}", markup=False)
+        return buffer.getvalue().rstrip()
+    table = Table(title_justify="left")
+    for header in ("metric", "recorded", "measured", "change", "required", "result"):
+        table.add_column(header)
+    for c in result.checks:
+        change = (
+            f"{(c.measured - c.recorded) / c.recorded:+.0%}"
+            if c.recorded and c.measured is not None
+            else "-"
+        )
+        required = f"{c.rule} ({_cell(c.bound)})" if c.bound is not None else c.rule
+        verdict = "-" if c.passed is None else ("ok" if c.passed else "FAIL")
+        table.add_row(c.metric, _cell(c.recorded), _cell(c.measured), change, required, verdict)
+    console.print(table)
+    failed = [c.metric for c in result.checks if c.passed is False]
+    console.print("PASS" if not failed else f"FAIL: {', '.join(failed)} outside tolerance")
+    return buffer.getvalue().rstrip()

@@ -1,0 +1,354 @@
+"""Export: each target's argv, shell quoting, refusals, notes, and the YAML round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+import pytest
+import yaml
+
+from autotune.errors import ExportError
+from autotune.export import FORMATS, render_export
+from autotune.export.base import image_pixel_budget
+from autotune.params import TrialConfig
+
+MODEL = "Qwen/Qwen3-VL-2B-Instruct"
+ODD_MODEL = "/tmp/my models/it's $HOME"
+COMMAND_FORMATS = ("swift", "lmdeploy", "vllm")
+
+GREEDY = TrialConfig(backend="swift", dtype="bfloat16", batch_size=8, max_new_tokens=128)
+SAMPLING = TrialConfig(
+    backend="vllm",
+    batch_size=32,
+    kv_cache_fraction=0.85,
+    do_sample=True,
+    temperature=0.7,
+    top_k=20,
+    top_p=0.8,
+    repetition_penalty=1.05,
+    seed=7,
+)
+COMPILED = TrialConfig(backend="transformers", compile_mode="reduce-overhead", image_max_side=1000)
+LMDEPLOY = TrialConfig(backend="lmdeploy", dtype="float16", kv_cache_fraction=0.6, batch_size=16)
+
+CONFIGS = [GREEDY, SAMPLING, COMPILED, LMDEPLOY]
+
+
+def flag(argv: list[str], name: str) -> str:
+    """The value after `name`; fails when the flag is missing or repeated."""
+    assert argv.count(name) == 1, f"{name} appears {argv.count(name)} times in {argv}"
+    return argv[argv.index(name) + 1]
+
+
+def command_words(text: str) -> list[str]:
+    """What a POSIX shell would run: comment lines dropped, the rest split as the shell does."""
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0])
+
+
+# swift
+
+
+def test_swift_greedy_argv_is_the_full_command() -> None:
+    result = render_export(GREEDY, fmt="swift", model=MODEL, port=8000, served_model_name="qwen")
+    assert result.argv == [
+        "swift", "deploy", "--model", MODEL,
+        "--model_type", "qwen3_vl", "--template", "qwen3_vl",
+        "--infer_backend", "transformers",
+        "--torch_dtype", "bfloat16",
+        "--attn_impl", "sdpa",
+        "--max_batch_size", "8",
+        "--max_new_tokens", "128",
+        "--temperature", "0",
+        "--repetition_penalty", "1.0",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--served_model_name", "qwen",
+    ]  # fmt: skip
+    assert result.exact
+    assert result.env == {}
+    assert result.request == {"max_tokens": 128, "temperature": 0, "repetition_penalty": 1.0}
+
+
+def test_swift_sampling_on_vllm_engine() -> None:
+    result = render_export(SAMPLING, fmt="swift", model=MODEL, session_len=8192)
+    argv = result.argv
+    assert flag(argv, "--infer_backend") == "vllm"
+    assert flag(argv, "--temperature") == "0.7"
+    assert flag(argv, "--top_k") == "20"
+    assert flag(argv, "--top_p") == "0.8"
+    assert flag(argv, "--seed") == "7"
+    assert flag(argv, "--repetition_penalty") == "1.05"
+    assert flag(argv, "--vllm_max_num_seqs") == "32"
+    assert flag(argv, "--vllm_gpu_memory_utilization") == "0.85"
+    assert flag(argv, "--vllm_max_model_len") == "8192"
+    assert json.loads(flag(argv, "--vllm_limit_mm_per_prompt")) == {"image": 1, "video": 0}
+    # dtype auto: ms-swift reads config.json when --torch_dtype is absent.
+    assert "--torch_dtype" not in argv
+    # --max_batch_size and --attn_impl only drive the transformers engine.
+    assert "--max_batch_size" not in argv and "--attn_impl" not in argv
+    assert "--port" not in argv
+    # measured with `vllm serve`, served here by ms-swift's vLLM engine
+    assert not result.exact
+    assert any("'vllm'" in note for note in result.notes)
+    assert result.request["seed"] == 7
+
+
+def test_swift_sampling_with_unset_knobs_leaves_them_to_the_checkpoint() -> None:
+    config = TrialConfig(backend="swift", do_sample=True, top_p=0.9)
+    argv = render_export(config, fmt="swift", model=MODEL).argv
+    assert flag(argv, "--top_p") == "0.9"
+    assert "--temperature" not in argv and "--top_k" not in argv
+
+
+def test_swift_compile_is_not_exact_and_says_why() -> None:
+    result = render_export(COMPILED, fmt="swift", model=MODEL)
+    assert not result.exact
+    assert any("torch.compile" in note for note in result.notes)
+    assert "compile" not in " ".join(result.argv)
+
+
+def test_swift_image_cap_sets_both_env_vars_and_a_note() -> None:
+    result = render_export(COMPILED, fmt="swift", model=MODEL)
+    # ceil(1000 / 32) = 32 tokens a side: 1024 tokens, 1024 * 32 * 32 pixels.
+    assert result.env == {"IMAGE_MAX_TOKEN_NUM": "1024", "MAX_PIXELS": "1048576"}
+    assert any("longest side 1000" in note for note in result.notes)
+    assert result.command.startswith("IMAGE_MAX_TOKEN_NUM=1024 MAX_PIXELS=1048576 swift deploy ")
+
+
+def test_swift_without_image_cap_has_no_env_and_no_image_note() -> None:
+    result = render_export(GREEDY, fmt="swift", model=MODEL)
+    assert result.env == {}
+    assert not any("longest side" in note for note in result.notes)
+
+
+def test_swift_refuses_lmdeploy_trials_in_one_line() -> None:
+    with pytest.raises(ExportError) as info:
+        render_export(LMDEPLOY, fmt="swift", model=MODEL)
+    message = str(info.value)
+    assert "--format lmdeploy" in message
+    assert "\n" not in message
+
+
+# lmdeploy
+
+
+def test_lmdeploy_argv_and_per_request_greedy() -> None:
+    result = render_export(
+        LMDEPLOY, fmt="lmdeploy", model=MODEL, port=23333, served_model_name="q", session_len=4096
+    )
+    assert result.argv == [
+        "lmdeploy", "serve", "api_server", MODEL,
+        "--backend", "pytorch",
+        "--dtype", "float16",
+        "--max-batch-size", "16",
+        "--cache-max-entry-count", "0.6",
+        "--session-len", "4096",
+        "--server-name", "0.0.0.0", "--server-port", "23333",
+        "--model-name", "q",
+    ]  # fmt: skip
+    assert result.exact
+    # top_k 1 is LMDeploy's greedy path; its server always sets do_sample.
+    assert result.request == {"max_completion_tokens": 64, "top_k": 1, "repetition_penalty": 1.0}
+    assert any(json.dumps(result.request, separators=(",", ":")) in n for n in result.notes)
+
+
+def test_lmdeploy_sampling_and_image_budget_go_in_the_request() -> None:
+    config = SAMPLING.model_copy(update={"image_max_side": 768})
+    result = render_export(config, fmt="lmdeploy", model=MODEL)
+    assert result.request == {
+        "max_completion_tokens": 64,
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+        "seed": 7,
+        "repetition_penalty": 1.05,
+        "mm_processor_kwargs": {"image": {"max_pixels": 768 * 768}},
+    }
+    assert flag(result.argv, "--dtype") == "auto"
+    assert not result.exact  # measured on vLLM
+
+
+def test_lmdeploy_refuses_float32() -> None:
+    with pytest.raises(ExportError, match="float32"):
+        render_export(TrialConfig(backend="lmdeploy", dtype="float32"), fmt="lmdeploy", model=MODEL)
+
+
+def test_lmdeploy_notes_what_has_no_flag() -> None:
+    config = TrialConfig(
+        backend="lmdeploy", compile_mode="default", attn_implementation="flash_attention_2"
+    )
+    result = render_export(config, fmt="lmdeploy", model=MODEL)
+    assert "--eager-mode" not in result.argv
+    assert any("compile_mode" in note for note in result.notes)
+    assert any("flash_attention_2" in note for note in result.notes)
+
+
+# vllm
+
+
+def test_vllm_greedy_sets_server_defaults() -> None:
+    config = TrialConfig(backend="vllm", dtype="bfloat16", batch_size=4, image_max_side=1000)
+    result = render_export(config, fmt="vllm", model=MODEL, port=8001)
+    argv = result.argv
+    assert argv[:3] == ["vllm", "serve", MODEL]
+    assert flag(argv, "--dtype") == "bfloat16"
+    assert flag(argv, "--max-num-seqs") == "4"
+    assert json.loads(flag(argv, "--limit-mm-per-prompt")) == {"image": 1, "video": 0}
+    assert json.loads(flag(argv, "--mm-processor-kwargs")) == {"max_pixels": 1024 * 32 * 32}
+    assert flag(argv, "--generation-config") == "vllm"
+    assert json.loads(flag(argv, "--override-generation-config")) == {
+        "temperature": 0.0,
+        "repetition_penalty": 1.0,
+        "max_new_tokens": 64,
+    }
+    assert "--seed" not in argv and "--gpu-memory-utilization" not in argv
+    assert flag(argv, "--port") == "8001"
+    assert "--enforce-eager" not in argv
+    assert result.exact
+
+
+def test_vllm_sampling() -> None:
+    result = render_export(SAMPLING, fmt="vllm", model=MODEL, served_model_name="qwen")
+    argv = result.argv
+    assert flag(argv, "--gpu-memory-utilization") == "0.85"
+    assert flag(argv, "--generation-config") == "vllm"
+    assert json.loads(flag(argv, "--override-generation-config")) == {
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+        "repetition_penalty": 1.05,
+        "max_new_tokens": 64,
+    }
+    assert flag(argv, "--seed") == "7"
+    assert flag(argv, "--served-model-name") == "qwen"
+    assert "--mm-processor-kwargs" not in argv
+    assert result.exact
+
+
+def test_vllm_keeps_checkpoint_defaults_for_unset_sampling_knobs() -> None:
+    config = TrialConfig(backend="vllm", do_sample=True, temperature=0.5)
+    result = render_export(config, fmt="vllm", model=MODEL)
+    assert flag(result.argv, "--generation-config") == "auto"
+    assert any("generation_config.json" in note for note in result.notes)
+
+
+def test_vllm_compile_mode_is_a_note_not_a_flag() -> None:
+    result = render_export(COMPILED, fmt="vllm", model=MODEL)
+    assert not any("eager" in word or "compil" in word for word in result.argv)
+    assert any("compile_mode" in note for note in result.notes)
+    assert not result.exact  # measured in-process with transformers
+
+
+# every format
+
+
+@pytest.mark.parametrize("fmt", COMMAND_FORMATS)
+@pytest.mark.parametrize("config", [GREEDY, SAMPLING, COMPILED], ids=["greedy", "sample", "cap"])
+def test_text_survives_the_shell_with_an_odd_model_path(fmt: str, config: TrialConfig) -> None:
+    result = render_export(config, fmt=fmt, model=ODD_MODEL, served_model_name="a b'$c")
+    env_words = [f"{key}={value}" for key, value in result.env.items()]
+    assert command_words(result.text) == [*env_words, *result.argv]
+    assert ODD_MODEL in result.argv
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("config", CONFIGS, ids=["greedy", "sample", "compiled", "lmdeploy"])
+def test_inexact_exports_always_say_why(fmt: str, config: TrialConfig) -> None:
+    try:
+        result = render_export(config, fmt=fmt, model=MODEL)
+    except ExportError:
+        return
+    if not result.exact:
+        assert result.notes
+    assert json.loads(json.dumps(result.to_dict()))["exact"] is result.exact
+    if result.notes:
+        assert result.text.startswith("# note: ")
+
+
+def test_notes_with_newlines_stay_comments() -> None:
+    result = dataclasses.replace(
+        render_export(GREEDY, fmt="swift", model=MODEL), notes=["first\nsecond line"]
+    )
+    lines = result.text.splitlines()
+    assert lines[:2] == ["# note: first", "#   second line"]
+    assert command_words(result.text)[:2] == ["swift", "deploy"]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["greedy", "sample", "compiled", "lmdeploy"])
+def test_yaml_round_trips_to_the_same_config(config: TrialConfig) -> None:
+    result = render_export(config, fmt="yaml", model=ODD_MODEL, port=9000)
+    assert result.argv == [] and result.exact
+    data = yaml.safe_load(result.text)
+    assert TrialConfig(**data["config"]) == config
+    assert data["model"] == ODD_MODEL
+    assert data["backend"] == config.backend
+    assert data["server"] == {"host": "0.0.0.0", "port": 9000}
+    assert list(data["config"]) == list(TrialConfig.model_fields)
+
+
+def test_unknown_format_suggests_the_closest() -> None:
+    with pytest.raises(ExportError, match="Did you mean 'vllm'"):
+        render_export(GREEDY, fmt="vlm", model=MODEL)
+
+
+def test_bad_port_is_an_export_error() -> None:
+    with pytest.raises(ExportError, match="port"):
+        render_export(GREEDY, fmt="vllm", model=MODEL, port=70000)
+
+
+@pytest.mark.parametrize("side", [32, 100, 500, 768, 1000, 1023, 1024, 1500, 4000])
+def test_pixel_budget_never_shrinks_a_client_resized_image(side: int) -> None:
+    budget = image_pixel_budget(side)
+    assert budget % (32 * 32) == 0
+    assert budget >= side * side
+    # the engines snap each side to the nearest multiple of 32 before checking the budget
+    snapped = max(32, round(side / 32) * 32)
+    assert snapped * snapped <= budget
+
+
+# ms-swift's own parser
+
+
+@pytest.mark.swift
+def test_swift_flags_are_deploy_arguments_fields() -> None:
+    """Every flag we render is a DeployArguments field of the installed ms-swift, and parses."""
+    pytest.importorskip("swift")
+    from swift.arguments import DeployArguments
+    from swift.model import MODEL_MAPPING
+    from swift.template import TEMPLATE_MAPPING
+    from swift.utils.utils import _patch_get_type_hints
+    from transformers import HfArgumentParser
+
+    # Parse with the parser `swift deploy` builds, without DeployArguments.__post_init__
+    # (which would load the model).
+    with _patch_get_type_hints():
+        parser = HfArgumentParser([DeployArguments])
+    fields = {field.name for field in dataclasses.fields(DeployArguments)}
+    for config in (GREEDY, SAMPLING, COMPILED):
+        result = render_export(
+            config, fmt="swift", model=ODD_MODEL, port=8000, served_model_name="q", session_len=99
+        )
+        assert result.argv[:2] == ["swift", "deploy"]
+        args = result.argv[2:]
+        for word in args:
+            if word.startswith("--"):
+                assert word[2:] in fields, f"{word} is not a DeployArguments field"
+        namespace, unknown = parser.parse_known_args(args)
+        assert unknown == []
+        pairs = dict(zip(args[::2], args[1::2], strict=True))
+        for name, text in pairs.items():
+            parsed = getattr(namespace, name[2:])
+            if isinstance(parsed, float):
+                assert parsed == float(text)
+            elif isinstance(parsed, int):
+                assert parsed == int(text)
+            else:
+                assert parsed == text
+        assert namespace.model_type in MODEL_MAPPING
+        assert namespace.template in TEMPLATE_MAPPING
+        if not config.do_sample:
+            # temperature 0 is how ms-swift 4.6 switches do_sample off (infer_engine/utils.py)
+            assert namespace.temperature == 0

@@ -1,0 +1,407 @@
+"""The server runner with real processes: failures contained, servers always stopped.
+
+Failure cases start real commands (a broken one, ones that never become healthy, a stdlib fake
+OpenAI server that moves or dies on a busy port); the end-to-end tests run real `swift deploy`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib.util import find_spec
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from PIL import Image
+
+from autotune.client import ChatPrompt
+from autotune.errors import TrialFailure
+from autotune.export import Export
+from autotune.runner import server as server_runner
+from autotune.runner.server import measure_command
+from autotune.space import SearchSpace, Workload, load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
+needs_swift = pytest.mark.skipif(find_spec("swift") is None, reason="ms-swift is not installed")
+
+
+def space(**workload: float) -> SearchSpace:
+    base = load_space("smoke")
+    values = {"warmup_requests": 1, "requests": 6, "startup_timeout_s": 20.0, **workload}
+    return base.model_copy(
+        update={"workload": Workload(**values), "trial_timeout_s": 30.0, "device": "cpu"}
+    )
+
+
+PROMPTS = [
+    ChatPrompt(f"item-{i}", Image.new("RGB", (64 + 16 * i, 48), (i * 40, 90, 200)), "Say hi.")
+    for i in range(3)
+]
+
+
+def fake(token: str, *extra: str, fmt: str = "swift") -> Callable[[int], Export]:
+    """A render function that starts the fake server; `token` marks its processes."""
+
+    def render(port: int) -> Export:
+        argv = [sys.executable, FAKE, "--port", str(port), "--model", token, *extra]
+        return Export(format=fmt, argv=argv, request={"max_tokens": 8, "temperature": 0})
+
+    return render
+
+
+def command(argv: list[str]) -> Callable[[int], Export]:
+    return lambda port: Export(format="swift", argv=[a.replace("{port}", str(port)) for a in argv])
+
+
+def leftovers(token: str) -> list[str]:
+    """Command lines of live processes that carry `token` (ours, or a leak)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if token in cmdline and proc.pid != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+@contextmanager
+def listening(port: int | None = None) -> Iterator[int]:
+    """Hold a port busy (bound and listening) for the duration."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port or 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def token() -> str:
+    return f"autotune-test-{uuid.uuid4().hex[:10]}"
+
+
+# --- measurement through a (fake) server -------------------------------------------------------
+
+
+def test_result_has_the_worker_shape_and_stream_timings() -> None:
+    marker = token()
+    phases: list[str] = []
+    result = measure_command(
+        fake(marker, "--chunk-delay", "0.02"),
+        config=space().reference_config(),
+        prompts=PROMPTS,
+        space=space(),
+        on_phase=phases.append,
+    )
+    assert phases == ["starting server", "warm-up", "load test", "accuracy"]
+    assert set(result) == {
+        "startup_s",
+        "compile_s",
+        "timings",
+        "predictions",
+        "peak_memory_mib",
+        "memory_source",
+        "environment",
+    }
+    assert len(result["timings"]) == 6  # workload.requests, warm-up excluded
+    assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
+    for t in result["timings"]:
+        # 5 words, 20 ms apart: first text after one delay, last after five.
+        assert t["start"] < t["first_token"] < t["last_token"] <= t["end"]
+        assert t["last_token"] - t["first_token"] >= 4 * 0.02 * 0.75
+        assert t["output_tokens"] == 10  # from usage (the fake reports 2 per word), not chunks
+    assert result["startup_s"] > 0 and result["compile_s"] > 0
+    assert result["memory_source"] == "rss_tree" and result["peak_memory_mib"] > 5
+    env = result["environment"]
+    assert env["served_model"] == marker and env["server_port"] == env["requested_port"]
+    assert FAKE in env["server_command"]
+    assert not leftovers(marker)
+
+
+def test_tokens_counted_from_chunks_without_usage_and_open_loop() -> None:
+    marker = token()
+    result = measure_command(
+        fake(marker, "--no-usage"),
+        config=space().reference_config(),
+        prompts=PROMPTS,
+        space=space(request_rate_per_s=50.0),
+        measure_accuracy=False,
+    )
+    assert result["predictions"] is None
+    assert [t["output_tokens"] for t in result["timings"]] == [5] * 6
+    starts = sorted(t["start"] for t in result["timings"])
+    assert starts[-1] - starts[0] > 0.01  # arrivals spread out, not one burst
+    assert not leftovers(marker)
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def test_broken_command_fails_with_the_log_tail() -> None:
+    marker = token()
+    script = f"import sys; print('fatal: no such model ({marker})', file=sys.stderr); sys.exit(3)"
+    started = time.monotonic()
+    with pytest.raises(TrialFailure) as info:
+        measure_command(
+            command([sys.executable, "-c", script]),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+        )
+    assert info.value.kind == "crash"
+    assert "status 3" in info.value.reason
+    assert f"fatal: no such model ({marker})" in info.value.log_tail
+    assert time.monotonic() - started < 10  # fails fast, not at the start-up timeout
+    assert not leftovers(marker)
+
+
+@pytest.mark.parametrize("kind", ["sleeps", "http.server without /v1/models"])
+def test_never_healthy_times_out_and_is_killed(kind: str, tmp_path: Path) -> None:
+    marker = token()
+    if kind == "sleeps":
+        argv = [sys.executable, "-c", f"import time; time.sleep(600)  # {marker}"]
+    else:
+        (tmp_path / marker).mkdir()
+        argv = [sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
+        argv += ["--directory", str(tmp_path / marker)]
+    started = time.monotonic()
+    with pytest.raises(TrialFailure) as info:
+        measure_command(
+            command(argv),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(startup_timeout_s=2.0),
+        )
+    assert info.value.kind == "timeout"
+    assert "within 2 s" in info.value.reason
+    assert time.monotonic() - started < 2.0 + 12  # time-out plus the SIGTERM grace at most
+    assert not leftovers(marker)
+
+
+def test_busy_port_moved_with_a_log_line_reaches_our_server_not_the_stranger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stranger, ours = token(), token()
+    # A foreign OpenAI server sits on the port we are about to ask for (ms-swift's case).
+    busy = server_runner.free_port()
+    other = subprocess.Popen(
+        [sys.executable, FAKE, "--port", str(busy), "--model", stranger],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while _port_free(busy) and time.monotonic() < deadline:  # until the stranger listens
+            time.sleep(0.05)
+        monkeypatch.setattr(server_runner, "free_port", lambda: busy)
+        result = measure_command(
+            fake(ours, "--on-busy", "move"),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+            measure_accuracy=False,
+        )
+    finally:
+        other.kill()
+        other.wait()
+    env = result["environment"]
+    assert env["requested_port"] == str(busy)
+    assert env["server_port"] != str(busy)
+    assert env["served_model"] == ours
+    assert not leftovers(ours)
+
+
+def test_busy_port_moved_silently_is_found_from_the_sockets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = token()
+    with listening() as busy:
+        monkeypatch.setattr(server_runner, "free_port", lambda: busy)
+        result = measure_command(
+            fake(marker, "--on-busy", "move-silently"),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+            measure_accuracy=False,
+        )
+    assert result["environment"]["server_port"] != str(busy)
+    assert not leftovers(marker)
+
+
+def test_server_that_dies_on_a_busy_port_is_relaunched_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = token()
+    real_free_port = server_runner.free_port
+    with listening() as busy:
+        ports = iter([busy])
+        monkeypatch.setattr(
+            server_runner, "free_port", lambda: next(ports, None) or real_free_port()
+        )
+        result = measure_command(
+            fake(marker, "--on-busy", "fail"),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+            measure_accuracy=False,
+        )
+    assert result["environment"]["requested_port"] != str(busy)
+    assert not leftovers(marker)
+
+
+def test_engine_fallback_in_the_log_fails_the_trial() -> None:
+    marker = token()
+    fallback = "lmdeploy - WARNING - Fallback to pytorch engine because turbomind is missing"
+    with pytest.raises(TrialFailure) as info:
+        measure_command(
+            fake(marker, "--log-line", fallback, fmt="lmdeploy"),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+        )
+    assert info.value.kind == "engine_fallback"
+    assert "asked for turbomind" in info.value.reason and "pytorch" in info.value.reason
+    assert not leftovers(marker)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# --- the real CLI -----------------------------------------------------------------------------
+
+
+class Descendants:
+    """Every process ever seen below `pid`, collected while it runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.root = psutil.Process(pid)
+        self.seen: dict[int, psutil.Process] = {}
+        self.cmdlines: dict[int, list[str]] = {}  # read while alive: gone once it exits
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self.root.is_running():
+            try:
+                children = self.root.children(recursive=True)
+            except psutil.Error:  # a process of the tree vanished mid-walk: look again
+                children = []
+            for child in children:
+                if child.pid not in self.seen:
+                    self.seen[child.pid] = child
+                    with contextlib.suppress(psutil.Error):
+                        self.cmdlines[child.pid] = child.cmdline()
+            time.sleep(0.1)
+
+    def servers(self) -> list[int]:
+        """Pids of `swift deploy` launchers seen so far."""
+        return [pid for pid, argv in list(self.cmdlines.items()) if "deploy" in argv]
+
+    def alive(self) -> list[psutil.Process]:
+        self._stop.set()
+        self._thread.join()
+        return [p for p in self.seen.values() if p.is_running() and p.status() != "zombie"]
+
+
+def autotune(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _serving(tree: Descendants) -> bool:
+    for proc in list(tree.seen.values()):
+        try:
+            if any(c.status == psutil.CONN_LISTEN for c in proc.net_connections(kind="inet")):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.swift
+@needs_swift
+@pytest.mark.parametrize("when", ["starting", "serving"])
+def test_ctrl_c_during_a_server_trial_stops_the_server(tmp_path: Path, when: str) -> None:
+    proc = autotune(
+        "run", "--space", "smoke-swift", "--trials", "1", "--study", "ctrl-c",
+        "--storage", f"sqlite:///{tmp_path}/ctrl-c.db",
+    )  # fmt: skip
+    tree = Descendants(proc.pid)
+    ready = tree.servers if when == "starting" else lambda: _serving(tree)
+    deadline = time.monotonic() + 120
+    while not ready() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert ready(), f"swift deploy never reached '{when}'"
+    if when == "starting":
+        time.sleep(3)  # well into start-up: the server and its child are loading the model
+    # serving: the port is open, so the trial is in its warm-up or load test right now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    leaked = tree.alive()  # checked the moment autotune has exited
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not leaked, [p.pid for p in leaked]
+
+
+@pytest.mark.slow
+@pytest.mark.swift
+@needs_swift
+def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/x.db"
+    started = time.monotonic()
+    run = autotune("run", "--space", "smoke-swift", "--trials", "3", "--study", "x",
+                   "--storage", storage)  # fmt: skip
+    run_tree = Descendants(run.pid)
+    out, err = run.communicate(timeout=900)
+    run_s = time.monotonic() - started
+    assert run.returncode == 0, err[-3000:]
+    assert "recommended: trial" in out
+    assert not run_tree.alive()
+    assert len(run_tree.servers()) >= 3  # one swift deploy per trial, really launched
+
+    study = optuna.load_study(study_name="x", storage=storage)
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        a = t.user_attrs
+        for name in ("throughput_output_tokens_per_s", "e2e_latency_p95_ms", "ttft_p50_ms",
+                     "accuracy", "peak_memory_mib", "startup_s", "compile_s"):  # fmt: skip
+            assert isinstance(a[name], float) and math.isfinite(a[name]), name
+        assert a["memory_source"] == "rss_tree" and a["peak_memory_mib"] > 100
+        assert a["environment"]["runner"] == "server"
+        assert a["environment"]["server_command"].startswith("swift deploy ")
+
+    started = time.monotonic()
+    verify = autotune("verify", "--study", "x", "--storage", storage, "--json")
+    verify_tree = Descendants(verify.pid)
+    out, err = verify.communicate(timeout=600)
+    verify_s = time.monotonic() - started
+    report = json.loads(out)
+    assert verify.returncode == 0, out + err[-3000:]
+    assert report["passed"] and report["failure"] is None
+    assert {c["metric"] for c in report["checks"]} >= {"accuracy", "e2e_latency_p95_ms"}
+    assert report["command"].startswith("swift deploy ")
+    assert not verify_tree.alive() and verify_tree.servers()
+    print(f"\nsmoke-swift: run {run_s:.0f} s, verify {verify_s:.0f} s")

@@ -1,0 +1,314 @@
+"""Write the bundled evaluation sets from fixed seeds.
+
+Usage (from the repository root)::
+
+    python -m tools.make_evalset                    # evalsets/smoke and evalsets/ocr-caption
+    python -m tools.make_evalset smoke --out /tmp/sets
+
+The written files are the ground truth and are committed: FreeType versions render glyphs a
+little differently, so tests load the committed images and answers and never regenerate them.
+Item ``i`` of category ``c`` in set ``s`` is drawn from ``random.Random("s/c/i")``; a training
+script that reuses the generators must use another seed namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+
+from autotune.evalset import synth
+from autotune.evalset.metrics import METRICS
+from autotune.evalset.synth import SynthItem
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CALIBRATION_BEGIN = "<!-- calibration:begin -->"
+CALIBRATION_END = "<!-- calibration:end -->"
+
+# (id prefix, category, factory) for every item of a set, in file order; the factory gets the
+# item's own seeded Random.
+Plan = list[tuple[str, str, Callable[[random.Random], SynthItem]]]
+
+
+def spread(low: int, high: int, n: int, seed: str) -> list[int]:
+    """`n` font sizes evenly covering [low, high], in a seeded random order.
+
+    Even coverage (rather than independent draws) gives every size bucket the same weight in
+    the calibration table; the shuffle keeps size independent of content kind.
+    """
+    sizes = [round(low + (high - low) * i / max(1, n - 1)) for i in range(n)]
+    random.Random(seed).shuffle(sizes)
+    return sizes
+
+
+def _smoke_line(rng: random.Random, *, font_px: int) -> SynthItem:
+    # Small canvases keep the tiny CPU model's image-token count low.
+    canvas = (rng.randint(256, 512), rng.randint(96, 160))
+    return synth.text_line(
+        rng,
+        content="code",
+        length=rng.randint(4, 8),
+        font_px=font_px,
+        canvas=canvas,
+        max_rotate=1.0,
+        max_blur=0.0,
+        max_noise=0.0,
+    )
+
+
+def _smoke_scene(rng: random.Random, *, question: str) -> SynthItem:
+    return synth.shapes_scene(
+        rng,
+        question=question,
+        canvas=rng.choice((256, 320, 384)),
+        grid=3,
+        n_objects=rng.randint(2, 5),
+    )
+
+
+def smoke_plan() -> Plan:
+    plan: Plan = [
+        ("line", "text_line", partial(_smoke_line, font_px=px))
+        for px in spread(16, 40, 24, "smoke/fonts/text_line")
+    ]
+    plan += [
+        ("shape", "shapes", partial(_smoke_scene, question=q)) for q in ["count", "colour"] * 4
+    ]
+    return plan
+
+
+def ocr_caption_plan() -> Plan:
+    fonts = {
+        name: spread(low, high, n, f"ocr-caption/fonts/{name}")
+        for name, low, high, n in (
+            ("text_line", 10, 28, 40),
+            ("document", 10, 28, 25),
+            ("receipt", 10, 28, 20),
+            ("chart", 10, 28, 15),
+            ("chinese", 12, 28, 25),
+        )
+    }
+    contents = ("code", "words", "id", "date")
+    plan: Plan = [
+        ("line", "text_line", partial(synth.text_line, content=contents[i % 4], font_px=px))
+        for i, px in enumerate(fonts["text_line"])
+    ]
+    plan += [
+        ("doc", "document", partial(synth.document, question=q, font_px=px))
+        for q, px in zip(["transcribe"] * 13 + ["field"] * 12, fonts["document"], strict=True)
+    ]
+    plan += [
+        (
+            "receipt",
+            "receipt",
+            partial(synth.receipt, ask=("total", "date", "phone")[i % 3], font_px=px),
+        )
+        for i, px in enumerate(fonts["receipt"])
+    ]
+    plan += [
+        ("chart", "chart", partial(synth.bar_chart, ask=q, font_px=px))
+        for q, px in zip(["value"] * 10 + ["max"] * 5, fonts["chart"], strict=True)
+    ]
+    plan += [
+        (
+            "zh",
+            "chinese",
+            partial(
+                synth.chinese_line, mixed=i >= 15, n_chars=(4, 6, 8, 12, 16)[i % 5], font_px=px
+            ),
+        )
+        for i, px in enumerate(fonts["chinese"])
+    ]
+    questions = ["count"] * 8 + ["colour"] * 7 + ["side"] * 7 + ["caption"] * 8
+    plan += [("shape", "shapes", partial(synth.shapes_scene, question=q)) for q in questions]
+    plan += [("photo", "photo", partial(_photo, name=name)) for name in synth.PHOTOS]
+    return plan
+
+
+def _photo(rng: random.Random, *, name: str) -> SynthItem:
+    return synth.photo(name)  # a fixed picture: the seed has nothing to choose
+
+
+SETS: dict[str, Callable[[], Plan]] = {"smoke": smoke_plan, "ocr-caption": ocr_caption_plan}
+
+
+def generate(set_name: str) -> Iterator[tuple[str, SynthItem]]:
+    """(item id, item) for every item of a bundled set, deterministically."""
+    counters: Counter[str] = Counter()
+    for prefix, category, factory in SETS[set_name]():
+        index = counters[prefix]
+        counters[prefix] += 1
+        rng = random.Random(f"{set_name}/{category}/{index}")
+        item = factory(rng)
+        if item.category != category:
+            raise AssertionError(f"{prefix} factory made a {item.category} item")
+        yield f"{prefix}-{index + 1:04d}", item
+
+
+def save_image(item: SynthItem, folder: Path, item_id: str) -> str:
+    # Photos compress as JPEG; rendered text and shapes stay lossless PNG, where JPEG's
+    # ringing would blur exactly the edges that decide legibility.
+    if item.category == "photo":
+        name = f"{item_id}.jpg"
+        item.image.save(folder / name, quality=90)
+    else:
+        name = f"{item_id}.png"
+        item.image.save(folder / name, optimize=True)
+    return f"images/{name}"
+
+
+def write_set(set_name: str, out_dir: Path) -> dict[str, object]:
+    target = out_dir / set_name
+    images = target / "images"
+    if images.exists():
+        shutil.rmtree(images)  # no stale images from an earlier, larger plan
+    images.mkdir(parents=True)
+    records = []
+    for item_id, item in generate(set_name):
+        records.append(
+            {
+                "id": item_id,
+                "category": item.category,
+                "image": save_image(item, images, item_id),
+                "prompt": item.prompt,
+                "answers": item.answers,
+                "metric": item.metric,
+                "meta": {**item.meta, "width": item.image.width, "height": item.image.height},
+            }
+        )
+    with (target / "items.jsonl").open("w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    readme = target / "README.md"
+    old = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    readme.write_text(render_readme(set_name, records, old), encoding="utf-8")
+    return {"set": set_name, "items": len(records), "bytes": folder_bytes(target)}
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _calibration_block(old_readme: str) -> str:
+    match = re.search(
+        f"{re.escape(CALIBRATION_BEGIN)}.*?{re.escape(CALIBRATION_END)}", old_readme, re.S
+    )
+    if match:
+        return match.group(0)
+    return (
+        f"{CALIBRATION_BEGIN}\nNot calibrated yet: run "
+        "`python -m tools.calibrate_evalset <set> --write-readme`.\n"
+        f"{CALIBRATION_END}"
+    )
+
+
+DESCRIPTIONS = {
+    "smoke": (
+        "A small set for the tiny CPU test model and for fast end-to-end tests: short "
+        "random letter+digit lines on small canvases and simple coloured-shape scenes with "
+        "one-word answers. Small images keep the image-token count low."
+    ),
+    "ocr-caption": (
+        "About 160 items for measuring how a serving configuration (above all the image size "
+        "it feeds the model) changes OCR and captioning accuracy. Text is rendered small on "
+        "large canvases with a spread of font sizes, so that shrinking the image (one model "
+        "token covers 32x32 pixels) makes the smallest fonts illegible first."
+    ),
+}
+
+
+def _font_range(records: list[dict]) -> str:
+    sizes = [r["meta"]["font_px"] for r in records if "font_px" in r["meta"]]
+    return f"{min(sizes)}-{max(sizes)} px" if sizes else "-"
+
+
+def render_readme(set_name: str, records: list[dict], old_readme: str = "") -> str:
+    by_category: dict[str, list[dict]] = {}
+    for r in records:
+        by_category.setdefault(r["category"], []).append(r)
+    rows = []
+    for category, recs in by_category.items():
+        tasks = Counter(r["meta"].get("task", "-") for r in recs)
+        metrics = Counter(r["metric"] for r in recs)
+        rows.append(
+            f"| {category} | {len(recs)} | "
+            + ", ".join(f"{t} {n}" for t, n in tasks.items())
+            + " | "
+            + ", ".join(f"{m} {n}" for m, n in metrics.items())
+            + f" | {_font_range(recs)} |"
+        )
+    used = sorted({r["metric"] for r in records})
+    extra = sorted({m for r in records for m in r["meta"].get("extra_metrics", [])})
+    prompts = sorted({r["prompt"] for r in records if "{" not in r["prompt"]})
+    lines = [
+        f"# Evaluation set `{set_name}`",
+        "",
+        DESCRIPTIONS[set_name],
+        "",
+        f"{len(records)} items in `items.jsonl` (one JSON object a line: id, category, image, "
+        "prompt, answers, metric, meta); images in `images/`. Load it with "
+        f"`autotune.evalset.dataset.load_evalset({set_name!r})`.",
+        "",
+        "## Composition",
+        "",
+        "| category | items | tasks | metric | font sizes |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "`meta` records how each item was made (font, font_px, rotation, blur, noise, canvas "
+        "size, ...). `meta.extra_metrics` names secondary metrics worth reporting beside the "
+        "primary one (e.g. 1 - CER beside exact match for text lines).",
+        "",
+        "## Metrics",
+        "",
+        *[
+            f"- `{m}` (passes at {METRICS[m].pass_threshold:g}): {METRICS[m].description}"
+            for m in used
+        ],
+        *[f"- `{m}` (secondary only): {METRICS[m].description}" for m in extra if m not in used],
+        "",
+        "## Prompts",
+        "",
+        "Fixed per task kind (constants in `autotune/evalset/synth.py`); question prompts fill "
+        "in a field, label or object name. Fixed prompts used here:",
+        "",
+        *[f"- `{p}`" for p in prompts],
+        "",
+        "## How it was made",
+        "",
+        f"`python -m tools.make_evalset {set_name}` (seeds `{set_name}/<category>/<index>`). "
+        "The committed files are the ground truth: another FreeType version renders slightly "
+        "different pixels, so never regenerate and compare in tests. Photos come from "
+        "scikit-image's `skimage.data` and matplotlib's sample data (public domain / CC0).",
+        "",
+        "## Legibility calibration",
+        "",
+        _calibration_block(old_readme),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sets", nargs="*", help=f"sets to write: {', '.join(SETS)} (default all)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "evalsets", help="output folder")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.sets if name not in SETS]
+    if unknown:
+        parser.error(f"unknown set {unknown[0]!r}; choose from {', '.join(SETS)}")
+    for set_name in args.sets or list(SETS):
+        result = write_set(set_name, args.out)
+        print(f"{result['set']}: {result['items']} items, {result['bytes'] / 1e6:.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
