@@ -124,6 +124,14 @@ class Workload(_Strict):
     )
 
 
+class SamplerSettings(_Strict):
+    """Optuna's TPE sampler: how many seeded random trials come before it models the results."""
+
+    n_startup_trials: int | None = Field(
+        None, ge=1, description="Random trials first; default: a third of the trials (2-10)."
+    )
+
+
 def _default_objectives() -> list[Objective]:
     return [
         Objective(metric="throughput_output_tokens_per_s"),
@@ -146,6 +154,7 @@ class SearchSpace(_Strict):
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: Constraints = Field(default_factory=Constraints)
     screening: Screening = Field(default_factory=Screening)
+    sampler: SamplerSettings = Field(default_factory=SamplerSettings)
     reference: dict[str, Any] = Field(
         default_factory=dict, description="TrialConfig values of the reference trial."
     )
@@ -243,6 +252,30 @@ class SearchSpace(_Strict):
         params = {name: spec for name, spec in self.params.items() if name in REQUEST_PARAMS}
         constraints = self.constraints.model_copy(update={"memory_budget_mib": None})
         return self.model_copy(update={"params": params, "constraints": constraints})
+
+    def runnable_here(self) -> tuple[SearchSpace, list[str]]:
+        """This space without the choices that cannot run on this machine, and what was dropped.
+
+        The reference must be runnable: every trial is compared with it.
+        """
+        from autotune.availability import missing_reason
+
+        reference = self.reference_config().model_dump()
+        for name, value in reference.items():
+            reason = missing_reason(name, value)
+            if reason is not None:
+                raise SpaceError(f"{self.source or self.name}: the reference needs {reason}")
+        params = dict(self.params)
+        dropped: list[str] = []
+        for name, spec in self.params.items():
+            if spec.choices is None:
+                continue
+            keep = [value for value in spec.choices if missing_reason(name, value) is None]
+            dropped += [r for v in spec.choices if (r := missing_reason(name, v)) is not None]
+            if len(keep) != len(spec.choices):
+                params[name] = spec.model_copy(update={"choices": keep})
+        restricted = self.model_copy(update={"params": params})
+        return restricted, [f"dropped from the search: {reason}" for reason in dropped]
 
     def directions(self) -> list[str]:
         return [str(objective.direction) for objective in self.objectives]

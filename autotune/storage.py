@@ -6,6 +6,7 @@ database: a missing one is reported, not made.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -51,10 +52,27 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
         raise StudyError(f"cannot open storage '{url}': {first}") from None
 
 
+def _most_recent_study() -> str:
+    """The study of the newest database under studies/ (what `run` wrote last)."""
+    candidates = sorted(STUDIES_DIR.glob("*.db"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise StudyError(
+            f"no study databases in {STUDIES_DIR}/; run `autotune run --space NAME` first, "
+            "or name one with --study NAME / --storage URL"
+        )
+    if len(candidates) > 1:
+        print(
+            f"(using study '{candidates[-1].stem}', the newest in {STUDIES_DIR}/; "
+            "pass --study NAME to choose another)",
+            file=sys.stderr,
+        )
+    return candidates[-1].stem
+
+
 def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
     """Load an existing study for reading; names the studies that exist when it is missing."""
     if study_name is None and storage_url is None:
-        raise StudyError("name the study with --study NAME (and --storage URL if not default)")
+        study_name = _most_recent_study()
     url = storage_url or default_storage_url(study_name or "")
     storage = open_storage(url, create=False)
     names = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]

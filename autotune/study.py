@@ -8,7 +8,7 @@ failed trial is a FAIL with its reason while the study goes on.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -45,6 +45,7 @@ class StudyPlan:
     study_name: str
     storage_url: str
     endpoint: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def plan_study(
@@ -61,21 +62,25 @@ def plan_study(
     With `endpoint` the trials measure that running server, and only request-side parameters
     are searched (SearchSpace.for_endpoint).
     """
+    notes: list[str] = []
     if endpoint is not None:
         space = space.for_endpoint()
+    else:
+        space, notes = space.runnable_here()
     model_id = model if model is not None else space.resolve_path(space.model)
     # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
     model_path = model_id if endpoint is not None else resolve_model(model_id)
-    evalset = load_evalset(evalset or space.resolve_path(space.evalset))
+    loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     name = study_name or space.name
     return StudyPlan(
         space=space,
         model=model_id,
         model_path=model_path,
-        evalset=evalset,
+        evalset=loaded_evalset,
         study_name=name,
         storage_url=storage_url or default_storage_url(name),
         endpoint=normalize_base_url(endpoint) if endpoint is not None else None,
+        notes=notes,
     )
 
 
@@ -90,6 +95,7 @@ def _study_attrs(plan: StudyPlan) -> dict[str, Any]:
         "evalset": str(plan.evalset.path),
         "objective_metrics": [o.metric for o in space.objectives],
         "endpoint": plan.endpoint,
+        "notes": plan.notes,
         "autotune_version": __version__,
         "schema_version": SCHEMA_VERSION,
     }
@@ -105,7 +111,8 @@ def open_study(plan: StudyPlan) -> optuna.Study:
             seed=space.seed,
             multivariate=True,
             group=True,  # conditional parameters (sampling only when do_sample, ...)
-            n_startup_trials=max(2, min(10, space.trials // 3)),
+            n_startup_trials=space.sampler.n_startup_trials
+            or max(2, min(10, space.trials // 3)),
         )
         study = optuna.create_study(
             study_name=plan.study_name,
@@ -240,6 +247,8 @@ def run_study(
     remaining = max(0, target - len(finished))
     progress = progress or Progress(total=target)
     progress.start(done=len(finished), study_name=plan.study_name)
+    for note in plan.notes:
+        progress.note(note)
     if remaining == 0:
         progress.note(f"study '{plan.study_name}' already has {len(finished)} finished trials")
         return study

@@ -204,7 +204,8 @@ def verify_text(result: VerifyResult) -> str:
     console = Console(file=buffer, width=140, highlight=False)
     console.print(f"verify: study '{result.study}', trial {result.trial}, via {result.target}")
     if result.command:
-        console.print(f"  relaunched: {result.command}")
+        # One unwrapped line, so it can be copied back into a shell.
+        console.print(f"  relaunched: {result.command}", markup=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"  note: {note}")
     if result.failure is not None:

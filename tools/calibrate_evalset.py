@@ -101,11 +101,11 @@ def bucket_of(font_px: int) -> str:
     for low, high in BUCKETS:
         if low <= font_px <= high:
             return f"{low}-{high}"
-    return f"{font_px}"
+    return f"<{BUCKETS[0][0]}" if font_px < BUCKETS[0][0] else f">{BUCKETS[-1][1]}"
 
 
 def calibrate(set_name: str, *, areas: Sequence[Fraction], jobs: int) -> dict[str, dict]:
-    """item id -> {"bucket", "category", "legible": [bool per area]}."""
+    """item id -> {"bucket", "category", "detail", "legible": [bool per area]}."""
     items = [i for i in load_evalset(set_name).items if "font_px" in i.meta]
     tasks = [(item, area) for item in items for area in areas]
     with ThreadPoolExecutor(jobs) as pool:
@@ -114,7 +114,16 @@ def calibrate(set_name: str, *, areas: Sequence[Fraction], jobs: int) -> dict[st
     for (item, _), ok in zip(tasks, outcomes, strict=True):
         entry = results.setdefault(
             item.id,
-            {"bucket": bucket_of(item.meta["font_px"]), "category": item.category, "legible": []},
+            {
+                "bucket": bucket_of(item.meta["font_px"]),
+                "category": item.category,
+                "detail": ", ".join(
+                    f"{k} {item.meta[k]}"
+                    for k in ("font", "font_px", "blur", "noise")
+                    if item.meta.get(k)
+                ),
+                "legible": [],
+            },
         )
         entry["legible"].append(ok)
     return results
@@ -135,7 +144,7 @@ def render(results: dict[str, dict], areas: Sequence[Fraction]) -> str:
     for entry in results.values():
         by_bucket[entry["bucket"]].append(entry["legible"])
         by_category[entry["category"]].append(entry["legible"])
-    order = [f"{low}-{high}" for low, high in BUCKETS]
+    order = [f"<{BUCKETS[0][0]}", *(f"{lo}-{hi}" for lo, hi in BUCKETS), f">{BUCKETS[-1][1]}"]
     by_bucket = dict(sorted(by_bucket.items(), key=lambda kv: order.index(kv[0])))
     unread = sorted(item_id for item_id, e in results.items() if not e["legible"][0])
     version = subprocess.run(["tesseract", "--version"], capture_output=True, text=True).stdout
@@ -152,9 +161,10 @@ def render(results: dict[str, dict], areas: Sequence[Fraction]) -> str:
         *_table(dict(sorted(by_category.items())), "category", areas),
         "",
         (
-            f"Not read by tesseract even at full size ({len(unread)}): {', '.join(unread)}. "
-            "Tesseract is weaker than a VLM on rotated, blurred, mono-spaced and mixed "
-            "Chinese text; these items were inspected and are legible to a person."
+            f"Not read by tesseract at full size ({len(unread)}): "
+            + "; ".join(f"{i} ({results[i]['detail']})" for i in unread)
+            + ". Tesseract is weaker than a VLM on small, blurred or noisy text: look at "
+            "these by eye before trusting the set."
             if unread
             else "Every item is legible to tesseract at full size."
         ),

@@ -17,6 +17,7 @@ unreadable first.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -50,6 +51,11 @@ FONT_DIRS = (
     Path("/usr/share/fonts/truetype/liberation2"),
     Path("/usr/share/fonts/truetype/liberation"),
 )
+# Extra font folders (os.pathsep-separated), searched before FONT_DIRS: machines with no system
+# fonts and no package access (GPU boxes) get copies of the same font files there. The same
+# files render the same glyphs, and `latin_fonts()` (which the generators draw from) lists a
+# font whichever folder holds it, so the generated items do not change.
+FONT_DIRS_ENV = "AUTOTUNE_FONT_DIRS"
 LATIN_FONT_FILES = {
     "dejavu-sans": "DejaVuSans.ttf",
     "dejavu-serif": "DejaVuSerif.ttf",
@@ -77,8 +83,13 @@ class SynthItem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+def _font_dirs() -> tuple[Path, ...]:
+    extra = os.environ.get(FONT_DIRS_ENV, "")
+    return (*(Path(part) for part in extra.split(os.pathsep) if part), *FONT_DIRS)
+
+
 def _font_path(file_name: str) -> Path | None:
-    for folder in FONT_DIRS:
+    for folder in _font_dirs():
         if (folder / file_name).is_file():
             return folder / file_name
     if file_name.startswith("DejaVu"):
@@ -210,7 +221,11 @@ def text_line(
     max_blur: float = 0.8,
     max_noise: float = 8.0,
 ) -> SynthItem:
-    """One line of Latin text (letters+digits, words, an ID or a date) on a wide canvas."""
+    """One line of Latin text (letters+digits, words, an ID or a date) on a wide canvas.
+
+    `length` counts characters for "code" lines and words for "words" lines. Rotation is up to
+    `max_rotate` degrees; half the lines are blurred and about a third get grain.
+    """
     content = content or rng.choice(("code", "words", "id", "date"))
     text = line_text(rng, content, length)
     font = font or rng.choice(latin_fonts())
@@ -381,6 +396,7 @@ def document(
         "font": font,
         "font_px": font_px,
         "n_lines": len(lines),
+        "fields": fields,
     }
     if question == "transcribe":
         meta["extra_metrics"] = ["cer"]
@@ -466,6 +482,7 @@ def receipt(
         "font_px": font_px,
         "total": str(total),
         "tax_rate": str(rate),
+        "lines": [line.strip() for line in lines],  # the printed text, for transcription
     }
     return SynthItem(img, prompts[ask], [answer], "numeric_exact", "receipt", meta)
 
@@ -615,12 +632,13 @@ def _question(
     """The prompt and answers for a scene, or None when the scene cannot pose the question."""
     names = [s.name for s in shapes]
     if question == "count":
-        pick = rng.choice(shapes)
-        by_colour = rng.random() < 0.5
+        # Count everything, one shape or one colour: the totals reach 8, the others stay small.
+        pick, by = rng.choice(shapes), rng.choice(("all", "shape", "colour"))
         n = sum(
-            s.shape == pick.shape and (not by_colour or s.colour == pick.colour) for s in shapes
+            by == "all" or (s.shape == pick.shape if by == "shape" else s.colour == pick.colour)
+            for s in shapes
         )
-        what = f"{pick.colour} {pick.shape}s" if by_colour else f"{pick.shape}s"
+        what = {"all": "shapes", "shape": f"{pick.shape}s", "colour": f"{pick.colour} shapes"}[by]
         return PROMPT_SHAPE_COUNT.format(what=what), [str(n), NUMBER_WORDS[n]]
     if question == "colour":
         single = [s for s in shapes if [t.shape for t in shapes].count(s.shape) == 1]

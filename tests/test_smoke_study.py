@@ -1,0 +1,124 @@
+"""The whole loop through the real CLI: a smoke study with real inference, then best and export."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+pytestmark = pytest.mark.slow
+
+TRIAL_ATTRS = (
+    "accuracy",
+    "accuracy_by_category",
+    "item_scores",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "e2e_latency_p50_ms",
+    "e2e_latency_p95_ms",
+    "throughput_output_tokens_per_s",
+    "throughput_requests_per_s",
+    "peak_memory_mib",
+    "memory_source",
+    "startup_s",
+    "compile_s",
+    "measured_requests",
+    "config",
+    "constraints",
+    "environment",
+    "schema_version",
+)
+
+
+def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Study]:
+    """`autotune run --space smoke --trials 6` in a fresh folder, with default storage."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    result = autotune("run", "--space", "smoke", "--trials", "6", cwd=workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    db = workdir / "studies" / "smoke.db"
+    assert db.is_file()
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{db}")
+    return workdir, study
+
+
+def test_six_trials_and_a_reference(smoke_study: tuple[Path, optuna.Study]) -> None:
+    _, study = smoke_study
+    trials = study.get_trials()
+    assert len(trials) == 6
+    assert all(t.state.is_finished() for t in trials)
+    first = trials[0]
+    assert first.user_attrs["is_reference"] is True
+    assert first.state == TrialState.COMPLETE
+    assert first.user_attrs["config"]["image_max_side"] is None
+    assert first.user_attrs["config"]["do_sample"] is False
+
+
+def test_every_completed_trial_carries_its_figures(smoke_study: tuple[Path, optuna.Study]) -> None:
+    _, study = smoke_study
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert complete
+    for trial in complete:
+        missing = [name for name in TRIAL_ATTRS if name not in trial.user_attrs]
+        assert not missing, f"trial {trial.number} lacks {missing}"
+        attrs = trial.user_attrs
+        assert attrs["measured_requests"] == 16
+        assert attrs["ttft_p50_ms"] > 0 and attrs["tpot_p50_ms"] > 0
+        assert attrs["e2e_latency_p95_ms"] >= attrs["e2e_latency_p50_ms"]
+        assert attrs["memory_source"] == "rss" and attrs["peak_memory_mib"] > 50
+        assert 0.0 <= attrs["accuracy"] <= 1.0
+        assert set(attrs["accuracy_by_category"]) == {"shapes", "text_line"}
+        assert trial.values[0] == pytest.approx(attrs["throughput_output_tokens_per_s"])
+
+
+def test_sampling_knobs_only_when_sampling(smoke_study: tuple[Path, optuna.Study]) -> None:
+    _, study = smoke_study
+    for trial in study.get_trials():
+        sampled = trial.params.get("do_sample", False)
+        assert ("temperature" in trial.params) == sampled
+
+
+def test_best_shows_the_recommendation(smoke_study: tuple[Path, optuna.Study]) -> None:
+    workdir, study = smoke_study
+    result = autotune("best", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert "recommended: trial" in result.stdout
+    as_json = json.loads(autotune("best", "--json", cwd=workdir).stdout)
+    assert as_json["study"] == "smoke"
+    assert as_json["recommended"]["trial"] in {t.number for t in study.trials}
+
+
+def test_export_swift_and_lmdeploy(smoke_study: tuple[Path, optuna.Study]) -> None:
+    workdir, _ = smoke_study
+    swift = autotune("export", "--format", "swift", cwd=workdir)
+    assert swift.returncode == 0, swift.stderr
+    command = [line for line in swift.stdout.splitlines() if not line.startswith("#")]
+    assert len(command) == 1
+    assert "swift deploy --model" in command[0]
+    assert "--model_type qwen3_vl --template qwen3_vl --infer_backend transformers" in command[0]
+    lmdeploy = autotune("export", "--format", "lmdeploy", cwd=workdir)
+    assert lmdeploy.returncode == 0, lmdeploy.stderr
+    assert "lmdeploy serve api_server" in lmdeploy.stdout
+    assert "--backend pytorch" in lmdeploy.stdout
+    # The smoke trials run float32, which LMDeploy cannot: the output must say so.
+    assert "float32" in lmdeploy.stdout
