@@ -6,6 +6,9 @@ on each trial and `autotune report` can put answers next to the numbers.
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -13,11 +16,24 @@ from pathlib import Path
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
+from autotune.accuracy import AccuracyReport
 from autotune.evalset.dataset import EvalSet
 from autotune.storage import artifact_dir
 from autotune.trial import Measurement
 
 SAMPLE_OUTPUTS = "sample_outputs.json"
+SAMPLE_OUTPUTS_TABLE = "sample_outputs.jsonl"
+ACCURACY_TABLE = "accuracy_by_category.csv"
+LOG_TAIL = "log_tail.txt"
+
+
+def _category_csv(report: AccuracyReport) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["category", "accuracy"])
+    writer.writerows([name, f"{value:.4f}"] for name, value in report.by_category.items())
+    writer.writerow(["all", f"{report.accuracy:.4f}"])
+    return buffer.getvalue()
 
 
 class ArtifactRecorder:
@@ -27,6 +43,27 @@ class ArtifactRecorder:
     def store(self) -> FileSystemArtifactStore:
         self.base.mkdir(parents=True, exist_ok=True)
         return FileSystemArtifactStore(self.base)
+
+    def _upload(self, trial: optuna.Trial, name: str, text: str, mimetype: str) -> str:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text, encoding="utf-8")
+            return upload_artifact(
+                artifact_store=self.store(),
+                file_path=str(path),
+                study_or_trial=trial,
+                mimetype=mimetype,
+                encoding="utf-8",
+            )
+
+    def log_tail(self, trial: optuna.Trial, text: str) -> None:
+        """A failed trial's server or worker log tail, as a file on its dashboard page."""
+        if not text:
+            return
+        # Best effort: the reason and the tail are user attributes too, and the failure itself
+        # must not be masked by a full disk.
+        with contextlib.suppress(OSError):
+            self._upload(trial, LOG_TAIL, text, "text/plain")
 
     def sample_outputs(self, trial: optuna.Trial, evalset: EvalSet, m: Measurement) -> None:
         if m.accuracy is None:
@@ -47,14 +84,19 @@ class ArtifactRecorder:
                     "passed": m.accuracy.item_passed[item.id],
                 }
             )
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / SAMPLE_OUTPUTS
-            path.write_text(json.dumps(rows, indent=1, ensure_ascii=False), encoding="utf-8")
-            artifact_id = upload_artifact(
-                artifact_store=self.store(),
-                file_path=str(path),
-                study_or_trial=trial,
-                mimetype="application/json",
-                encoding="utf-8",
-            )
+        artifact_id = self._upload(
+            trial,
+            SAMPLE_OUTPUTS,
+            json.dumps(rows, indent=1, ensure_ascii=False),
+            "application/json",
+        )
+        # The same rows as JSONL and the per-category scores as CSV: optuna-dashboard shows
+        # .jsonl and .csv artifacts as tables on the trial's page.
+        self._upload(
+            trial,
+            SAMPLE_OUTPUTS_TABLE,
+            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+            "application/jsonl",
+        )
+        self._upload(trial, ACCURACY_TABLE, _category_csv(m.accuracy), "text/csv")
         trial.set_user_attr("sample_outputs_artifact", artifact_id)

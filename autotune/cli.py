@@ -50,6 +50,12 @@ storage_option = click.option(
     "--storage", default=None, help="SQLAlchemy URL (default sqlite:///studies/<study>.db)."
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+dummy_weights_option = click.option(
+    "--dummy-weights",
+    is_flag=True,
+    help="Random weights of the model's real architecture (no checkpoint download): speed "
+    "studies only; accuracy is switched off.",
+)
 endpoint_option = click.option(
     "--endpoint",
     default=None,
@@ -75,6 +81,7 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="Only the final summary.")
 @click.option("--evalset", default=None, help="Bundled set name, folder or JSONL file.")
 @endpoint_option
+@dummy_weights_option
 @user_errors
 def run(
     space: str,
@@ -86,6 +93,7 @@ def run(
     quiet: bool,
     evalset: str | None,
     endpoint: str | None,
+    dummy_weights: bool,
 ) -> None:
     """Run (or resume) a study over a search space."""
     from autotune.progress import Progress
@@ -100,6 +108,7 @@ def run(
         storage_url=storage,
         endpoint=endpoint,
         evalset=evalset,
+        dummy_weights=dummy_weights,
     )
     if plan.endpoint is not None and not quiet:
         searched = ", ".join(plan.space.params) or "nothing"
@@ -111,9 +120,9 @@ def run(
             err=True,
         )
     total = trials if trials is not None else loaded.trials
-    study = run_study(
-        plan, trials=total, timeout_s=timeout, progress=Progress(total=total, quiet=quiet)
-    )
+    # The context manager takes the progress bar down on Ctrl-C too.
+    with Progress(total=total, quiet=quiet) as progress:
+        study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report_text import best_text
 
     click.echo(best_text(study))
@@ -189,7 +198,13 @@ def export(
     default=None,
     help="Command to relaunch. Default: the trial's own server backend, else swift.",
 )
-@endpoint_option
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="Check this running OpenAI-compatible server instead of relaunching the command "
+    "(default for a study run with --endpoint: that endpoint).",
+)
 @click.option(
     "--tolerance",
     type=click.FloatRange(0.0, 1.0),
@@ -228,6 +243,64 @@ def verify(
     sys.exit(0 if result.passed else 1)
 
 
+@main.command()
+@study_option
+@storage_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0 = any free."
+)
+@click.option(
+    "--allow-edits", is_flag=True, help="Let the browser write to the study (notes, deletion)."
+)
+@user_errors
+def dashboard(
+    study_name: str | None, storage: str | None, host: str, port: int, allow_edits: bool
+) -> None:
+    """Serve optuna-dashboard for the study, with each trial's artifacts; Ctrl-C stops it."""
+    from autotune.dashboard import create_dashboard
+
+    server = create_dashboard(study_name, storage, host=host, port=port, allow_edits=allow_edits)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"warning: listening on {host}: anyone who can reach this machine can read the study",
+            err=True,
+        )
+    click.echo(f"study '{server.study_name}' ({server.storage_url})")
+    if server.artifacts is None:
+        click.echo("no artifacts stored for this study yet", err=True)
+    # optuna-dashboard 0.21 does not read Optuna 5's named constraints.
+    click.echo(
+        "note: the dashboard's 'Best Trial' badges ignore the accuracy floor and other "
+        "constraints; `autotune best` and `autotune report` show the feasible front",
+        err=True,
+    )
+    click.echo(f"dashboard: {server.url}   (Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("dashboard stopped", err=True)
+
+
+@main.command()
+@study_option
+@storage_option
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="HTML file to write.",
+)
+@user_errors
+def report(study_name: str | None, storage: str | None, out_path: str) -> None:
+    """Write a self-contained HTML report of the study (opens offline)."""
+    from autotune.report_html import write_report
+
+    path = write_report(study_name, storage, out=out_path)
+    click.echo(f"report written to {path}")
+
+
 @main.command(name="eval")
 @click.option("--space", required=True, help="Space name (search_spaces/NAME.yaml) or path.")
 @click.option("--model", default=None, help="Hub id or local checkpoint; overrides the space.")
@@ -240,6 +313,7 @@ def verify(
     help="Override one parameter of the reference configuration (repeatable).",
 )
 @endpoint_option
+@dummy_weights_option
 @json_option
 @user_errors
 def eval_command(
@@ -248,6 +322,7 @@ def eval_command(
     evalset: str | None,
     params: tuple[str, ...],
     endpoint: str | None,
+    dummy_weights: bool,
     as_json: bool,
 ) -> None:
     """Score one configuration (the space's reference, with --param overrides)."""
@@ -257,13 +332,18 @@ def eval_command(
 
     overrides = parse_overrides(params)
     loaded = load_space(space)
-    plan = plan_study(loaded, model=model, evalset=evalset, endpoint=endpoint)
+    plan = plan_study(
+        loaded, model=model, evalset=evalset, endpoint=endpoint, dummy_weights=dummy_weights
+    )
     result = evaluate(plan, overrides, endpoint=plan.endpoint)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     click.echo(f"{result['model']} on {result['evalset']} ({result['items']} items)")
-    click.echo(f"accuracy: {result['accuracy']:.3f}")
+    if result["accuracy"] is None:
+        click.echo("accuracy: not measured (dummy weights: random answers)")
+    else:
+        click.echo(f"accuracy: {result['accuracy']:.3f}")
     for name, value in result["accuracy_by_category"].items():
         click.echo(f"  {name}: {value:.3f}")
     for name, value in result["figures"].items():

@@ -71,6 +71,7 @@ def evaluate(
         evalset=plan.evalset,
         on_phase=on_phase,
         endpoint=endpoint,
+        measure_accuracy=not plan.dummy_weights,  # random weights answer noise
     )
     accuracy = m.accuracy
     return {
@@ -81,6 +82,7 @@ def evaluate(
         "accuracy": accuracy.accuracy if accuracy else None,
         "accuracy_by_category": accuracy.by_category if accuracy else {},
         "figures": m.figures,
+        "dummy_weights": plan.dummy_weights,
         "memory_source": m.memory_source,
         "environment": m.environment,
     }

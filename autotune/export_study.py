@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import optuna
 from optuna.trial import FrozenTrial
 
@@ -14,6 +17,12 @@ def trial_config(trial: FrozenTrial) -> TrialConfig:
     return TrialConfig(**trial.user_attrs["config"])
 
 
+def study_engine_args(study: optuna.Study, fmt: str) -> dict[str, Any]:
+    """The engine_args.<fmt> of the space the study ran with (what its servers were given)."""
+    space = study.user_attrs.get("space") or {}
+    return dict((space.get("engine_args") or {}).get(fmt) or {})
+
+
 def export_trial(
     study: optuna.Study,
     *,
@@ -24,5 +33,18 @@ def export_trial(
 ) -> tuple[Export, FrozenTrial]:
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     model = study.user_attrs.get("model") or study.user_attrs.get("model_path")
-    result = render_export(trial_config(trial), fmt=fmt, model=model, host=host, port=port)
+    result = render_export(
+        trial_config(trial),
+        fmt=fmt,
+        model=model,
+        host=host,
+        port=port,
+        engine_args=study_engine_args(study, fmt) if fmt != "yaml" else None,
+    )
+    if study.user_attrs.get("dummy_weights"):
+        note = (
+            f"measured with random (dummy) weights of {model}'s architecture: speed and memory "
+            "carry over, accuracy was not measured; check it on the real checkpoint."
+        )
+        result = dataclasses.replace(result, notes=[note, *result.notes])
     return result, trial

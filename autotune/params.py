@@ -43,12 +43,14 @@ OUTPUT_AFFECTING_PARAMS: tuple[str, ...] = tuple(
 SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 
 # Which backend can honour which parameter. A parameter a backend lacks is never suggested for
-# it, so a trial never records a knob that had no effect.
+# it, so a trial never records a knob that had no effect. For LMDeploy and vLLM, compile_mode
+# none means eager execution (--eager-mode / --enforce-eager) and any other value the engine's
+# own CUDA graphs (and, for vLLM, its torch.compile): the engines have no per-mode choice.
 BACKEND_PARAMS: dict[str, frozenset[str]] = {
     "transformers": frozenset(PARAM_NAMES) - {"kv_cache_fraction"},
     "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode"},
-    "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation", "compile_mode"},
-    "vllm": frozenset(PARAM_NAMES) - {"attn_implementation", "compile_mode"},
+    "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation"},
+    "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
 }
 
 # Backends that autotune measures through a server process rather than in-process.
@@ -79,7 +81,9 @@ class TrialConfig(BaseModel):
     dtype: Dtype = Field("auto", description="Weight and activation dtype; auto = checkpoint's.")
     attn_implementation: AttnImplementation = Field("sdpa", description="Attention kernels.")
     compile_mode: CompileMode = Field(
-        "none", description="none, or static KV cache + torch.compile with this mode."
+        "none",
+        description="transformers: none, or static KV cache + torch.compile with this mode; "
+        "lmdeploy/vllm: none = eager, any other value = the engine's CUDA graphs.",
     )
     image_max_side: int | None = Field(
         None, ge=32, le=16384, description="Longest image side in pixels; None keeps full size."

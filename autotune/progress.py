@@ -1,14 +1,29 @@
-"""What a running study shows: a live line per trial on a terminal, plain lines elsewhere."""
+"""What a running study shows: a progress bar on a terminal, plain lines elsewhere.
+
+On a terminal: one bar over the trials with the running trial's phase (loading, warm-up,
+screening, load test, accuracy, starting server) and the best feasible trial so far; each
+finished trial leaves one line with its key figures above the bar. When stderr is not a
+terminal (CI, a log file) only those lines are written, one per trial, no control codes.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from types import TracebackType
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
-from rich.status import Status
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
 from autotune.select import is_feasible, recommend
@@ -33,66 +48,111 @@ def trial_figures(trial: FrozenTrial) -> str:
     )
 
 
-class Progress:
-    """Progress of a study on stderr; quiet live updates when stderr is not a terminal."""
+def best_so_far(study: optuna.Study) -> str:
+    """'best: trial N (figures)' for the recommended feasible trial, or '' when none yet."""
+    try:
+        rec = recommend(study)
+    except Exception:  # no completed trial yet: nothing to show
+        return ""
+    if not rec.feasible:
+        return "no feasible trial yet"
+    a = rec.trial.user_attrs
+    return (
+        f"best: trial {rec.trial.number} "
+        f"({_fmt(a.get('throughput_output_tokens_per_s'), '.1f')} tok/s, "
+        f"p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms)"
+    )
 
-    def __init__(self, *, total: int, quiet: bool = False) -> None:
+
+class Progress:
+    """Progress of a study on stderr; a live bar only when stderr is a terminal.
+
+    Use as a context manager (or call `finish`) so an interrupted run restores the terminal.
+    """
+
+    def __init__(self, *, total: int, quiet: bool = False, console: Console | None = None) -> None:
         self.total = total
         self.quiet = quiet
-        self.console = Console(stderr=True, highlight=False)
+        self.console = console or Console(stderr=True, highlight=False)
         self.live = self.console.is_terminal and not quiet
         self.done = 0
-        self.status: Status | None = None
+        self.bar: RichProgress | None = None
+        self.task: TaskID | None = None
         self.current = ""
         self.trial_started_at = 0.0
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop_bar()
 
     def start(self, *, done: int, study_name: str) -> None:
         self.done = done
         self.note(f"study '{study_name}': {done}/{self.total} trials finished")
+        if self.live and self.bar is None:
+            self.bar = RichProgress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=30),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[best]}"),
+                console=self.console,
+                transient=True,  # the per-trial lines stay, the bar goes when the study ends
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(
+                "waiting", total=self.total, completed=min(done, self.total), best=""
+            )
 
     def note(self, message: str) -> None:
         if not self.quiet:
+            # With a live bar, rich prints this above it.
             self.console.print(message, soft_wrap=True)
 
     def trial_started(self, number: int, config: TrialConfig) -> None:
         self.trial_started_at = time.monotonic()
-        self.current = f"[{self.done + 1}/{self.total}] trial {number}"
+        self.current = f"trial {number}"
         self.phase("starting")
 
     def phase(self, name: str) -> None:
-        if not self.live:
+        if self.bar is None or self.task is None:
             return
-        text = f"{self.current}: {name}"
-        if self.status is None:
-            self.status = self.console.status(text)
-            self.status.start()
-        else:
-            self.status.update(text)
-
-    def _stop_status(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        self.bar.update(self.task, description=f"{self.current}: {name}")
+        self.bar.refresh()
 
     def trial_finished(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self._stop_status()
         self.done += 1
         seconds = time.monotonic() - self.trial_started_at
-        best = ""
-        try:
-            rec = recommend(study)
-            if rec.feasible:
-                best = f" | best: trial {rec.trial.number}"
-        except Exception:  # no completed trial yet: nothing to show
-            pass
+        best = best_so_far(study)
         tag = " (reference)" if trial.user_attrs.get("is_reference") else ""
         self.note(
             f"[{self.done}/{self.total}] trial {trial.number}{tag} {seconds:.0f} s: "
-            f"{trial_figures(trial)}{best}"
+            f"{trial_figures(trial)}{' | ' + best if best else ''}"
         )
+        if self.bar is not None and self.task is not None:
+            self.bar.update(
+                self.task,
+                completed=min(self.done, self.total),
+                description="next trial",
+                best=best,
+            )
+            self.bar.refresh()
+
+    def _stop_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+            self.task = None
 
     def finish(self, study: optuna.Study) -> None:
-        self._stop_status()
+        self._stop_bar()
 
 
 def stderr_is_terminal() -> bool:

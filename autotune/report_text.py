@@ -45,6 +45,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
             zip(objective_names(study), [d.name.lower() for d in study.directions], strict=True)
         ),
         "trials": {s.name: states.count(s) for s in TrialState if states.count(s)},
+        "dummy_weights": bool(study.user_attrs.get("dummy_weights")),
         "feasible_found": rec.feasible,
         "recommended": trial_summary(rec.trial),
         "reason": rec.reason,
@@ -100,6 +101,11 @@ def best_text(study: optuna.Study) -> str:
             zip(("accuracy", "memory", "latency"), constraint_values(rec.trial), strict=True)
         )
         console.print(f"  constraint violations of the best effort: {violations}")
+    if study.user_attrs.get("dummy_weights"):
+        console.print(
+            "dummy weights: random weights of the real architecture; speed figures only, "
+            "accuracy not measured"
+        )
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
     console.print(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from autotune.engine_args import EngineArgs
 from autotune.errors import SpaceError
 from autotune.measure.registry import METRICS, Direction
 from autotune.params import (
@@ -159,6 +160,11 @@ class SearchSpace(_Strict):
         default_factory=dict, description="TrialConfig values of the reference trial."
     )
     params: dict[str, ParamSpec] = Field(default_factory=dict)
+    engine_args: EngineArgs = Field(
+        default_factory=EngineArgs,
+        description="Extra server flags per export format (lmdeploy, vllm, swift), passed "
+        "through to every command started and exported; not searched.",
+    )
 
     source: Path | None = Field(None, exclude=True, description="File the space came from.")
 

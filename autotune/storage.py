@@ -7,6 +7,7 @@ database: a missing one is reported, not made.
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -41,15 +42,32 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
     if create:
         # A heartbeat lets a later run (or another machine) fail trials whose process died.
         kwargs = {"heartbeat_interval": 30, "grace_period": 120}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, **kwargs)
-    except ImportError as exc:
-        raise StudyError(f"storage '{url}' needs a database driver: {exc}") from None
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise StudyError(f"cannot open storage '{url}': {first}") from None
+    for attempt in range(_SCHEMA_RACE_RETRIES + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except ImportError as exc:
+            raise StudyError(f"storage '{url}' needs a database driver: {exc}") from None
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            # Two machines starting on an empty database race to create Optuna's tables; the
+            # loser sees a duplicate and only has to open what the winner created.
+            if attempt < _SCHEMA_RACE_RETRIES and _is_schema_race(first):
+                time.sleep(1.0 + attempt)
+                continue
+            raise StudyError(f"cannot open storage '{url}': {first}") from None
+    raise AssertionError("unreachable")
+
+
+_SCHEMA_RACE_RETRIES = 3
+
+
+def _is_schema_race(message: str) -> bool:
+    lowered = message.lower()
+    return any(
+        marker in lowered for marker in ("duplicate key", "already exists", "uniqueviolation")
+    )
 
 
 def _most_recent_study() -> str:

@@ -7,6 +7,7 @@ failed trial is a FAIL with its reason while the study goes on.
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from autotune.accuracy_reuse import (
 )
 from autotune.artifacts import ArtifactRecorder
 from autotune.client.chat import normalize_base_url
-from autotune.errors import StudyError, TrialFailure
+from autotune.errors import SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.model_source import resolve_model
 from autotune.paired import PairedComparison, compare
@@ -46,6 +47,7 @@ class StudyPlan:
     storage_url: str
     endpoint: str | None = None
     notes: list[str] = field(default_factory=list)
+    dummy_weights: bool = False
 
 
 def plan_study(
@@ -56,12 +58,17 @@ def plan_study(
     storage_url: str | None = None,
     endpoint: str | None = None,
     evalset: str | None = None,
+    dummy_weights: bool = False,
 ) -> StudyPlan:
     """Resolve the model and the eval set; every error here leaves no database behind.
 
     With `endpoint` the trials measure that running server, and only request-side parameters
-    are searched (SearchSpace.for_endpoint).
+    are searched (SearchSpace.for_endpoint). With `dummy_weights` every backend loads a
+    random-weight checkpoint of the model's architecture (autotune.dummy_weights) and accuracy
+    is switched off.
     """
+    if dummy_weights and endpoint is not None:
+        raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
     notes: list[str] = []
     if endpoint is not None:
         space = space.for_endpoint()
@@ -69,7 +76,14 @@ def plan_study(
         space, notes = space.runnable_here()
     model_id = model if model is not None else space.resolve_path(space.model)
     # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
-    model_path = model_id if endpoint is not None else resolve_model(model_id)
+    if dummy_weights:
+        from autotune.dummy_weights import REASON, dummy_checkpoint, without_accuracy
+
+        space = without_accuracy(space)
+        model_path = dummy_checkpoint(model_id, device=space.device)
+        notes.append(f"{REASON} (checkpoint: {model_path})")
+    else:
+        model_path = model_id if endpoint is not None else resolve_model(model_id)
     loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     name = study_name or space.name
     return StudyPlan(
@@ -81,6 +95,7 @@ def plan_study(
         storage_url=storage_url or default_storage_url(name),
         endpoint=normalize_base_url(endpoint) if endpoint is not None else None,
         notes=notes,
+        dummy_weights=dummy_weights,
     )
 
 
@@ -96,6 +111,7 @@ def _study_attrs(plan: StudyPlan) -> dict[str, Any]:
         "objective_metrics": [o.metric for o in space.objectives],
         "endpoint": plan.endpoint,
         "notes": plan.notes,
+        "dummy_weights": plan.dummy_weights,
         "autotune_version": __version__,
         "schema_version": SCHEMA_VERSION,
     }
@@ -104,15 +120,16 @@ def _study_attrs(plan: StudyPlan) -> dict[str, Any]:
 def open_study(plan: StudyPlan) -> optuna.Study:
     space = plan.space
     storage = open_storage(plan.storage_url, create=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Failed trials are reported by our progress lines; Optuna's own warning would add a
+    # traceback for every contained failure.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(
             seed=space.seed,
             multivariate=True,
             group=True,  # conditional parameters (sampling only when do_sample, ...)
-            n_startup_trials=space.sampler.n_startup_trials
-            or max(2, min(10, space.trials // 3)),
+            n_startup_trials=space.sampler.n_startup_trials or max(2, min(10, space.trials // 3)),
         )
         study = optuna.create_study(
             study_name=plan.study_name,
@@ -134,9 +151,19 @@ def open_study(plan: StudyPlan) -> optuna.Study:
             f"study '{plan.study_name}' measured {where}; resume it the same way, or use "
             "another --study name"
         )
+    if stored is not None and bool(study.user_attrs.get("dummy_weights")) != plan.dummy_weights:
+        how = "with" if study.user_attrs.get("dummy_weights") else "without"
+        raise StudyError(
+            f"study '{plan.study_name}' was run {how} --dummy-weights; resume it the same way, "
+            "or use another --study name"
+        )
     if stored is None:
         for key, value in _study_attrs(plan).items():
             study.set_user_attr(key, value)
+        # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(wanted)
     return study
 
 
@@ -180,7 +207,7 @@ class _Objective:
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
         is_reference = bool(trial.user_attrs.get("is_reference"))
-        reference = None if is_reference else reference_trial(trial.study)
+        reference = None if is_reference else await_reference(trial.study, space)
         cached = find_reusable(trial.study, output_key)
         try:
             m = measure(
@@ -188,8 +215,11 @@ class _Objective:
                 config,
                 model_path=plan.model_path,
                 evalset=plan.evalset,
-                measure_accuracy=cached is None,
-                screening=None if cached else screening_request(space, plan.evalset, reference),
+                # Random weights answer noise: no accuracy pass, no screening (dummy_weights).
+                measure_accuracy=cached is None and not plan.dummy_weights,
+                screening=None
+                if cached or plan.dummy_weights
+                else screening_request(space, plan.evalset, reference),
                 on_phase=self.progress.phase,
                 endpoint=plan.endpoint,
             )
@@ -197,6 +227,7 @@ class _Objective:
             trial.set_user_attr("failure_kind", failure.kind)
             trial.set_user_attr("failure_reason", failure.reason)
             trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+            self.artifacts.log_tail(trial, failure.log_tail)
             raise
         if cached is not None:
             m.accuracy = stored_accuracy(cached)
@@ -223,6 +254,34 @@ class _Objective:
                 f"screening: accuracy already below the floor on {len(m.predictions)} items"
             )
         return [float(m.user_attrs()[o.metric]) for o in space.objectives]
+
+
+def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
+    """The completed reference; waits while another process (a shared study) still runs it.
+
+    Without it a relative floor cannot be judged, and a candidate must never pass unjudged.
+    """
+    accuracy = space.constraints.accuracy
+    needs_reference = accuracy.enabled and accuracy.mode == "relative"
+    deadline = time.monotonic() + space.trial_timeout_s
+    while True:
+        reference = reference_trial(study)
+        if reference is not None or not needs_reference:
+            return reference
+        pending = [
+            t
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
+            )
+            if t.user_attrs.get("is_reference")
+        ]
+        if not pending or time.monotonic() > deadline:
+            raise TrialFailure(
+                "no completed reference trial to compare with (it failed or is missing); "
+                "run the study again to retry the reference",
+                kind="no-reference",
+            )
+        time.sleep(5)
 
 
 def _ensure_reference(study: optuna.Study, space: SearchSpace) -> None:
@@ -271,7 +330,8 @@ def run_study(
             n_trials=remaining,
             timeout=timeout_s,
             catch=(TrialFailure,),
-            callbacks=[after_trial],
+            # Several processes (machines sharing one storage) stop together at the target.
+            callbacks=[after_trial, optuna.study.MaxTrialsCallback(target, states=None)],
             gc_after_trial=False,
         )
     progress.finish(study)

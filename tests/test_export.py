@@ -145,6 +145,7 @@ def test_lmdeploy_argv_and_per_request_greedy() -> None:
         "--dtype", "float16",
         "--max-batch-size", "16",
         "--cache-max-entry-count", "0.6",
+        "--eager-mode",
         "--session-len", "4096",
         "--server-name", "0.0.0.0", "--server-port", "23333",
         "--model-name", "q",
@@ -178,12 +179,88 @@ def test_lmdeploy_refuses_float32() -> None:
 
 def test_lmdeploy_notes_what_has_no_flag() -> None:
     config = TrialConfig(
-        backend="lmdeploy", compile_mode="default", attn_implementation="flash_attention_2"
+        backend="lmdeploy", compile_mode="max-autotune", attn_implementation="flash_attention_2"
     )
     result = render_export(config, fmt="lmdeploy", model=MODEL)
     assert "--eager-mode" not in result.argv
-    assert any("compile_mode" in note for note in result.notes)
+    assert any("compile_mode" in note and "CUDA graphs" in note for note in result.notes)
     assert any("flash_attention_2" in note for note in result.notes)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "eager_flag"), [("lmdeploy", "--eager-mode"), ("vllm", "--enforce-eager")]
+)
+@pytest.mark.parametrize("mode", ["none", "default", "reduce-overhead", "max-autotune"])
+def test_compile_mode_none_is_eager_and_anything_else_is_cuda_graphs(
+    fmt: str, eager_flag: str, mode: str
+) -> None:
+    config = TrialConfig(backend=fmt, dtype="bfloat16", compile_mode=mode)
+    result = render_export(config, fmt=fmt, model=MODEL)
+    assert (eager_flag in result.argv) == (mode == "none")
+    assert result.exact  # both are what the trial ran
+    if mode == "default" or mode == "none":
+        assert not any("compile_mode" in note for note in result.notes)
+
+
+def test_swift_vllm_engine_maps_compile_mode_none_to_enforce_eager() -> None:
+    eager = render_export(TrialConfig(backend="vllm"), fmt="swift", model=MODEL)
+    assert flag(eager.argv, "--vllm_enforce_eager") == "true"
+    graphs = render_export(
+        TrialConfig(backend="vllm", compile_mode="default"), fmt="swift", model=MODEL
+    )
+    assert "--vllm_enforce_eager" not in graphs.argv
+    assert not any("compile_mode" in note for note in graphs.notes)  # vLLM's graphs: no gap
+
+
+LMDEPLOY_EXTRAS = {
+    "vision-max-batch-size": 16,
+    "enable_prefix_caching": True,
+    "max-prefill-token-num": 8192,
+    "session-len": 8192,
+    "log-level": "INFO",
+}
+
+
+def test_lmdeploy_engine_args_are_appended_as_flags() -> None:
+    config = LMDEPLOY.model_copy(update={"compile_mode": "default"})
+    result = render_export(
+        config, fmt="lmdeploy", model=MODEL, engine_args={**LMDEPLOY_EXTRAS, "eager": False}
+    )
+    argv = result.argv
+    assert flag(argv, "--vision-max-batch-size") == "16"
+    assert "--enable-prefix-caching" in argv  # a switch: no value after it
+    assert argv[argv.index("--enable-prefix-caching") + 1].startswith("--")
+    assert flag(argv, "--max-prefill-token-num") == "8192"
+    assert flag(argv, "--session-len") == "8192"
+    assert flag(argv, "--log-level") == "INFO"
+    assert "--eager" not in argv  # false switches are left out
+    assert argv.index("--vision-max-batch-size") < argv.index("--server-name")
+
+
+def test_engine_args_that_duplicate_a_typed_parameter_are_refused() -> None:
+    with pytest.raises(ExportError, match="batch_size") as info:
+        render_export(LMDEPLOY, fmt="lmdeploy", model=MODEL, engine_args={"max_batch_size": 4})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ExportError, match="given twice"):
+        render_export(
+            LMDEPLOY, fmt="lmdeploy", model=MODEL, session_len=4096, engine_args=LMDEPLOY_EXTRAS
+        )
+
+
+def test_vllm_and_swift_engine_args() -> None:
+    vllm = render_export(
+        TrialConfig(backend="vllm"),
+        fmt="vllm",
+        model=MODEL,
+        engine_args={"enable-prefix-caching": True, "compilation_config": {"level": 3}},
+    )
+    assert "--enable-prefix-caching" in vllm.argv
+    assert json.loads(flag(vllm.argv, "--compilation-config")) == {"level": 3}
+    swift = render_export(
+        GREEDY, fmt="swift", model=MODEL, engine_args={"max-pixels": 1000, "stream": False}
+    )
+    assert flag(swift.argv, "--max_pixels") == "1000"
+    assert flag(swift.argv, "--stream") == "false"
 
 
 # vllm
@@ -206,7 +283,7 @@ def test_vllm_greedy_sets_server_defaults() -> None:
     }
     assert "--seed" not in argv and "--gpu-memory-utilization" not in argv
     assert flag(argv, "--port") == "8001"
-    assert "--enforce-eager" not in argv
+    assert "--enforce-eager" in argv  # compile_mode none: eager, as the trial ran
     assert result.exact
 
 
@@ -341,7 +418,9 @@ def test_swift_flags_are_deploy_arguments_fields() -> None:
         pairs = dict(zip(args[::2], args[1::2], strict=True))
         for name, text in pairs.items():
             parsed = getattr(namespace, name[2:])
-            if isinstance(parsed, float):
+            if isinstance(parsed, bool):  # before int: bool is an int subclass
+                assert parsed == (text.lower() == "true")
+            elif isinstance(parsed, float):
                 assert parsed == float(text)
             elif isinstance(parsed, int):
                 assert parsed == int(text)

@@ -98,7 +98,31 @@ def test_every_flag_is_accepted_with_its_value(
     assert ns.server_name == "127.0.0.1"
     assert ns.server_port == 23456
     assert ns.model_name == "qwen vl"
-    assert ns.eager_mode is False  # CUDA graphs stay on, as in the trial
+    assert ns.eager_mode is ("--eager-mode" in result.argv)
+    # compile_mode none is eager; any other value keeps LMDeploy's CUDA graphs on.
+    assert ns.eager_mode is (config.compile_mode == "none")
+
+
+# The space-file pass-through a GPU study uses (search_spaces/default-gpu-quick.yaml).
+ENGINE_ARGS = {
+    "vision-max-batch-size": 16,
+    "enable-prefix-caching": True,
+    "max-prefill-token-num": 4096,
+    "session-len": 8192,
+    "cudagraph-capture-batch-sizes": [1, 2, 4, 8, 16],
+}
+
+
+def test_engine_args_parse_with_their_values(lmdeploy_cli: argparse.ArgumentParser) -> None:
+    config = TrialConfig(backend="lmdeploy", dtype="bfloat16", compile_mode="default")
+    result = render_export(config, fmt="lmdeploy", model=MODEL, engine_args=ENGINE_ARGS)
+    ns = parse(lmdeploy_cli, result.argv)
+    assert ns.vision_max_batch_size == 16
+    assert ns.enable_prefix_caching is True
+    assert ns.max_prefill_token_num == 4096
+    assert ns.session_len == 8192
+    assert ns.cudagraph_capture_batch_sizes == [1, 2, 4, 8, 16]
+    assert ns.eager_mode is False
 
 
 def test_unknown_flags_are_rejected(lmdeploy_cli: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 
+import httpx
 import optuna
 import psutil
 import pytest
@@ -44,7 +45,11 @@ def space(**workload: float) -> SearchSpace:
     base = load_space("smoke")
     values = {"warmup_requests": 1, "requests": 6, "startup_timeout_s": 20.0, **workload}
     return base.model_copy(
-        update={"workload": Workload(**values), "trial_timeout_s": 30.0, "device": "cpu"}
+        update={
+            "workload": Workload.model_validate(values),
+            "trial_timeout_s": 30.0,
+            "device": "cpu",
+        }
     )
 
 
@@ -166,6 +171,17 @@ def test_broken_command_fails_with_the_log_tail() -> None:
     assert not leftovers(marker)
 
 
+def test_missing_program_fails_the_trial() -> None:
+    with pytest.raises(TrialFailure) as info:
+        measure_command(
+            command([f"autotune-no-such-server-{uuid.uuid4().hex[:6]}", "--port", "{port}"]),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+        )
+    assert info.value.kind == "crash" and "cannot start" in info.value.reason
+
+
 @pytest.mark.parametrize("kind", ["sleeps", "http.server without /v1/models"])
 def test_never_healthy_times_out_and_is_killed(kind: str, tmp_path: Path) -> None:
     marker = token()
@@ -200,9 +216,7 @@ def test_busy_port_moved_with_a_log_line_reaches_our_server_not_the_stranger(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while _port_free(busy) and time.monotonic() < deadline:  # until the stranger listens
-            time.sleep(0.05)
+        _wait_answering(busy, stranger)
         monkeypatch.setattr(server_runner, "free_port", lambda: busy)
         result = measure_command(
             fake(ours, "--on-busy", "move"),
@@ -274,13 +288,18 @@ def test_engine_fallback_in_the_log_fails_the_trial() -> None:
     assert not leftovers(marker)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
+def _wait_answering(port: int, model: str) -> None:
+    """Until the server on `port` serves `model` (connecting only: binding would race it)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
         try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+            reply = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1, trust_env=False)
+            if reply.json()["data"][0]["id"] == model:
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"nothing serves {model} on port {port}")
 
 
 # --- the real CLI -----------------------------------------------------------------------------
@@ -350,6 +369,7 @@ def test_endpoint_study_searches_request_side_only_then_verifies(tmp_path: Path)
     storage = f"sqlite:///{tmp_path}/e.db"
     url = f"http://127.0.0.1:{port}/v1/"
     try:
+        _wait_answering(port, marker)
         run = autotune("run", "--space", "smoke", "--trials", "3", "--study", "e",
                        "--storage", storage, "--endpoint", url)  # fmt: skip
         _, err = run.communicate(timeout=300)
@@ -358,6 +378,21 @@ def test_endpoint_study_searches_request_side_only_then_verifies(tmp_path: Path)
         verify = autotune("verify", "--study", "e", "--storage", storage, "--json",
                           "--tolerance", "0.5")  # fmt: skip
         out, err = verify.communicate(timeout=300)
+        # The same trial against a server four times slower per token must fail verification.
+        slow_port = server_runner.free_port()
+        slow_server = subprocess.Popen(
+            [sys.executable, FAKE, "--port", str(slow_port), "--model", marker,
+             "--chunk-delay", "0.04"],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_answering(slow_port, marker)
+            slow = autotune("verify", "--study", "e", "--storage", storage, "--json",
+                            "--endpoint", f"127.0.0.1:{slow_port}")  # fmt: skip
+            slow_out, slow_err = slow.communicate(timeout=300)
+        finally:
+            slow_server.kill()
+            slow_server.wait()
         # Resuming the study without the endpoint would mix two kinds of measurement.
         resume = autotune("run", "--space", "smoke", "--study", "e", "--storage", storage)
         _, resume_err = resume.communicate(timeout=120)
@@ -376,6 +411,10 @@ def test_endpoint_study_searches_request_side_only_then_verifies(tmp_path: Path)
     assert verify.returncode == 0 and report["passed"], out + err[-2000:]
     assert report["target"] == f"endpoint http://127.0.0.1:{port}"
     assert resume.returncode == 2 and "resume it the same way" in resume_err
+    slow_report = json.loads(slow_out)
+    assert slow.returncode == 1 and not slow_report["passed"], slow_err[-2000:]
+    failed = {c["metric"] for c in slow_report["checks"] if c["passed"] is False}
+    assert "e2e_latency_p50_ms" in failed
 
 
 @pytest.mark.slow
@@ -430,20 +469,22 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
             assert isinstance(a[name], float) and math.isfinite(a[name]), name
         assert a["memory_source"] == "rss_tree" and a["peak_memory_mib"] > 100
         assert a["environment"]["runner"] == "server"
-        assert a["environment"]["server_command"].startswith("swift deploy ")
+        assert "swift deploy --model " in a["environment"]["server_command"]
 
     started = time.monotonic()
-    # 24 requests on two shared cores swing p95 by about +-30% between runs (seen): a wider
-    # tolerance than the default keeps this a test of the relaunch path, not of the machine.
+    # 24 requests of a tiny model on two shared cores: p95 moved by up to +51% between two
+    # launches of the same command here. This test is about the relaunch path, so it allows
+    # 2x; that verify catches a real slow-down is tested against the fake server above.
     verify = autotune("verify", "--study", "x", "--storage", storage, "--json",
-                      "--tolerance", "0.5")  # fmt: skip
+                      "--tolerance", "1.0")  # fmt: skip
     verify_tree = Descendants(verify.pid)
     out, err = verify.communicate(timeout=600)
     verify_s = time.monotonic() - started
     report = json.loads(out)
-    assert verify.returncode == 0, out + err[-3000:]
+    failed = [c for c in report["checks"] if c["passed"] is False]
+    assert verify.returncode == 0, (report["failure"], failed, err[-3000:])
     assert report["passed"] and report["failure"] is None
     assert {c["metric"] for c in report["checks"]} >= {"accuracy", "e2e_latency_p95_ms"}
-    assert report["command"].startswith("swift deploy ")
+    assert "swift deploy --model " in report["command"]
     assert not verify_tree.alive() and verify_tree.servers()
     print(f"\nsmoke-swift: run {run_s:.0f} s, verify {verify_s:.0f} s")

@@ -130,11 +130,12 @@ def test_suggest_applies_conditions(tmp_path: Path) -> None:
                 "temperature": 0.5,
                 "image_max_side": None,
                 "kv_cache_fraction": 0.7,
+                "compile_mode": "default",
             }
         )
     )
-    # compile_mode does not exist for lmdeploy: never asked, reference value kept.
-    assert sampled.compile_mode == "none"
+    # compile_mode is searched for lmdeploy too (none = eager, else CUDA graphs).
+    assert sampled.compile_mode == "default"
     assert sampled.temperature == 0.5 and sampled.kv_cache_fraction == 0.7
 
 

@@ -188,7 +188,7 @@ def write_set(set_name: str, out_dir: Path) -> dict[str, object]:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     readme = target / "README.md"
     old = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    readme.write_text(render_readme(set_name, records, old), encoding="utf-8")
+    readme.write_text(render_readme(set_name, records, target, old), encoding="utf-8")
     return {"set": set_name, "items": len(records), "bytes": folder_bytes(target)}
 
 
@@ -196,16 +196,44 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def _calibration_block(old_readme: str) -> str:
+def _calibration_block(set_name: str, old_readme: str) -> str:
     match = re.search(
         f"{re.escape(CALIBRATION_BEGIN)}.*?{re.escape(CALIBRATION_END)}", old_readme, re.S
     )
     if match:
-        return match.group(0)
+        return match.group(0)  # written by tools/calibrate_evalset.py; keep it
+    note = CALIBRATION_NOTES.get(
+        set_name,
+        f"Not calibrated yet: run `python -m tools.calibrate_evalset {set_name} --write-readme`.",
+    )
+    return f"{CALIBRATION_BEGIN}\n{note}\n{CALIBRATION_END}"
+
+
+CALIBRATION_NOTES = {
+    "smoke": "Not calibrated: this set checks that the pipeline runs, not how accuracy responds "
+    "to image size (its fonts are 16-40 px on canvases of at most 512 px).",
+}
+
+
+def _prompt_templates(records: list[dict]) -> list[str]:
+    """The synth prompt constants the records use, as `NAME`: "text" lines."""
+    used = []
+    for name, template in vars(synth).items():
+        if not name.startswith("PROMPT_"):
+            continue
+        parts = re.split(r"\{\w+\}", template)
+        pattern = re.compile(".+".join(re.escape(part) for part in parts) + "$")
+        if any(pattern.match(r["prompt"]) for r in records):
+            used.append(f"- `{name}`: {template}")
+    return used
+
+
+def _sizes(records: list[dict], folder: Path) -> str:
+    sides = [max(r["meta"]["width"], r["meta"]["height"]) for r in records]
+    kinds = Counter(Path(r["image"]).suffix.lstrip(".").upper() for r in records)
     return (
-        f"{CALIBRATION_BEGIN}\nNot calibrated yet: run "
-        "`python -m tools.calibrate_evalset <set> --write-readme`.\n"
-        f"{CALIBRATION_END}"
+        f"Images: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}; longest side "
+        f"{min(sides)}-{max(sides)} px; {folder_bytes(folder) / 1e6:.1f} MB in all."
     )
 
 
@@ -219,7 +247,11 @@ DESCRIPTIONS = {
         "About 160 items for measuring how a serving configuration (above all the image size "
         "it feeds the model) changes OCR and captioning accuracy. Text is rendered small on "
         "large canvases with a spread of font sizes, so that shrinking the image (one model "
-        "token covers 32x32 pixels) makes the smallest fonts illegible first."
+        "token covers 32x32 pixels) makes the smallest fonts illegible first.\n\n"
+        "Compare configurations on the same items (paired), per category and overall: with "
+        "about 150 pass/fail items near 80% the standard error is about 3 points, so a floor "
+        "closer than that to the reference needs a paired test (McNemar on the per-item "
+        "pass/fail that each metric's pass threshold defines) or a confidence bound."
     ),
 }
 
@@ -229,7 +261,7 @@ def _font_range(records: list[dict]) -> str:
     return f"{min(sizes)}-{max(sizes)} px" if sizes else "-"
 
 
-def render_readme(set_name: str, records: list[dict], old_readme: str = "") -> str:
+def render_readme(set_name: str, records: list[dict], folder: Path, old_readme: str = "") -> str:
     by_category: dict[str, list[dict]] = {}
     for r in records:
         by_category.setdefault(r["category"], []).append(r)
@@ -246,7 +278,6 @@ def render_readme(set_name: str, records: list[dict], old_readme: str = "") -> s
         )
     used = sorted({r["metric"] for r in records})
     extra = sorted({m for r in records for m in r["meta"].get("extra_metrics", [])})
-    prompts = sorted({r["prompt"] for r in records if "{" not in r["prompt"]})
     lines = [
         f"# Evaluation set `{set_name}`",
         "",
@@ -262,6 +293,8 @@ def render_readme(set_name: str, records: list[dict], old_readme: str = "") -> s
         "|---|---|---|---|---|",
         *rows,
         "",
+        _sizes(records, folder),
+        "",
         "`meta` records how each item was made (font, font_px, rotation, blur, noise, canvas "
         "size, ...). `meta.extra_metrics` names secondary metrics worth reporting beside the "
         "primary one (e.g. 1 - CER beside exact match for text lines).",
@@ -276,21 +309,26 @@ def render_readme(set_name: str, records: list[dict], old_readme: str = "") -> s
         "",
         "## Prompts",
         "",
-        "Fixed per task kind (constants in `autotune/evalset/synth.py`); question prompts fill "
-        "in a field, label or object name. Fixed prompts used here:",
+        "One prompt per task kind, constants in `autotune/evalset/synth.py` (training reuses "
+        "them word for word); `{...}` is filled with a field, label or object name:",
         "",
-        *[f"- `{p}`" for p in prompts],
+        *_prompt_templates(records),
         "",
         "## How it was made",
         "",
         f"`python -m tools.make_evalset {set_name}` (seeds `{set_name}/<category>/<index>`). "
         "The committed files are the ground truth: another FreeType version renders slightly "
-        "different pixels, so never regenerate and compare in tests. Photos come from "
-        "scikit-image's `skimage.data` and matplotlib's sample data (public domain / CC0).",
+        "different pixels, so never regenerate and compare in tests."
+        + (
+            " Photos come from scikit-image's `skimage.data` and matplotlib's sample data "
+            "(public domain / CC0 per their docstrings), at most 1024 px on the long side."
+            if any(r["category"] == "photo" for r in records)
+            else ""
+        ),
         "",
         "## Legibility calibration",
         "",
-        _calibration_block(old_readme),
+        _calibration_block(set_name, old_readme),
         "",
     ]
     return "\n".join(lines)

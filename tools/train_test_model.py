@@ -183,13 +183,19 @@ class TrainBatches(torch.utils.data.Dataset):
         image_processor = self.processor.image_processor
         channels, frames = 3, image_processor.temporal_patch_size
         patches = enc["pixel_values"].view(enc["pixel_values"].shape[0], channels, frames, -1)
+        # Flat positions of the answer tokens and of the tokens that predict them (the one
+        # before; never across rows, the prompt comes first): index_select on the GPU needs
+        # no host sync, where a boolean mask would.
+        target_index = targets.view(-1).nonzero().squeeze(1)
         return {
             "input_ids": ids,
             "attention_mask": enc["attention_mask"],
             "position_ids": positions,
             "pixel_values": patches[:, :, 0].contiguous(),
             "image_grid_thw": enc["image_grid_thw"],
-            "targets": targets,
+            "target_index": target_index,
+            "predict_index": target_index - 1,
+            "target_rows": target_index // ids.shape[1],
         }
 
 
@@ -262,23 +268,23 @@ def batch_loss(model: Any, batch: dict[str, torch.Tensor], processor: Any) -> di
         pixel_values=finish_pixels(batch["pixel_values"], processor),
         image_grid_thw=batch["image_grid_thw"],
     )
-    targets = batch["targets"]
-    predicts = torch.zeros_like(targets)
-    predicts[:, :-1] = targets[:, 1:]  # position t predicts token t+1
-    logits = model.lm_head(out.last_hidden_state[predicts]).float()
-    labels = batch["input_ids"][targets]
+    hidden = out.last_hidden_state
+    hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["predict_index"])
+    logits = model.lm_head(hidden).float()
+    labels = batch["input_ids"].reshape(-1).index_select(0, batch["target_index"])
     loss = F.cross_entropy(logits, labels)
     hits = logits.argmax(-1) == labels
     # A row is read correctly when all its answer tokens are right (teacher-forced).
-    wrong_rows = torch.zeros(targets.shape[0], device=hits.device)
-    rows = targets.nonzero()[:, 0]
-    wrong_rows.index_add_(0, rows, (~hits).float())
+    rows = batch["input_ids"].shape[0]
+    wrong = torch.zeros(rows, device=hits.device).index_add_(
+        0, batch["target_rows"], (~hits).float()
+    )
     return {
         "loss": loss,
         "token_hits": hits.float().sum(),
-        "tokens": float(hits.numel()),
-        "rows_right": (wrong_rows == 0).float().sum(),
-        "rows": float(targets.shape[0]),
+        "tokens": float(labels.numel()),
+        "rows_right": (wrong == 0).float().sum(),
+        "rows": float(rows),
     }
 
 
@@ -460,7 +466,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     pixel_diff = check_pixels(dataset, check_examples)
     check_batch = {k: v.to(device) for k, v in dataset.encode(check_examples).items()}
     attention_diff = check_packed_attention(model, check_batch, processor)
-    print(f"checks: pixel max diff {pixel_diff:.2e}, packed attention rel diff {attention_diff:.2e}")
+    print(f"checks: pixel max diff {pixel_diff:.2e}, packed attention {attention_diff:.2e}")
     if pixel_diff > 1e-5 or attention_diff > 1e-4:
         raise RuntimeError("the training input path does not match the serving path")
     set_vision_attention(model, PACKED_ATTENTION)
@@ -473,11 +479,21 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     sums = {k: torch.zeros((), device=device) for k in ("loss", "token_hits", "rows_right")}
     counts = {"tokens": 0.0, "rows": 0.0, "steps": 0}
-    calibrate_from = 20  # skip worker start-up when timing steps
+    # Time steps only once the batches the workers prefetched are used up, or the rate (and so
+    # the step count) would be overestimated.
+    calibrate_from = args.calibration_steps // 3
     start = time.perf_counter()
     t_calibrate = start
+    data_wait = 0.0
+    stopped_early = False
     step = 0
-    for step, batch in enumerate(batches, start=1):
+    while total is None or step < total:
+        waited = time.perf_counter()
+        batch = next(batches, None)
+        data_wait += time.perf_counter() - waited
+        if batch is None:
+            break
+        step += 1
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, peak=args.lr, warmup=warmup, total=total)
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -505,10 +521,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             remaining = args.time_budget - (now - start)
             total = min(args.max_steps, max(2 * warmup, step + int(rate * remaining)))
             print(f"calibrated: {rate:.2f} steps/s -> {total} steps in total", flush=True)
-        if step % args.log_every == 0 or step == total:
+        elapsed = time.perf_counter() - start
+        # A safety stop: the schedule assumed the calibrated rate, but the run must end.
+        stopped_early = auto_steps and elapsed > args.time_budget + args.grace
+        if step % args.log_every == 0 or step == total or stopped_early:
             entry = {
                 "step": step,
-                "seconds": round(time.perf_counter() - start, 1),
+                "seconds": round(elapsed, 1),
+                "data_wait_s": round(data_wait, 1),
                 "lr": optimizer.param_groups[0]["lr"],
                 "loss": sums["loss"].item() / counts["steps"],
                 "token_acc": sums["token_hits"].item() / counts["tokens"],
@@ -518,13 +538,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             print(
                 f"step {step:5d}  {entry['seconds']:6.1f}s  lr {entry['lr']:.2e}  "
                 f"loss {entry['loss']:.4f}  token acc {entry['token_acc']:.3f}  "
-                f"row acc {entry['row_acc']:.3f}",
+                f"row acc {entry['row_acc']:.3f}  data wait {entry['data_wait_s']:.0f}s",
                 flush=True,
             )
             for key in sums:
                 sums[key].zero_()
             counts = {"tokens": 0.0, "rows": 0.0, "steps": 0}
-        if total is not None and step >= total:
+        if stopped_early:
+            print(f"time budget exceeded: stopping at step {step} of {total}", flush=True)
             break
     if device == "cuda":
         torch.cuda.synchronize()
@@ -539,6 +560,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
         "steps": step,
         "planned_steps": total,
+        "stopped_early": stopped_early,
+        "data_wait_seconds": round(data_wait, 1),
+        "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20)
+        if device == "cuda"
+        else None,
         "warmup_steps": warmup,
         "workers": workers,
         "train_seconds": round(train_seconds, 1),
@@ -567,10 +593,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="without --steps: seconds of training; the step count is set after calibration",
     )
     parser.add_argument("--max-steps", type=int, default=20_000, help="cap for --time-budget")
-    parser.add_argument("--calibration-steps", type=int, default=120)
+    parser.add_argument(
+        "--grace", type=float, default=30.0, help="seconds past the budget before a hard stop"
+    )
+    parser.add_argument(
+        "--calibration-steps",
+        type=int,
+        default=300,
+        help="with --time-budget: the step at which the step count is fixed (timed from a third)",
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument(
+        "--warmup", type=int, default=300, help="warm-up steps (at most a tenth of --steps)"
+    )
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
     parser.add_argument("--workers", type=int, default=-1, help="data workers (-1: cores - 2)")
@@ -602,8 +638,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     model_dir = args.eval_only or args.out
+
+    def write_log() -> None:
+        if args.log_json:
+            args.log_json.parent.mkdir(parents=True, exist_ok=True)
+            args.log_json.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")
+
     if args.eval_only is None:
         log["train"] = train(args)
+        write_log()  # kept even if the evaluation below fails
         print(
             f"trained {log['train']['steps']} steps in {log['train']['train_seconds']} s; "
             f"{model_dir}: {log['train']['checkpoint_bytes'] / 1e6:.2f} MB",
@@ -620,9 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         log["eval"] = rows
         log["eval_seconds"] = round(time.perf_counter() - started, 1)
-    if args.log_json:
-        args.log_json.parent.mkdir(parents=True, exist_ok=True)
-        args.log_json.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")
+    write_log()
     if dtypes:
         full = next(r for r in log["eval"] if r["image_max_side"] is None)
         print("full-size answers:", json.dumps(full["predictions"]))

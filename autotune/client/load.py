@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from autotune.client.chat import ChatPrompt, ChatReply
 
-Send = Callable[[ChatPrompt], Awaitable[ChatReply]]
+Send = Callable[[ChatPrompt], Coroutine[Any, Any, ChatReply]]
 T = TypeVar("T")
 
 

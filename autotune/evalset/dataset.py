@@ -61,7 +61,10 @@ class EvalItem(BaseModel):
     @classmethod
     def _extra_metrics_registered(cls, meta: dict[str, Any]) -> dict[str, Any]:
         # Secondary metrics (e.g. 1 - CER beside exact match) are scored too, so they must exist.
-        for name in meta.get("extra_metrics", []):
+        extra = meta.get("extra_metrics", [])
+        if not isinstance(extra, list) or not all(isinstance(n, str) for n in extra):
+            raise ValueError("extra_metrics must be a list of metric names")
+        for name in extra:
             if name not in METRICS:
                 raise ValueError(f"extra_metrics: {unknown_metric_message(name)}")
         return meta

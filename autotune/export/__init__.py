@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from typing import Any
 
+from pydantic import ValidationError
+
+from ..engine_args import SESSION_LEN_FLAG, EngineArgs
 from ..errors import ExportError
 from ..params import TrialConfig
 from . import lmdeploy, swift, vllm, yaml_config
@@ -33,6 +37,7 @@ def render_export(
     port: int | None = None,
     served_model_name: str | None = None,
     session_len: int | None = None,
+    engine_args: dict[str, Any] | None = None,
 ) -> Export:
     """Render `config` as a deploy command for `fmt`.
 
@@ -45,6 +50,8 @@ def render_export(
         served_model_name: Name clients put in "model"; None keeps the engine's default.
         session_len: Context cap for engines that reserve KV cache per sequence (LMDeploy
             --session-len, vLLM --max-model-len); None keeps the engine's default.
+        engine_args: Extra flags for this format (a space file's `engine_args.<fmt>`),
+            appended as given; keys autotune sets itself are refused.
 
     Raises:
         ExportError: Unknown format, bad option, or a configuration the target cannot serve.
@@ -60,14 +67,33 @@ def render_export(
         raise ExportError(f"port {port} is out of range 1-65535")
     if session_len is not None and session_len < 1:
         raise ExportError(f"session_len must be positive, got {session_len}")
+    extra = _engine_args(fmt, engine_args or {})
+    if session_len is not None and SESSION_LEN_FLAG.get(fmt) in extra:
+        raise ExportError(
+            f"session_len is given twice: as an option and as engine_args --{SESSION_LEN_FLAG[fmt]}"
+        )
     opts = ServeOptions(
         model=model,
         host=host,
         port=port,
         served_model_name=served_model_name,
         session_len=session_len,
+        engine_args=extra,
     )
     return renderer(config, opts)
+
+
+def _engine_args(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` validated and normalised as a space file's engine_args.<fmt> would be."""
+    if not args:
+        return {}
+    if fmt not in EngineArgs.model_fields:
+        raise ExportError(f"format {fmt!r} takes no engine_args")
+    try:
+        return EngineArgs.model_validate({fmt: args}).for_format(fmt)
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ExportError(f"engine_args.{fmt}: {message}") from None
 
 
 __all__ = ["FORMATS", "Export", "ServeOptions", "render_export"]

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..params import BACKEND_PARAMS, TrialConfig
+from ..params import TrialConfig
 
 # One LLM image token of Qwen3-VL covers 32x32 pixels (patch 16, spatial merge 2).
 IMAGE_TOKEN_SIDE = 32
@@ -27,6 +27,8 @@ class ServeOptions:
     port: int | None = None
     served_model_name: str | None = None
     session_len: int | None = None
+    # Extra flags for this format, validated (autotune.engine_args); rendered after ours.
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,17 +128,6 @@ def backend_note(config: TrialConfig, *, target: str, native: str) -> str | None
         f"measured with backend {config.backend!r}; this command serves it with {target}, "
         "whose speed autotune did not measure for this configuration."
     )
-
-
-def unhonoured_params(config: TrialConfig, backend: str) -> list[str]:
-    """Parameters set away from their defaults that `backend` has no knob for."""
-    defaults = TrialConfig()
-    allowed = BACKEND_PARAMS[backend]
-    return [
-        name
-        for name in config.searched_values()
-        if name not in allowed and getattr(config, name) != getattr(defaults, name)
-    ]
 
 
 def sampling_request(

@@ -7,6 +7,7 @@ client's request body, which `Export.request` carries.
 
 from __future__ import annotations
 
+from ..engine_args import render_flags
 from ..errors import ExportError
 from ..params import TrialConfig
 from .base import (
@@ -42,18 +43,21 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     argv += ["--dtype", config.dtype, "--max-batch-size", str(config.batch_size)]
     if config.kv_cache_fraction is not None:
         argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
+    if config.compile_mode == "none":
+        argv += ["--eager-mode"]  # no CUDA graphs: what compile_mode none measured
     if opts.session_len is not None:
         argv += ["--session-len", str(opts.session_len)]
+    argv += render_flags("lmdeploy", opts.engine_args)
     argv += ["--server-name", opts.host]
     if opts.port is not None:
         argv += ["--server-port", str(opts.port)]
     if opts.served_model_name is not None:
         argv += ["--model-name", opts.served_model_name]
 
-    if config.compile_mode != "none":
+    if config.compile_mode not in ("none", "default"):
         notes.append(
-            f"compile_mode {config.compile_mode!r} has no LMDeploy flag; LMDeploy captures "
-            "CUDA graphs by default (--eager-mode would turn them off)."
+            f"compile_mode {config.compile_mode!r} means CUDA graphs on for LMDeploy (its "
+            "default); LMDeploy has no torch.compile modes to choose between."
         )
     if config.attn_implementation != "sdpa":
         notes.append(

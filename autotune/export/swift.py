@@ -6,6 +6,7 @@ Checked against ms-swift 4.6.0: the flags are fields of `swift.arguments.DeployA
 
 from __future__ import annotations
 
+from ..engine_args import render_flags
 from ..errors import ExportError
 from ..params import TrialConfig
 from .base import (
@@ -63,13 +64,15 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             argv += ["--vllm_gpu_memory_utilization", str(config.kv_cache_fraction)]
         if opts.session_len is not None:
             argv += ["--vllm_max_model_len", str(opts.session_len)]
+        if config.compile_mode == "none":
+            argv += ["--vllm_enforce_eager", "true"]  # compile_mode none = eager on vLLM
         if config.attn_implementation != "sdpa":
             notes.append(
                 f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
                 "which picks its own attention kernels."
             )
 
-    if config.compile_mode != "none":
+    if config.compile_mode != "none" and engine == "transformers":
         notes.append(
             f"compile_mode {config.compile_mode!r} (static KV cache + torch.compile) has no "
             "ms-swift flag: this server runs the model uncompiled and will be slower than "
@@ -79,6 +82,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 
     argv += ["--max_new_tokens", str(config.max_new_tokens)]
     argv += _decoding_flags(config)
+    argv += render_flags("swift", opts.engine_args)
     argv += ["--host", opts.host]
     if opts.port is not None:
         argv += ["--port", str(opts.port)]

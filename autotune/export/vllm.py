@@ -1,15 +1,15 @@
 """Render a configuration as `vllm serve` (vLLM >= 0.11; flags checked against 0.33.0 source).
 
-Compile mapping: vLLM compiles the model and captures CUDA graphs by default, and autotune's
-vLLM trials ran with those defaults (compile_mode is not searched for vLLM). So no compile
-flag is ever rendered: `--enforce-eager` would turn both off and serve something slower than
-what was measured.
+Compile mapping: vLLM compiles the model and captures CUDA graphs by default. compile_mode
+none is rendered as `--enforce-eager` (both off); any other value keeps vLLM's defaults, since
+vLLM has no choice between torch.compile modes on its command line.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..engine_args import render_flags
 from ..params import TrialConfig
 from .base import (
     Export,
@@ -43,6 +43,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--gpu-memory-utilization", str(config.kv_cache_fraction)]
     if opts.session_len is not None:
         argv += ["--max-model-len", str(opts.session_len)]
+    if config.compile_mode == "none":
+        argv += ["--enforce-eager"]  # no compile, no CUDA graphs: what compile_mode none means
     argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
     if config.image_max_side is not None:
         budget = image_pixel_budget(config.image_max_side)
@@ -54,16 +56,17 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     argv += ["--override-generation-config", compact_json(overrides)]
     if config.do_sample:
         argv += ["--seed", str(config.seed)]
+    argv += render_flags("vllm", opts.engine_args)
     argv += ["--host", opts.host]
     if opts.port is not None:
         argv += ["--port", str(opts.port)]
     if opts.served_model_name is not None:
         argv += ["--served-model-name", opts.served_model_name]
 
-    if config.compile_mode != "none":
+    if config.compile_mode not in ("none", "default"):
         notes.append(
-            f"compile_mode {config.compile_mode!r} has no vLLM flag; vLLM applies its own "
-            "torch.compile and CUDA graphs by default."
+            f"compile_mode {config.compile_mode!r} means vLLM's own torch.compile and CUDA "
+            "graphs (its default); vLLM has no per-mode flag."
         )
     if config.attn_implementation != "sdpa":
         notes.append(

@@ -71,6 +71,11 @@ def engine_version(fmt: str) -> str:
         return "not installed"
 
 
+def install_hint(fmt: str) -> str:
+    """The pip command that installs the engine behind `fmt` (autotune's optional extras)."""
+    return f"pip install 'autotune[{fmt}]'" if fmt in ENGINE_PACKAGES else "install its engine"
+
+
 def bound_port_from_log(log_text: str) -> int | None:
     """The last port uvicorn reports it is serving on, if it has said so yet."""
     ports = _UVICORN_BOUND.findall(log_text)

@@ -29,7 +29,12 @@ from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, render_export
 from autotune.params import TrialConfig
-from autotune.runner.engines import bound_port_from_log, check_engine, engine_version
+from autotune.runner.engines import (
+    bound_port_from_log,
+    check_engine,
+    engine_version,
+    install_hint,
+)
 from autotune.runner.memory import MemorySampler, tree_pids
 from autotune.runner.process import ManagedProcess
 from autotune.space import SearchSpace
@@ -86,7 +91,12 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.launched_at = time.perf_counter()
-        self.process.start()
+        try:
+            self.process.start()
+        except OSError as exc:  # no such program, not executable: a failed trial, not a crash
+            raise TrialFailure(
+                f"cannot start {self.process.argv[0]}: {exc.strerror or exc}", kind="crash"
+            ) from None
         return self
 
     def stop(self) -> None:
@@ -227,20 +237,22 @@ def _launch(
             port=port,
             log_path=workdir / f"server-{attempt}.log",
         )
-        server.start()
-        sampler = MemorySampler(server.pid, use_gpu=device != "cpu").start()
+        sampler: MemorySampler | None = None
         try:
+            server.start()
+            sampler = MemorySampler(server.pid, use_gpu=device != "cpu").start()
             return server, sampler, server.wait_ready(startup_timeout_s), export
-        except TrialFailure as failure:
-            sampler.stop()
+        except BaseException as exc:  # Ctrl-C included: the server goes down with us
+            if sampler is not None:
+                sampler.stop()
             server.stop()
-            taken = any(marker in failure.log_tail.lower() for marker in _PORT_TAKEN)
-            if not (taken and failure.kind == "crash" and attempt < LAUNCH_ATTEMPTS):
+            taken = (
+                isinstance(exc, TrialFailure)
+                and exc.kind == "crash"
+                and any(marker in exc.log_tail.lower() for marker in _PORT_TAKEN)
+            )
+            if not (taken and attempt < LAUNCH_ATTEMPTS):
                 raise
-        except BaseException:  # Ctrl-C while waiting: the server goes down with us
-            sampler.stop()
-            server.stop()
-            raise
     raise AssertionError("unreachable")
 
 
@@ -345,18 +357,27 @@ def run_server_trial(
 ) -> dict[str, Any]:
     """Measure `config` through the `fmt` export (default: its own backend's command)."""
     target = fmt or config.backend
+    # The space's extra flags for this engine (engine_args), as `autotune export` adds them.
+    extra = space.engine_args.for_format(target)
 
     def render(port: int) -> Export:
-        return render_export(config, fmt=target, model=model_path, host=HOST, port=port)
+        return render_export(
+            config, fmt=target, model=model_path, host=HOST, port=port, engine_args=extra
+        )
 
     # Render once before launching anything: a target that cannot serve this configuration
     # (or a document-only format) fails the trial, not the study.
     try:
-        dry = render_export(config, fmt=target, model=model_path, host=HOST)
+        dry = render_export(config, fmt=target, model=model_path, host=HOST, engine_args=extra)
     except AutotuneError as exc:
         raise TrialFailure(str(exc), kind="unsupported") from None
     if not dry.argv:
         raise TrialFailure(f"format {target!r} has no server command", kind="unsupported")
+    program = resolve_program(dry.argv)[0]
+    if shutil.which(program) is None:
+        raise TrialFailure(
+            f"'{dry.argv[0]}' is not installed here; {install_hint(target)}", kind="unsupported"
+        )
     return measure_command(
         render,
         config=config,

@@ -1,0 +1,1 @@
+"""In-process engines that the worker process runs (they import torch)."""

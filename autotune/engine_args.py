@@ -1,0 +1,150 @@
+"""Extra engine flags from the space file, passed through to the server command verbatim.
+
+Searched knobs are typed parameters (autotune.params); everything else an engine offers
+(LMDeploy's --vision-max-batch-size, --enable-prefix-caching, --max-prefill-token-num, ...)
+goes under `engine_args`, per export format, and lands in every command autotune starts and
+exports. A key that would duplicate a flag autotune renders itself is refused, so a typed
+parameter can never be overridden behind the search's back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+Scalar = str | int | float | bool
+EngineArgValue = Scalar | list[Scalar] | dict[str, Any]
+
+# Flags each renderer sets from a typed parameter or a serve option -> what sets them.
+RESERVED: dict[str, dict[str, str]] = {
+    "lmdeploy": {
+        "model-path": "the model (--model)",
+        "backend": "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)",
+        "dtype": "the dtype parameter",
+        "max-batch-size": "the batch_size parameter",
+        "cache-max-entry-count": "the kv_cache_fraction parameter",
+        "eager-mode": "the compile_mode parameter (none = eager, else CUDA graphs)",
+        "server-name": "autotune (--host)",
+        "server-port": "autotune (--port)",
+        "model-name": "autotune (served model name)",
+    },
+    "vllm": {
+        "model": "the model (--model)",
+        "dtype": "the dtype parameter",
+        "max-num-seqs": "the batch_size parameter",
+        "gpu-memory-utilization": "the kv_cache_fraction parameter",
+        "enforce-eager": "the compile_mode parameter (none = eager, else compile + CUDA graphs)",
+        "limit-mm-per-prompt": "autotune (one image per prompt)",
+        "mm-processor-kwargs": "the image_max_side parameter",
+        "generation-config": "the decoding parameters",
+        "override-generation-config": "the decoding parameters",
+        "seed": "the decoding parameters",
+        "host": "autotune (--host)",
+        "port": "autotune (--port)",
+        "served-model-name": "autotune (served model name)",
+    },
+    "swift": {
+        "model": "the model (--model)",
+        "model_type": "autotune (qwen3_vl)",
+        "template": "autotune (qwen3_vl)",
+        "infer_backend": "the backend parameter",
+        "torch_dtype": "the dtype parameter",
+        "attn_impl": "the attn_implementation parameter",
+        "max_batch_size": "the batch_size parameter",
+        "vllm_max_num_seqs": "the batch_size parameter",
+        "vllm_gpu_memory_utilization": "the kv_cache_fraction parameter",
+        "vllm_enforce_eager": "the compile_mode parameter",
+        "vllm_limit_mm_per_prompt": "autotune (one image per prompt)",
+        "max_new_tokens": "the max_new_tokens parameter",
+        "temperature": "the decoding parameters",
+        "top_k": "the decoding parameters",
+        "top_p": "the decoding parameters",
+        "seed": "the decoding parameters",
+        "repetition_penalty": "the repetition_penalty parameter",
+        "host": "autotune (--host)",
+        "port": "autotune (--port)",
+        "served_model_name": "autotune (served model name)",
+    },
+}
+
+# The context-length flag of each format: set by engine_args or by the session_len serve
+# option, never by both.
+SESSION_LEN_FLAG = {
+    "lmdeploy": "session-len",
+    "vllm": "max-model-len",
+    "swift": "vllm_max_model_len",
+}
+
+
+def flag_name(fmt: str, key: str) -> str:
+    """The canonical spelling: LMDeploy/vLLM use dashes, ms-swift underscores."""
+    bare = key.strip().lstrip("-")
+    return bare.replace("-", "_") if fmt == "swift" else bare.replace("_", "-")
+
+
+def _value_words(fmt: str, value: EngineArgValue) -> list[str] | None:
+    """The words after `--flag`; [] for a bare switch, None to leave the flag out."""
+    if isinstance(value, bool):
+        if fmt == "swift":  # ms-swift's dataclass parser takes true/false
+            return [str(value).lower()]
+        return [] if value else None  # store_true switches: false is the default
+    if isinstance(value, dict):
+        # JSON without spaces, as engine flags take it (--hf-overrides, --compilation-config).
+        return [json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, list):
+        return [str(item).lower() if isinstance(item, bool) else str(item) for item in value]
+    return [str(value)]
+
+
+def render_flags(fmt: str, args: dict[str, EngineArgValue]) -> list[str]:
+    """argv words for `args` (already validated for `fmt`), in the order given."""
+    words: list[str] = []
+    for key, value in args.items():
+        rendered = _value_words(fmt, value)
+        if rendered is not None:
+            words += [f"--{flag_name(fmt, key)}", *rendered]
+    return words
+
+
+class EngineArgs(BaseModel):
+    """Extra flags per export format, e.g. `lmdeploy: {vision-max-batch-size: 16}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lmdeploy: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="Extra `lmdeploy serve api_server` flags."
+    )
+    vllm: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="Extra `vllm serve` flags."
+    )
+    swift: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="Extra `swift deploy` flags."
+    )
+
+    @field_validator("lmdeploy", "vllm", "swift", mode="after")
+    @classmethod
+    def _normalise_and_refuse_duplicates(
+        cls, args: dict[str, EngineArgValue], info: ValidationInfo
+    ) -> dict[str, EngineArgValue]:
+        fmt = str(info.field_name)
+        reserved = RESERVED[fmt]
+        normalised: dict[str, EngineArgValue] = {}
+        for key, value in args.items():
+            name = flag_name(fmt, key)
+            if not name:
+                raise ValueError("empty flag name")
+            if name in reserved:
+                raise ValueError(
+                    f"{key}: autotune sets --{name} itself from {reserved[name]}; "
+                    "remove it from engine_args"
+                )
+            if name in normalised:
+                raise ValueError(f"{key}: --{name} is given twice")
+            normalised[name] = value
+        return normalised
+
+    def for_format(self, fmt: str) -> dict[str, EngineArgValue]:
+        """The flags for one export format ({} for yaml and formats without extras)."""
+        return dict(getattr(self, fmt, {}) or {})

@@ -1,0 +1,1 @@
+"""Timings, percentiles and the registry of recorded metrics."""

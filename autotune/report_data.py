@@ -1,0 +1,216 @@
+"""What `autotune report` shows, read from the study: top configurations with their deploy
+commands, the reference, sample outputs, parameter importances and the environment.
+
+Only reads the storage and the artifact folder; the HTML is assembled in report_html.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import AutotuneError
+from autotune.export import Export
+from autotune.export_study import export_trial
+from autotune.params import PARAM_NAMES
+from autotune.select import Recommendation, is_feasible, objective_names, recommend, reference_trial
+
+TOP_N = 5
+EXPORT_FORMATS = ("swift", "lmdeploy")
+SAMPLE_ROWS = 12
+# PED-ANOVA compares the best tenth of the trials with the rest: with fewer trials than this
+# the "best tenth" is one trial and the importances say nothing.
+MIN_IMPORTANCE_TRIALS = 5
+
+
+@dataclass
+class TopConfig:
+    trial: FrozenTrial
+    recommended: bool
+    feasible: bool
+    on_front: bool
+    exports: dict[str, Export | str]  # an error message where the target cannot serve it
+
+
+@dataclass
+class Importances:
+    """Importance per parameter for each target; `message` says why there are none."""
+
+    by_target: dict[str, dict[str, float]] = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass
+class ReportData:
+    study: optuna.Study
+    trials: list[FrozenTrial]
+    complete: list[FrozenTrial]
+    recommendation: Recommendation
+    reference: FrozenTrial | None
+    top: list[TopConfig]
+    samples: list[dict[str, Any]]
+    samples_total: int
+    reference_answers: dict[str, str]
+    importances: Importances
+    environment: dict[str, Any]
+
+
+def finite(value: Any) -> float | None:
+    """A plottable number, or None for missing, non-numeric and NaN figures."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[str, Any]:
+    """The parameters whose value differs from the reference's (all searched ones without one)."""
+    config = trial.user_attrs.get("config") or {}
+    base = (reference.user_attrs.get("config") or {}) if reference is not None else {}
+    names = [n for n in PARAM_NAMES if n in trial.params or (base and n in config)]
+    return {n: config.get(n) for n in names if not base or config.get(n) != base.get(n)}
+
+
+def _exports(study: optuna.Study, trial: FrozenTrial) -> dict[str, Export | str]:
+    out: dict[str, Export | str] = {}
+    for fmt in EXPORT_FORMATS:
+        try:
+            out[fmt], _ = export_trial(study, trial_number=trial.number, fmt=fmt)
+        except AutotuneError as exc:
+            out[fmt] = str(exc)
+        except Exception as exc:  # an old or hand-edited trial config: say so, keep the report
+            out[fmt] = f"cannot render: {type(exc).__name__}: {exc}"
+    return out
+
+
+def top_configs(study: optuna.Study, rec: Recommendation) -> list[TopConfig]:
+    """The recommended trial first, then the feasible front, then other feasible trials."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    front_numbers = {t.number for t in rec.front}
+    feasible = sorted(
+        (t for t in complete if is_feasible(t)),
+        key=lambda t: (t.number not in front_numbers, -sign * t.values[0], t.number),
+    )
+    chosen = [rec.trial, *(t for t in feasible if t.number != rec.trial.number)][:TOP_N]
+    return [
+        TopConfig(
+            trial=t,
+            recommended=t.number == rec.trial.number,
+            feasible=is_feasible(t),
+            on_front=t.number in front_numbers,
+            exports=_exports(study, t),
+        )
+        for t in chosen
+    ]
+
+
+def _artifact_rows(trial: FrozenTrial, store: Any) -> list[dict[str, Any]] | None:
+    artifact_id = trial.user_attrs.get("sample_outputs_artifact")
+    if store is None or not artifact_id:
+        return None
+    try:
+        with store.open_reader(artifact_id) as reader:
+            rows = json.loads(reader.read().decode("utf-8"))
+    except Exception:  # a moved or pruned artifact folder: fall back to the stored answers
+        return None
+    return rows if isinstance(rows, list) else None
+
+
+def sample_outputs(trial: FrozenTrial, store: Any) -> list[dict[str, Any]]:
+    """Per-item rows (id, category, prompt, answer, references, score, passed) of a trial.
+
+    From its sample_outputs.json artifact; without one, from the answers and scores stored
+    as user attributes (no prompts or references then).
+    """
+    rows = _artifact_rows(trial, store)
+    if rows is not None:
+        return rows
+    predictions = trial.user_attrs.get("predictions") or {}
+    scores = trial.user_attrs.get("item_scores") or {}
+    passed = trial.user_attrs.get("item_passed") or {}
+    return [
+        {"id": i, "answer": a, "score": scores.get(i), "passed": passed.get(i)}
+        for i, a in sorted(predictions.items())
+    ]
+
+
+def _shown_samples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Failures first: they are what a reader needs to judge an accuracy drop.
+    return sorted(rows, key=lambda r: (bool(r.get("passed")), str(r.get("id"))))[:SAMPLE_ROWS]
+
+
+def importances(study: optuna.Study, complete: list[FrozenTrial]) -> Importances:
+    """PED-ANOVA importances (what optuna-dashboard uses; needs no scikit-learn)."""
+    if len(complete) < MIN_IMPORTANCE_TRIALS:
+        return Importances(
+            message=f"needs at least {MIN_IMPORTANCE_TRIALS} completed trials "
+            f"({len(complete)} so far)"
+        )
+    names = objective_names(study)
+    result = Importances()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "too few trials" warnings: the numbers say it
+        for index, (name, direction) in enumerate(zip(names, study.directions, strict=True)):
+            # PED-ANOVA takes lower as better.
+            sign = -1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+            try:
+                values = optuna.importance.get_param_importances(
+                    study,
+                    evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                    target=lambda t, i=index, s=sign: s * t.values[i],
+                )
+            except Exception as exc:  # e.g. a single value per parameter
+                return Importances(message=f"cannot compute importances: {exc}")
+            result.by_target[name] = values
+    if not any(any(v > 0 for v in values.values()) for values in result.by_target.values()):
+        result.message = "no parameter made a measurable difference yet"
+    return result
+
+
+def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any]:
+    """Where the study ran: the recorded device and versions, model and eval set."""
+    env: dict[str, Any] = {}
+    for trial in trials:  # the first trial that recorded one: all share the machine
+        if trial.user_attrs.get("environment"):
+            env.update(trial.user_attrs["environment"])
+            break
+    attrs = study.user_attrs
+    for key in ("model", "evalset", "space_name", "endpoint", "autotune_version"):
+        if attrs.get(key) is not None:
+            env[key] = attrs[key]
+    env["optuna_version"] = optuna.__version__
+    return env
+
+
+def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
+    """Everything the report shows, read once. `artifact_store` may be None (no artifacts)."""
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    rec = recommend(study)
+    reference = reference_trial(study)
+    rows = sample_outputs(rec.trial, artifact_store)
+    reference_answers: dict[str, str] = {}
+    if reference is not None and reference.number != rec.trial.number:
+        reference_answers = {
+            str(r.get("id")): r.get("answer") or ""
+            for r in sample_outputs(reference, artifact_store)
+        }
+    return ReportData(
+        study=study,
+        trials=trials,
+        complete=complete,
+        recommendation=rec,
+        reference=reference,
+        top=top_configs(study, rec),
+        samples=_shown_samples(rows),
+        samples_total=len(rows),
+        reference_answers=reference_answers,
+        importances=importances(study, complete),
+        environment=environment(study, trials),
+    )

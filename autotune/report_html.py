@@ -1,0 +1,317 @@
+"""`autotune report`: one self-contained HTML file to attach to a pull request.
+
+Plotly's JavaScript is embedded once, inline, so the file opens offline and nothing is
+fetched from a CDN. Data comes from report_data.py, figures from report_plots.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import __version__
+from autotune.errors import AutotuneError
+from autotune.export import Export
+from autotune.report_data import ReportData, TopConfig, changed_params, collect, finite
+from autotune.report_plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
+
+# (user attribute, label, format, higher is better) for the figures tables.
+FIGURES: tuple[tuple[str, str, str, bool], ...] = (
+    ("throughput_output_tokens_per_s", "throughput (tok/s)", ".1f", True),
+    ("e2e_latency_p95_ms", "e2e p95 (ms)", ".0f", False),
+    ("ttft_p50_ms", "TTFT p50 (ms)", ".0f", False),
+    ("tpot_p50_ms", "TPOT p50 (ms)", ".1f", False),
+    ("accuracy", "accuracy", ".3f", True),
+    ("peak_memory_mib", "peak memory (MiB)", ".0f", False),
+    ("startup_s", "start-up (s)", ".1f", False),
+)
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
+max-width:1280px;padding:16px 24px;color:#222;line-height:1.4}
+h1{margin-bottom:0}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+.sub{color:#666;margin-top:4px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.rec td{background:#eef8ee}.bad{color:#b00}.good{color:#070}
+pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all;
+font-size:12px;margin:4px 0}
+.grid{display:grid;grid-template-columns:minmax(320px,1fr) 2fr;gap:24px;align-items:start}
+.note{color:#666;font-style:italic}.tag{font-size:11px;padding:1px 6px;border-radius:8px;
+background:#eee;margin-left:4px}
+details{margin:4px 0}summary{cursor:pointer}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    number = finite(value)
+    return format(number, spec) if number is not None else "-"
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "(reference configuration)"
+
+
+def _set_values(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if v is not None}
+
+
+def _versus(value: Any, base: Any, higher_better: bool) -> str:
+    """Relative change against the reference, coloured by whether it is an improvement."""
+    v, b = finite(value), finite(base)
+    if v is None or b is None or b == 0:
+        return "-"
+    change = (v - b) / abs(b)
+    better = change > 0 if higher_better else change < 0
+    css = "good" if better else "bad" if change else ""
+    return f'<span class="{css}">{change:+.0%}</span>'
+
+
+def _figures_table(rec: FrozenTrial, ref: FrozenTrial | None) -> str:
+    head = "<tr><th>figure</th><th>recommended</th>"
+    head += "<th>reference</th><th>vs reference</th></tr>" if ref is not None else "</tr>"
+    rows = [head]
+    for key, label, spec, higher in FIGURES:
+        cells = f"<td>{_e(label)}</td><td class='num'>{_fmt(rec.user_attrs.get(key), spec)}</td>"
+        if ref is not None:
+            base = ref.user_attrs.get(key)
+            cells += f"<td class='num'>{_fmt(base, spec)}</td>"
+            cells += f"<td class='num'>{_versus(rec.user_attrs.get(key), base, higher)}</td>"
+        rows.append(f"<tr>{cells}</tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _paired_line(trial: FrozenTrial) -> str:
+    paired = trial.user_attrs.get("paired_vs_reference")
+    if not paired:
+        return ""
+    conf = finite(paired.get("confidence")) or 0.0
+    return (
+        f"<p>Accuracy vs reference on the same {_e(paired.get('n_items'))} items: "
+        f"{_fmt(paired.get('accuracy_diff'), '+.3f')} "
+        f"({conf:.0%} interval {_fmt(paired.get('ci_low'), '+.3f')} to "
+        f"{_fmt(paired.get('ci_high'), '+.3f')}; McNemar p = "
+        f"{_fmt(paired.get('mcnemar_p'), '.3g')})</p>"
+    )
+
+
+def _samples_table(data: ReportData) -> str:
+    if not data.samples:
+        return "<p class='note'>No sample outputs stored for this trial.</p>"
+    with_ref = bool(data.reference_answers)
+    head = ["item", "category", "prompt", "answer", "expected", "score"]
+    if with_ref:
+        head.insert(4, "reference trial's answer")
+    rows = ["<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for r in data.samples:
+        refs = r.get("references") or []
+        cells = [
+            _e(r.get("id")),
+            _e(r.get("category", "")),
+            _e(r.get("prompt", "")),
+            f"<b>{_e(r.get('answer') or '')}</b>",
+            _e(" | ".join(str(x) for x in refs)),
+            f"<span class='{'good' if r.get('passed') else 'bad'}'>"
+            f"{_fmt(r.get('score'), '.2f')}</span>",
+        ]
+        if with_ref:
+            cells.insert(4, _e(data.reference_answers.get(str(r.get("id")), "-")))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    more = data.samples_total - len(data.samples)
+    tail = (
+        f"<p class='note'>{more} more items (failures shown first) in the trial's "
+        "sample_outputs.json artifact.</p>"
+        if more > 0
+        else ""
+    )
+    return "<table class='samples'>" + "".join(rows) + "</table>" + tail
+
+
+def _export_block(fmt: str, export: Export | str) -> str:
+    if isinstance(export, str):
+        return f"<div><b>{_e(fmt)}</b>: <span class='note'>{_e(export)}</span></div>"
+    exact = "" if export.exact else " <span class='tag'>not exact</span>"
+    return f"<div><b>{_e(fmt)}</b>{exact}<pre class='export'>{_e(export.text)}</pre></div>"
+
+
+def _top_section(data: ReportData) -> str:
+    study = data.study.study_name
+    rows = ["<tr><th>trial</th>"]
+    rows[0] += "".join(f"<th>{_e(label)}</th>" for _, label, _, _ in FIGURES[:6])
+    rows[0] += "<th>parameters (changed from the reference)</th></tr>"
+    blocks = []
+    for top in data.top:
+        rows.append(_top_row(top, data))
+        exports = "".join(_export_block(f, e) for f, e in top.exports.items())
+        open_attr = " open" if top.recommended else ""
+        blocks.append(
+            f"<details{open_attr}><summary>trial {top.trial.number} deploy commands "
+            f"(<code>autotune export --study {_e(study)} --trial {top.trial.number} "
+            f"--format swift|lmdeploy|vllm|yaml</code>)</summary>{exports}</details>"
+        )
+    return "<table class='top'>" + "".join(rows) + "</table>" + "".join(blocks)
+
+
+def _top_row(top: TopConfig, data: ReportData) -> str:
+    tags = []
+    if top.recommended:
+        tags.append("recommended")
+    if top.on_front:
+        tags.append("Pareto")
+    if not top.feasible:
+        tags.append("infeasible")
+    if top.trial.user_attrs.get("is_reference"):
+        tags.append("reference")
+    label = str(top.trial.number) + "".join(f"<span class='tag'>{t}</span>" for t in tags)
+    figures = "".join(
+        f"<td class='num'>{_fmt(top.trial.user_attrs.get(key), spec)}</td>"
+        for key, _, spec, _ in FIGURES[:6]
+    )
+    params = _e(_params_text(changed_params(top.trial, data.reference)))
+    css = " class='rec'" if top.recommended else ""
+    return f"<tr{css}><td>{label}</td>{figures}<td>{params}</td></tr>"
+
+
+def _reason(trial: FrozenTrial) -> str:
+    reason = trial.user_attrs.get("failure_reason")
+    if reason:
+        return str(reason)
+    # Optuna keeps no message for a pruned trial; screening is the only thing that prunes.
+    return "screening: accuracy already below the floor" if trial.state == TrialState.PRUNED else ""
+
+
+def _unfinished_section(data: ReportData) -> str:
+    rows = [
+        f"<tr><td>{t.number}</td><td>{_e(t.state.name)}</td>"
+        f"<td>{_e(_params_text(changed_params(t, data.reference)))}</td>"
+        f"<td>{_e(_reason(t))}</td></tr>"
+        for t in data.trials
+        if t.state in (TrialState.FAIL, TrialState.PRUNED)
+    ]
+    if not rows:
+        return ""
+    head = "<tr><th>trial</th><th>state</th><th>parameters</th><th>reason</th></tr>"
+    return (
+        "<h2>Trials that did not complete</h2><p>A failed trial keeps its log tail in the "
+        "<code>log_tail</code> user attribute and, for new studies, a <code>log_tail.txt</code> "
+        "artifact (see <code>autotune dashboard</code>).</p><table>"
+        + head
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _figure_html(fig: Any, div_id: str) -> str:
+    if fig is None:
+        return "<p class='note'>Not enough completed trials with these figures yet.</p>"
+    return str(
+        fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=div_id,
+            config={"displaylogo": False, "responsive": True},
+        )
+    )
+
+
+def render(data: ReportData) -> str:
+    """The whole report as one HTML document."""
+    from plotly.offline import get_plotlyjs
+
+    study = data.study
+    rec = data.recommendation
+    counts = {s.name.lower(): sum(t.state == s for t in data.trials) for s in TrialState}
+    summary = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+    env = data.environment
+    ref = data.reference
+    ref_line = (
+        f"<p>Reference: trial {ref.number} — "
+        f"{_e(_params_text(_set_values(ref.user_attrs.get('config') or {})))}"
+        "</p>"
+        if ref is not None
+        else "<p class='note'>No completed reference trial.</p>"
+    )
+    imp = data.importances
+    importance = _figure_html(importance_figure(imp), "plot-importance") if imp.by_target else ""
+    if imp.message:
+        importance += f"<p class='note'>Parameter importances: {_e(imp.message)}.</p>"
+    generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    env_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in env.items())
+    feasible_note = "" if rec.feasible else " <span class='tag bad'>best effort</span>"
+    notes = [str(n) for n in study.user_attrs.get("notes") or []]
+    if study.user_attrs.get("dummy_weights"):
+        notes.insert(
+            0,
+            "measured with random (dummy) weights: speed and memory only, accuracy "
+            "was not measured",
+        )
+    notes_html = "".join(f"<p class='note'>note: {_e(n)}</p>" for n in notes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>autotune report: {_e(study.study_name)}</title>
+<style>{CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>autotune report: {_e(study.study_name)}</h1>
+<p class="sub">model {_e(env.get("model", "?"))} · {len(data.trials)} trials ({summary}) ·
+generated {generated} by autotune {_e(__version__)}</p>
+{notes_html}
+
+<h2 id="recommended">Recommended: trial {rec.trial.number}{feasible_note}</h2>
+<p>{_e(rec.reason)}. Parameters: <code>{_e(_params_text(changed_params(rec.trial, ref)))}</code></p>
+<div class="grid"><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}{ref_line}</div>
+<div><h3>Sample outputs of trial {rec.trial.number}</h3>{_samples_table(data)}</div></div>
+
+<h2 id="pareto">Pareto front</h2>
+{_figure_html(pareto_figure(data), "plot-pareto")}
+
+<h2 id="top">Top configurations</h2>
+{_top_section(data)}
+
+<h2 id="image-side">Accuracy vs image size</h2>
+{_figure_html(accuracy_figure(data), "plot-accuracy")}
+
+<h2 id="batch">Latency and throughput vs batch size</h2>
+{_figure_html(batch_figure(data), "plot-batch")}
+
+<h2 id="importance">Parameter importances</h2>
+{importance}
+{_unfinished_section(data)}
+<h2 id="environment">Environment</h2>
+<table>{env_rows}</table>
+</body></html>
+"""
+
+
+def write_report(study_name: str | None, storage_url: str | None, *, out: str | Path) -> Path:
+    """Write the report of an existing study to `out`; never creates a database."""
+    from optuna.artifacts import FileSystemArtifactStore
+
+    from autotune.storage import artifact_dir, default_storage_url, load_study
+
+    study = load_study(study_name, storage_url)
+    url = storage_url or default_storage_url(study.study_name)
+    store_dir = artifact_dir(url, study.study_name)
+    store = FileSystemArtifactStore(store_dir) if store_dir.is_dir() else None
+    document = render(collect(study, artifact_store=store))
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written beside the target and renamed: a reader never sees half a report.
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(document, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise AutotuneError(f"cannot write report to {path}: {exc.strerror or exc}") from None
+    return path

@@ -1,0 +1,274 @@
+"""The report's Plotly figures, built from trial user attributes (units in the names).
+
+Figures are built from plain lists, not numpy arrays, so their data is readable in the HTML
+(Plotly encodes arrays as base64) and a test can find the figures in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from autotune.report_data import Importances, ReportData, changed_params, finite
+from autotune.select import CONSTRAINT_NAMES, constraint_values, is_feasible
+
+THROUGHPUT = "throughput_output_tokens_per_s"
+P95 = "e2e_latency_p95_ms"
+FEASIBLE_COLOUR = "#1f77b4"
+INFEASIBLE_COLOUR = "#d62728"
+GROUPS = ((True, "feasible", FEASIBLE_COLOUR), (False, "infeasible", INFEASIBLE_COLOUR))
+LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 440,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    "legend": {"orientation": "h", "y": -0.18},
+}
+
+
+def _go() -> Any:
+    import plotly.graph_objects as go
+
+    return go
+
+
+def _hover(trial: FrozenTrial, data: ReportData) -> str:
+    a = trial.user_attrs
+    lines = [f"trial {trial.number}" + (" (reference)" if a.get("is_reference") else "")]
+    lines += [f"{k}={v}" for k, v in changed_params(trial, data.reference).items()]
+    for key, label in ((THROUGHPUT, "tok/s"), (P95, "p95 ms"), ("accuracy", "accuracy")):
+        value = finite(a.get(key))
+        lines.append(f"{label}: {value:.4g}" if value is not None else f"{label}: -")
+    violated = [n for n, v in zip(CONSTRAINT_NAMES, constraint_values(trial), strict=True) if v > 0]
+    if violated:
+        lines.append("violates: " + ", ".join(violated))
+    return "<br>".join(lines)
+
+
+def _points(trials: Iterable[FrozenTrial], x_key: str, y_key: str) -> list[FrozenTrial]:
+    return [
+        t
+        for t in trials
+        if finite(t.user_attrs.get(x_key)) is not None
+        and finite(t.user_attrs.get(y_key)) is not None
+    ]
+
+
+def _accuracy_range(trials: list[FrozenTrial]) -> dict[str, float]:
+    """Colour range over the measured accuracies, never wider than 0..1 nor a single value."""
+    values = [v for t in trials if (v := finite(t.user_attrs.get("accuracy"))) is not None]
+    if not values:
+        return {}
+    low, high = min(values), max(values)
+    if high - low < 0.02:
+        low, high = low - 0.05, high + 0.05
+    return {"cmin": max(0.0, low), "cmax": min(1.0, high)}
+
+
+def pareto_figure(data: ReportData) -> Any:
+    """Throughput against p95 latency; colour = accuracy, x = infeasible, line = front."""
+    go = _go()
+    fig = go.Figure()
+    points = _points(data.complete, P95, THROUGHPUT)
+    for feasible, name, symbol in ((True, "feasible", "circle"), (False, "infeasible", "x")):
+        group = [t for t in points if is_feasible(t) == feasible]
+        if not group:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[t.user_attrs[P95] for t in group],
+                y=[t.user_attrs[THROUGHPUT] for t in group],
+                mode="markers+text",
+                name=name,
+                text=[str(t.number) for t in group],
+                textposition="top center",
+                hovertext=[_hover(t, data) for t in group],
+                hoverinfo="text",
+                customdata=[t.number for t in group],
+                marker={
+                    "symbol": symbol,
+                    "size": 13,
+                    "color": [finite(t.user_attrs.get("accuracy")) for t in group],
+                    "coloraxis": "coloraxis",
+                    "line": {"width": 1, "color": "#333"},
+                },
+            )
+        )
+    front = sorted(
+        _points(data.recommendation.front, P95, THROUGHPUT), key=lambda t: t.user_attrs[P95]
+    )
+    if len(front) > 1:
+        fig.add_trace(
+            go.Scatter(
+                x=[t.user_attrs[P95] for t in front],
+                y=[t.user_attrs[THROUGHPUT] for t in front],
+                mode="lines",
+                name="feasible Pareto front",
+                line={"dash": "dot", "color": "#555", "shape": "hv"},
+                hoverinfo="skip",
+            )
+        )
+    marks = [(data.recommendation.trial, "recommended", "circle-open", 26, "#2ca02c")]
+    if data.reference is not None:
+        marks.append((data.reference, "reference", "star-open", 24, "#ff7f0e"))
+    for trial, name, symbol, size, colour in marks:
+        if not _points([trial], P95, THROUGHPUT):
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[trial.user_attrs[P95]],
+                y=[trial.user_attrs[THROUGHPUT]],
+                mode="markers",
+                name=f"{name} (trial {trial.number})",
+                marker={"symbol": symbol, "size": size, "color": colour, "line": {"width": 3}},
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title="Throughput vs p95 latency (up and left is better)",
+        xaxis_title="e2e latency p95 (ms)",
+        yaxis_title="output tokens / s",
+        coloraxis={
+            "colorscale": "Viridis",
+            "colorbar": {"title": {"text": "accuracy"}},
+            **_accuracy_range(points),
+        },
+    )
+    return fig
+
+
+def _side_label(side: Any) -> str:
+    return "full" if side is None else str(side)
+
+
+def _config_value(trial: FrozenTrial, name: str) -> Any:
+    return (trial.user_attrs.get("config") or {}).get(name, trial.params.get(name))
+
+
+def _category_order(values: Iterable[Any]) -> list[str]:
+    distinct = set(values)
+    numbers = sorted(v for v in distinct if isinstance(v, (int, float)))
+    return [str(v) for v in numbers] + (["full"] if None in distinct else [])
+
+
+def _accuracy_floor(data: ReportData) -> float | None:
+    accuracy = ((data.study.user_attrs.get("space") or {}).get("constraints") or {}).get(
+        "accuracy"
+    ) or {}
+    if not accuracy.get("enabled", True):
+        return None
+    if accuracy.get("mode") == "absolute":
+        return finite(accuracy.get("min"))
+    ref = finite(data.reference.user_attrs.get("accuracy")) if data.reference else None
+    drop = finite(accuracy.get("max_drop"))
+    return ref - drop if ref is not None and drop is not None else None
+
+
+def accuracy_figure(data: ReportData) -> Any | None:
+    """Accuracy against image_max_side, one point per completed trial."""
+    go = _go()
+    trials = [t for t in data.complete if finite(t.user_attrs.get("accuracy")) is not None]
+    if not trials:
+        return None
+    order = _category_order(_config_value(t, "image_max_side") for t in trials)
+    fig = go.Figure()
+    for feasible, name, colour in GROUPS:
+        group = [t for t in trials if is_feasible(t) == feasible]
+        if group:
+            fig.add_trace(
+                go.Scatter(
+                    x=[_side_label(_config_value(t, "image_max_side")) for t in group],
+                    y=[t.user_attrs["accuracy"] for t in group],
+                    mode="markers",
+                    name=name,
+                    marker={"size": 11, "color": colour, "opacity": 0.8},
+                    hovertext=[_hover(t, data) for t in group],
+                    hoverinfo="text",
+                    customdata=[t.number for t in group],
+                )
+            )
+    floor = _accuracy_floor(data)
+    if floor is not None:
+        fig.add_hline(
+            y=floor, line_dash="dash", line_color="#888", annotation_text=f"floor {floor:.3f}"
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title="Accuracy vs image max side",
+        xaxis={
+            "title": "image_max_side (px)",
+            "type": "category",
+            "categoryorder": "array",
+            "categoryarray": order,
+        },
+        yaxis_title="accuracy",
+    )
+    return fig
+
+
+def batch_figure(data: ReportData) -> Any | None:
+    """Throughput and p95 latency against batch size, side by side."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    trials = _points(data.complete, P95, THROUGHPUT)
+    if not trials:
+        return None
+    order = _category_order(_config_value(t, "batch_size") for t in trials)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput", "p95 e2e latency"))
+    for feasible, name, colour in GROUPS:
+        group = [t for t in trials if is_feasible(t) == feasible]
+        for col, key in ((1, THROUGHPUT), (2, P95)):
+            if not group:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[str(_config_value(t, "batch_size")) for t in group],
+                    y=[t.user_attrs[key] for t in group],
+                    mode="markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    marker={"size": 11, "color": colour, "opacity": 0.8},
+                    hovertext=[_hover(t, data) for t in group],
+                    hoverinfo="text",
+                    customdata=[t.number for t in group],
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(
+        type="category", categoryorder="array", categoryarray=order, title_text="batch_size"
+    )
+    fig.update_yaxes(title_text="output tokens / s", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=1, col=2)
+    fig.update_layout(**LAYOUT, title="Throughput and latency vs batch size")
+    return fig
+
+
+def importance_figure(imp: Importances) -> Any | None:
+    """Horizontal bars: PED-ANOVA importance of each parameter, one colour per objective."""
+    if not imp.by_target:
+        return None
+    go = _go()
+    params = sorted({p for values in imp.by_target.values() for p in values})
+    fig = go.Figure()
+    for target, values in imp.by_target.items():
+        fig.add_trace(
+            go.Bar(
+                y=params,
+                x=[round(values.get(p, 0.0), 4) for p in params],
+                orientation="h",
+                name=target,
+            )
+        )
+    layout = {**LAYOUT, "height": max(300, 90 + 40 * len(params) * len(imp.by_target))}
+    fig.update_layout(
+        **layout,
+        barmode="group",
+        title="Parameter importance (PED-ANOVA, per objective)",
+        xaxis_title="importance (normalised)",
+    )
+    return fig

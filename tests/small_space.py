@@ -1,0 +1,44 @@
+"""Small, fast space files for tests that run real studies: a few items, few requests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "models" / "tiny-qwen3-vl"
+SMOKE_SET = REPO / "evalsets" / "smoke"
+
+
+def small_evalset(tmp_path: Path, n_text: int = 6, n_shapes: int = 2) -> Path:
+    """The first items of each category of the smoke set, copied with their images."""
+    target = tmp_path / "evalset"
+    (target / "images").mkdir(parents=True, exist_ok=True)
+    lines = (SMOKE_SET / "items.jsonl").read_text(encoding="utf-8").splitlines()
+    quota = {"text_line": n_text, "shapes": n_shapes}
+    kept = []
+    for line in lines:
+        item = json.loads(line)
+        if quota.get(item["category"], 0) > 0:
+            quota[item["category"]] -= 1
+            shutil.copy(SMOKE_SET / item["image"], target / item["image"])
+            kept.append(line)
+    (target / "items.jsonl").write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return target
+
+
+def small_space(tmp_path: Path, **overrides: Any) -> Path:
+    """A copy of the smoke space pointing at absolute paths, with fewer requests."""
+    data = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
+    data["model"] = str(MODEL)
+    data["evalset"] = str(small_evalset(tmp_path))
+    data["workload"] = {"warmup_requests": 1, "requests": 4}
+    data["screening"] = {"items": 0}
+    data.update(overrides)
+    path = tmp_path / f"{data.get('name', 'small')}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path

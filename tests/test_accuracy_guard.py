@@ -1,0 +1,60 @@
+"""The accuracy floor is what protects accuracy: switch it off and the recommendation changes.
+
+A planted degradation: `max_new_tokens: 2` truncates every text-line answer of the bundled
+model (which reads them when given room), and is always faster. With the floor on, the study
+must recommend the full-length configuration; with the floor off, the truncated one wins.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from small_space import small_space
+
+from autotune.select import recommend
+
+pytestmark = pytest.mark.slow
+
+
+def run_study(tmp_path: Path, name: str, *, floor_enabled: bool) -> optuna.Study:
+    space = small_space(
+        tmp_path,
+        name=name,
+        trials=3,
+        sampler={"n_startup_trials": 10},
+        objectives=[{"metric": "e2e_latency_p95_ms"}],
+        constraints={"accuracy": {"mode": "relative", "max_drop": 0.05,
+                                  "enabled": floor_enabled}},
+        params={"max_new_tokens": {"choices": [16, 2]}, "batch_size": {"choices": [1, 2]}},
+    )
+    db = tmp_path / f"{name}.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "run", "--space", str(space),
+         "--storage", f"sqlite:///{db}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+
+
+def test_switching_the_floor_off_changes_the_recommendation(tmp_path: Path) -> None:
+    guarded = run_study(tmp_path, "guarded", floor_enabled=True)
+    unguarded = run_study(tmp_path, "unguarded", floor_enabled=False)
+    # Same seed, same random start-up: both studies tried the same configurations.
+    assert [t.params for t in guarded.trials] == [t.params for t in unguarded.trials]
+    assert any(t.params["max_new_tokens"] == 2 for t in guarded.trials)
+
+    guarded_pick = recommend(guarded)
+    unguarded_pick = recommend(unguarded)
+    assert guarded_pick.feasible
+    assert guarded_pick.trial.user_attrs["config"]["max_new_tokens"] == 16
+    assert unguarded_pick.trial.user_attrs["config"]["max_new_tokens"] == 2
+    reference_accuracy = guarded.trials[0].user_attrs["accuracy"]
+    assert unguarded_pick.trial.user_attrs["accuracy"] < reference_accuracy - 0.05

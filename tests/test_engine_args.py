@@ -1,0 +1,103 @@
+"""engine_args in a space file: validated, normalised, refused when they shadow a parameter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.engine_args import RESERVED, EngineArgs, render_flags
+from autotune.errors import SpaceError
+from autotune.space import load_space
+
+BASE = {
+    "model": "some/model",
+    "reference": {"dtype": "bfloat16"},
+    "params": {"backend": {"choices": ["transformers", "lmdeploy"]}},
+}
+
+
+def space_with(tmp_path: Path, engine_args: object) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "engine_args": engine_args}), encoding="utf-8")
+    return path
+
+
+def test_keys_are_normalised_per_format(tmp_path: Path) -> None:
+    space = load_space(
+        str(
+            space_with(
+                tmp_path,
+                {
+                    "lmdeploy": {"vision_max_batch_size": 16, "--enable-prefix-caching": True},
+                    "swift": {"max-pixels": 1000},
+                },
+            )
+        )
+    )
+    assert space.engine_args.for_format("lmdeploy") == {
+        "vision-max-batch-size": 16,
+        "enable-prefix-caching": True,
+    }
+    assert space.engine_args.for_format("swift") == {"max_pixels": 1000}
+    assert space.engine_args.for_format("yaml") == {}
+    # Stored with the study (space dump) in the same normalised form.
+    dumped = space.model_dump(mode="json")["engine_args"]
+    assert dumped["lmdeploy"]["vision-max-batch-size"] == 16
+
+
+@pytest.mark.parametrize(
+    ("fmt", "key", "owner"),
+    [
+        ("lmdeploy", "max-batch-size", "batch_size"),
+        ("lmdeploy", "cache_max_entry_count", "kv_cache_fraction"),
+        ("lmdeploy", "eager-mode", "compile_mode"),
+        ("lmdeploy", "dtype", "dtype"),
+        ("vllm", "enforce_eager", "compile_mode"),
+        ("vllm", "max-num-seqs", "batch_size"),
+        ("swift", "torch-dtype", "dtype"),
+    ],
+)
+def test_a_key_that_duplicates_a_typed_parameter_is_one_line_error(
+    tmp_path: Path, fmt: str, key: str, owner: str
+) -> None:
+    with pytest.raises(SpaceError) as info:
+        load_space(str(space_with(tmp_path, {fmt: {key: 1}})))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "space.yaml" in message and f"engine_args.{fmt}" in message
+    assert owner in message and "remove it from engine_args" in message
+
+
+def test_unknown_format_and_bad_values_are_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SpaceError, match="engine_args.tensorrt: unknown field"):
+        load_space(str(space_with(tmp_path, {"tensorrt": {"x": 1}})))
+    with pytest.raises(SpaceError, match="engine_args.lmdeploy"):
+        load_space(str(space_with(tmp_path, {"lmdeploy": {"session-len": None}})))
+    with pytest.raises(SpaceError, match="given twice"):
+        load_space(str(space_with(tmp_path, {"lmdeploy": {"session-len": 1, "session_len": 2}})))
+
+
+def test_render_flags_by_value_type() -> None:
+    args = EngineArgs(
+        lmdeploy={
+            "tp": 1,
+            "enable-prefix-caching": True,
+            "empty-init": False,
+            "cudagraph-capture-batch-sizes": [1, 8],
+            "hf-overrides": {"text_config": {"rope_theta": 1e6}},
+        }
+    ).for_format("lmdeploy")
+    assert render_flags("lmdeploy", args) == [
+        "--tp", "1",
+        "--enable-prefix-caching",
+        "--cudagraph-capture-batch-sizes", "1", "8",
+        "--hf-overrides", '{"text_config":{"rope_theta":1000000.0}}',
+    ]  # fmt: skip
+    assert render_flags("swift", {"stream": False}) == ["--stream", "false"]
+
+
+def test_reserved_flags_use_each_engines_spelling() -> None:
+    assert all("_" not in key for key in RESERVED["lmdeploy"])
+    assert all("-" not in key for key in RESERVED["swift"])

@@ -1,0 +1,264 @@
+"""Evaluation sets: loader errors, the committed sets, and the synthetic generators."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from autotune.errors import EvalsetError
+from autotune.evalset import synth
+from autotune.evalset.dataset import EVALSETS_DIR, load_evalset, summary
+from autotune.evalset.metrics import get_metric
+
+GOOD = {
+    "id": "line-0001",
+    "category": "text_line",
+    "image": "images/a.png",
+    "prompt": "Read the text in the image. Answer with the text only.",
+    "answers": ["AB12CD"],
+    "metric": "exact_match",
+    "meta": {"font_px": 14},
+}
+
+
+def write_set(tmp_path: Path, lines: list[Any], *, images: tuple[str, ...] = ("a.png",)) -> Path:
+    """Write items.jsonl (dicts as JSON, strings verbatim) and small PNG images."""
+    (tmp_path / "images").mkdir(exist_ok=True)
+    for name in images:
+        Image.new("RGB", (40, 20), "white").save(tmp_path / "images" / name)
+    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
+    path = tmp_path / "items.jsonl"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def item(**changes: Any) -> dict[str, Any]:
+    return {**GOOD, **changes}
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(EvalsetError) as info:
+        load_evalset(path)
+    message = str(info.value)
+    assert "\n" not in message  # the CLI prints it as one line
+    return message
+
+
+def test_loads_a_valid_set_from_folder_or_file(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(), item(id="line-0002", category="other", metric="cer")])
+    for target in (tmp_path, path, str(path)):
+        evalset = load_evalset(target)
+        assert [i.id for i in evalset.items] == ["line-0001", "line-0002"]
+    assert evalset.name == tmp_path.name
+    assert summary(evalset) == {
+        "name": tmp_path.name,
+        "path": str(path),
+        "items": 2,
+        "categories": {"other": 1, "text_line": 1},
+        "metrics": {"cer": 1, "exact_match": 1},
+    }
+    image = evalset.items[0].load_image()
+    assert image.mode == "RGB" and image.size == (40, 20)
+    assert evalset.items[0].image_path == tmp_path / "images" / "a.png"
+
+
+def test_bad_json_names_file_and_line(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(), item(id="b"), '{"id": "c", "category": '])
+    message = load_error(path)
+    assert "items.jsonl" in message and "line 3" in message and "not valid JSON" in message
+
+
+def test_blank_lines_are_skipped_but_counted(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(), "", item(id="b", metric="nope")])
+    assert "line 3" in load_error(path)
+
+
+def test_missing_image(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(), item(id="b", image="images/missing.png")])
+    message = load_error(path)
+    assert "line 2" in message and "images/missing.png" in message and "not found" in message
+
+
+def test_unreadable_image(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(image="images/broken.png")])
+    (tmp_path / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
+    assert "cannot be read" in load_error(path)
+
+
+def test_duplicate_id(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(), item(id="x"), item()])
+    message = load_error(path)
+    assert "line 3" in message and "duplicate id 'line-0001'" in message
+    assert "first used on line 1" in message
+
+
+def test_unknown_metric_suggests(tmp_path: Path) -> None:
+    message = load_error(write_set(tmp_path, [item(metric="exact-match")]))
+    assert "line 1" in message and "did you mean 'exact_match'" in message
+
+
+def test_unknown_extra_metric(tmp_path: Path) -> None:
+    message = load_error(write_set(tmp_path, [item(meta={"extra_metrics": ["cerr"]})]))
+    assert "extra_metrics" in message and "did you mean 'cer'" in message
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ({k: v for k, v in GOOD.items() if k != "answers"}, "missing field 'answers'"),
+        (item(colour="red"), "unknown field 'colour'"),
+        (item(answers=[]), "answers"),
+        (item(answers=["ok", "  "]), "answers must be non-empty strings"),
+        (item(id=""), "id"),
+        (item(meta={"extra_metrics": "cer"}), "extra_metrics must be a list"),
+        ([1, 2], "expected a JSON object"),
+    ],
+)
+def test_malformed_items(tmp_path: Path, record: Any, expected: str) -> None:
+    message = load_error(write_set(tmp_path, [record]))
+    assert "line 1" in message and expected in message
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = write_set(tmp_path, ["", "  "])
+    assert "has no items" in load_error(path)
+
+
+def test_unknown_name_lists_bundled_sets() -> None:
+    with pytest.raises(EvalsetError, match=r"no evaluation set named 'nope'.*smoke"):
+        load_evalset("nope")
+
+
+# --- the committed sets ---------------------------------------------------------------------
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_smoke_set() -> None:
+    evalset = load_evalset("smoke")
+    info = summary(evalset)
+    assert info["items"] >= 20
+    assert set(info["categories"]) == {"text_line", "shapes"}
+    assert folder_bytes(EVALSETS_DIR / "smoke") < 1_000_000
+    for it in evalset.items:
+        # One short answer per item keeps the tiny model's generations short.
+        assert len(it.answers[0].split()) == 1
+        assert max(it.meta["width"], it.meta["height"]) <= 512
+
+
+def test_ocr_caption_set() -> None:
+    evalset = load_evalset("ocr-caption")
+    info = summary(evalset)
+    assert info["items"] >= 120
+    assert len(info["categories"]) >= 5
+    assert min(info["categories"].values()) >= 5
+    assert folder_bytes(EVALSETS_DIR / "ocr-caption") < 25_000_000
+    ocr = [i for i in evalset.items if i.category not in ("shapes", "photo")]
+    sizes = {i.meta["font_px"] for i in ocr}
+    assert min(sizes) <= 12 and max(sizes) >= 24  # a spread of font sizes
+
+
+def perfect_answer(metric: str, answers: list[str]) -> str:
+    # Set-valued metrics need every reference stated, each by its first alternative.
+    if metric == "fact_recall":  # "purple|violet square|box" -> "purple square"
+        return ", ".join(" ".join(p.split("|")[0] for p in ref.split(" ", 1)) for ref in answers)
+    if metric == "keyword_recall":  # "cup|coffee" -> "cup"
+        return ", ".join(ref.split("|")[0] for ref in answers)
+    return answers[0]
+
+
+@pytest.mark.parametrize("name", ["smoke", "ocr-caption"])
+def test_committed_answers_score_perfectly(name: str) -> None:
+    """Each item's own reference passes its metric, and its prompt is a synth prompt."""
+    # A template's {placeholder} matches any filling; the rest must match word for word.
+    templates = [v for k, v in vars(synth).items() if k.startswith("PROMPT_")]
+    patterns = [
+        re.compile(".+".join(re.escape(part) for part in re.split(r"\{\w+\}", t)) + "$")
+        for t in templates
+    ]
+    for it in load_evalset(name).items:
+        metric = get_metric(it.metric)
+        assert metric(perfect_answer(it.metric, it.answers), it.answers) == 1.0, it.id
+        assert any(p.match(it.prompt) for p in patterns), it.prompt
+        for extra in it.meta.get("extra_metrics", []):
+            assert get_metric(extra)(it.answers[0], it.answers) == 1.0, it.id
+
+
+# --- generators -----------------------------------------------------------------------------
+
+
+def test_generators_are_deterministic() -> None:
+    for make in (synth.text_line, synth.document, synth.receipt, synth.shapes_scene):
+        a, b = make(random.Random("t/1")), make(random.Random("t/1"))
+        assert a.answers == b.answers and a.prompt == b.prompt
+        assert a.image.tobytes() == b.image.tobytes()
+        assert make(random.Random("t/2")).image.tobytes() != a.image.tobytes()
+
+
+def test_text_line_knobs() -> None:
+    it = synth.text_line(random.Random(3), content="code", length=7, font_px=12, canvas=(300, 90))
+    assert len(it.answers[0]) == 7 and set(it.answers[0]) <= set(synth.SAFE_CHARS)
+    assert it.image.size == (300, 90) and it.meta["font_px"] == 12
+    assert it.prompt == synth.PROMPT_TEXT_LINE
+
+
+def test_receipt_adds_up() -> None:
+    for seed in range(5):
+        it = synth.receipt(random.Random(seed), ask="total")
+        lines = it.meta["lines"]
+        amounts = [Decimal(line.split()[-1]) for line in lines if re.search(r"\dx\d", line)]
+        tax = Decimal(next(line for line in lines if line.startswith("Tax")).split()[-1])
+        assert sum(amounts) + tax == Decimal(it.answers[0]) == Decimal(it.meta["total"])
+
+
+def test_document_field_answer_is_printed() -> None:
+    it = synth.document(random.Random(5), question="field", n_lines=8)
+    key = it.meta["key"]
+    assert f'"{key}"' in it.prompt
+    assert it.meta["fields"][key] == it.answers[0]
+    assert 5 <= it.meta["n_lines"] <= 15
+
+
+def test_shapes_answers_match_scene() -> None:
+    for seed in range(10):
+        it = synth.shapes_scene(random.Random(seed), question="count")
+        what = re.search(r"How many (.+) are", it.prompt).group(1)
+        objects = it.meta["objects"]
+        if what == "shapes":
+            expected = len(objects)
+        elif what.endswith(" shapes"):
+            expected = sum(o.startswith(what.split()[0] + " ") for o in objects)
+        else:
+            expected = sum(o.endswith(" " + what[:-1]) for o in objects)
+        assert it.answers[0] == str(expected)
+
+
+def test_bar_chart_value_is_labelled() -> None:
+    it = synth.bar_chart(random.Random(1), ask="value")
+    label = re.search(r'"(.+)"', it.prompt).group(1)
+    assert it.meta["values"][label] == it.answers[0]
+    assert it.metric == "relaxed_accuracy"
+
+
+def test_photo_keywords() -> None:
+    pytest.importorskip("skimage")
+    it = synth.photo("chelsea")
+    assert it.image.mode == "RGB" and max(it.image.size) <= 1024
+    assert get_metric(it.metric)("A tabby cat looking at the camera.", it.answers) == 1.0
+
+
+def test_chinese_line() -> None:
+    if not synth.CJK_FONT.is_file():
+        pytest.skip("fonts-wqy-microhei is not installed")
+    it = synth.chinese_line(random.Random(2), n_chars=12)
+    assert len(it.answers[0]) >= 12 and it.metric == "cer"
+    assert all("\u4e00" <= ch <= "\u9fff" for ch in it.answers[0])

@@ -1,0 +1,106 @@
+"""Failures stay contained: a killed worker fails one trial, Ctrl-C stops everything, resume.
+
+Real processes throughout: the worker is killed with SIGKILL as the kernel's OOM killer would,
+and Ctrl-C is a real SIGINT to `autotune run`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+from small_space import small_space
+
+pytestmark = pytest.mark.slow
+
+
+def start_run(space: Path, db: Path, trials: int, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "run", "--space", str(space), "--trials",
+         str(trials), "--study", "s", "--storage", f"sqlite:///{db}"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def workers_of(run: subprocess.Popen[str]) -> list[psutil.Process]:
+    """Worker processes started by this `autotune run` (other tests may run their own)."""
+    try:
+        children = psutil.Process(run.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for proc in children:
+        try:
+            if "autotune.worker" in proc.cmdline():
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def wait_for_new_worker(
+    run: subprocess.Popen[str], seen: set[int], timeout_s: float = 240
+) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in workers_of(run):
+            if proc.pid not in seen:
+                return proc
+        time.sleep(0.2)
+    raise AssertionError("no worker process appeared")
+
+
+def test_killed_worker_fails_one_trial_and_the_study_goes_on(tmp_path: Path) -> None:
+    space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2]}})
+    db = tmp_path / "s.db"
+    run = start_run(space, db, 3, tmp_path)
+    reference_worker = wait_for_new_worker(run, set())
+    second = wait_for_new_worker(run, {reference_worker.pid})
+    second_pid = second.pid
+    time.sleep(1.0)
+    second.send_signal(signal.SIGKILL)
+    _, stderr = run.communicate(timeout=900)
+    assert run.returncode == 0, stderr[-2000:]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+    failed = study.trials[1]
+    assert failed.user_attrs["failure_kind"] == "crash"
+    assert "signal 9" in failed.user_attrs["failure_reason"]
+    assert not psutil.pid_exists(second_pid)
+
+
+def test_ctrl_c_stops_the_worker_and_resume_finishes(tmp_path: Path) -> None:
+    space = small_space(tmp_path)
+    db = tmp_path / "s.db"
+    run = start_run(space, db, 2, tmp_path)
+    worker = wait_for_new_worker(run, set())
+    time.sleep(1.0)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    assert [t.state for t in study.trials] == [TrialState.FAIL]  # nothing left RUNNING
+
+    resumed = start_run(space, db, 3, tmp_path)
+    _, stderr = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, stderr[-2000:]
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+    states = [t.state for t in study.trials]
+    assert states.count(TrialState.COMPLETE) == 2 and len(states) == 3
+    # The interrupted reference was enqueued again and completed first after the resume.
+    assert study.trials[1].user_attrs.get("is_reference") is True
+    assert os.path.exists(db)

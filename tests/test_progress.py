@@ -1,0 +1,82 @@
+"""Progress while a study runs: a bar with the phase on a terminal, one plain line per trial
+elsewhere; and the --json output of `best` and `export` that scripts read instead."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import optuna
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from autotune.cli import main
+from autotune.params import TrialConfig
+from autotune.progress import Progress
+
+
+@pytest.fixture(scope="module")
+def study(small_study: tuple[str, str]) -> optuna.Study:
+    url, name = small_study
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def run_two_trials(progress: Progress, study: optuna.Study) -> None:
+    trials = study.get_trials(deepcopy=False)
+    progress.start(done=0, study_name="small")
+    for trial in (trials[2], trials[6]):
+        progress.trial_started(trial.number, TrialConfig())
+        for phase in ("loading", "warm-up", "screening", "load test", "accuracy"):
+            progress.phase(phase)
+        progress.trial_finished(study, trial)
+    progress.finish(study)
+
+
+def test_terminal_shows_a_bar_with_phase_and_best(study: optuna.Study) -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=160, highlight=False)
+    with Progress(total=4, console=console) as progress:
+        run_two_trials(progress, study)
+        assert progress.bar is None  # finish took the bar down
+    out = buffer.getvalue()
+    assert "trial 2: load test" in out
+    assert "trial 6: accuracy" in out
+    assert "2/4" in out  # the bar counts finished trials
+    assert "[1/4] trial 2 0 s: 305.5 tok/s, p95 4200 ms, acc 0.880" in out
+    assert "best: trial 2 (305.5 tok/s, p95 4200 ms)" in out
+    assert "[2/4] trial 6 0 s: FAIL: out of memory" in out
+
+
+def test_not_a_terminal_writes_one_plain_line_per_trial(study: optuna.Study) -> None:
+    buffer = io.StringIO()
+    run_two_trials(Progress(total=4, console=Console(file=buffer, width=160)), study)
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == "study 'small': 0/4 trials finished"
+    assert [line.split(" s:")[0] for line in lines[1:]] == ["[1/4] trial 2 0", "[2/4] trial 6 0"]
+    assert "\x1b" not in buffer.getvalue()  # no control codes in a log file
+    assert "load test" not in buffer.getvalue()
+
+
+def test_quiet_writes_nothing(study: optuna.Study) -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True)
+    run_two_trials(Progress(total=4, quiet=True, console=console), study)
+    assert buffer.getvalue() == ""
+
+
+def test_best_and_export_json(small_study: tuple[str, str]) -> None:
+    url, _ = small_study
+    best = CliRunner().invoke(main, ["best", "--storage", url, "--json"])
+    assert best.exit_code == 0, best.output
+    data = json.loads(best.output)
+    assert data["recommended"]["trial"] == 2
+    assert data["feasible_found"] is True
+    assert [t["trial"] for t in data["pareto_front"]] == [0, 2, 5]
+    export = CliRunner().invoke(
+        main, ["export", "--storage", url, "--format", "lmdeploy", "--json"]
+    )
+    assert export.exit_code == 0, export.output
+    data = json.loads(export.output)
+    assert data["trial"] == 2
+    assert data["argv"][:3] == ["lmdeploy", "serve", "api_server"]

@@ -1,0 +1,150 @@
+"""`autotune report`: one self-contained HTML file with the plots' data and the deploy commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from optuna.trial import TrialState
+from study_factory import SPECS, Spec, _p, build_study
+
+from autotune.cli import main
+from autotune.report_data import MIN_IMPORTANCE_TRIALS
+
+
+@pytest.fixture(scope="module")
+def report_html(small_study: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    url, _ = small_study
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    result = CliRunner().invoke(main, ["report", "--storage", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"report written to {out}" in result.output
+    return out.read_text(encoding="utf-8")
+
+
+def plot_data(document: str, div_id: str) -> list[dict]:
+    """The traces Plotly.newPlot is called with for the figure in `div_id`."""
+    match = re.search(
+        r'Plotly\.newPlot\(\s*"' + re.escape(div_id) + r'",\s*(\[.*?\]),\s*\{', document, re.S
+    )
+    assert match, f"no figure {div_id}"
+    return json.loads(match.group(1))
+
+
+def test_self_contained(report_html: str) -> None:
+    # No script, stylesheet or image is fetched: plotly.js is inline.
+    assert not re.search(r"<script[^>]+src=", report_html)
+    assert not re.search(r"<link[^>]+href=[\"']https?:", report_html)
+    assert not re.search(r"<img[^>]+src=[\"']https?:", report_html)
+    assert "cdn.plot.ly" not in report_html.split("</script>", 1)[1]
+    assert report_html.count("Plotly.newPlot(") == 4  # pareto, accuracy, batch, importance
+    assert len(report_html) > 3_000_000  # the plotly.js bundle is in the file
+
+
+def test_pareto_plot_marks_feasibility_and_accuracy(report_html: str) -> None:
+    traces = {t["name"]: t for t in plot_data(report_html, "plot-pareto")}
+    assert sorted(traces["feasible"]["customdata"]) == [0, 1, 2, 4, 5]
+    assert traces["infeasible"]["customdata"] == [3]
+    assert traces["infeasible"]["marker"]["color"] == [0.62]  # accuracy as colour
+    assert 305.5 in traces["feasible"]["y"]
+    assert "recommended (trial 2)" in traces
+    assert "reference (trial 0)" in traces
+    front = traces["feasible Pareto front"]
+    assert front["x"] == sorted(front["x"])  # trials 0, 5, 2 by latency
+    assert len(front["x"]) == 3
+
+
+def test_accuracy_and_batch_plots(report_html: str) -> None:
+    accuracy = plot_data(report_html, "plot-accuracy")
+    sides = {x for trace in accuracy for x in trace["x"]}
+    assert sides == {"full", "1024", "768", "512"}
+    batch = plot_data(report_html, "plot-batch")
+    assert {x for trace in batch for x in trace["x"]} == {"1", "4", "16"}
+    importance = plot_data(report_html, "plot-importance")
+    assert {t["name"] for t in importance} == {
+        "throughput_output_tokens_per_s",
+        "e2e_latency_p95_ms",
+    }
+    assert set(importance[0]["y"]) == {"attn_implementation", "image_max_side", "batch_size"}
+
+
+def test_top_configurations_with_export_commands(report_html: str) -> None:
+    assert "Recommended: trial 2" in report_html
+    assert "swift deploy --model Qwen/Qwen3-VL-2B-Instruct" in report_html
+    assert "lmdeploy serve api_server Qwen/Qwen3-VL-2B-Instruct" in report_html
+    assert "# note:" in report_html  # what a command cannot express travels with it
+    assert "autotune export --study small --trial 2" in report_html
+    # The infeasible trial is not offered as a configuration.
+    top = report_html.split('id="top"', 1)[1].split('id="image-side"', 1)[0]
+    assert "<td>3<" not in top
+
+
+def test_reference_samples_failures_and_environment(report_html: str) -> None:
+    assert "Reference: trial 0" in report_html
+    assert "reference trial's answer" in report_html
+    assert "INVOICE 4711" in report_html  # a sample output of the recommended trial
+    assert "out of memory" in report_html  # the failed trial's reason
+    assert "NVIDIA H200" in report_html
+    assert "transformers_version" in report_html
+
+
+def test_few_trials_and_no_feasible_trial(tmp_path: Path) -> None:
+    specs = [
+        Spec(_p("sdpa", None, 1), 40.0, 2000, 0.9, reference=True),
+        Spec(_p("eager", 512, 4), 90.0, 2500, 0.5),
+    ]
+    url, _ = build_study(tmp_path, study_name="few", specs=specs)
+    out = tmp_path / "few.html"
+    result = CliRunner().invoke(main, ["report", "--storage", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = out.read_text(encoding="utf-8")
+    assert f"needs at least {MIN_IMPORTANCE_TRIALS} completed trials (2 so far)" in document
+    assert "plot-importance" not in document
+    assert "plot-pareto" in document
+
+
+def test_best_effort_when_nothing_is_feasible(tmp_path: Path) -> None:
+    # The reference failed, so no trial passes the relative floor: still a report.
+    specs = [
+        Spec(_p("sdpa", None, 1), 0, 0, 0, state=TrialState.FAIL, reference=True, failure="x"),
+        Spec(_p("eager", 512, 4), 90.0, 2500, 0.5),
+    ]
+    url, _ = build_study(tmp_path, study_name="none", specs=specs)
+    out = tmp_path / "none.html"
+    result = CliRunner().invoke(main, ["report", "--storage", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = out.read_text(encoding="utf-8")
+    assert "best effort" in document
+    assert "No completed reference trial" in document
+
+
+def test_missing_storage_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "nope.db"
+    result = CliRunner().invoke(
+        main, ["report", "--storage", f"sqlite:///{db}", "--out", str(tmp_path / "r.html")]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: no study database at")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not db.exists()
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_unknown_study_names_the_existing_ones(
+    small_study: tuple[str, str], tmp_path: Path
+) -> None:
+    url, _ = small_study
+    result = CliRunner().invoke(
+        main, ["report", "--storage", url, "--study", "other", "--out", str(tmp_path / "r.html")]
+    )
+    assert result.exit_code == 2
+    assert "no study 'other'" in result.output and "small" in result.output
+
+
+def test_factory_specs_cover_every_state() -> None:
+    # The fixture is only useful while it holds each kind of trial the report shows.
+    states = {s.state for s in SPECS}
+    assert states == {TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED}
