@@ -50,6 +50,9 @@ storage_option = click.option(
     "--storage", default=None, help="SQLAlchemy URL (default sqlite:///studies/<study>.db)."
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+trial_option = click.option(
+    "--trial", "trial_number", type=int, default=None, help="Trial number (default: recommended)."
+)
 dummy_weights_option = click.option(
     "--dummy-weights",
     is_flag=True,
@@ -146,7 +149,7 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
 @main.command()
 @study_option
 @storage_option
-@click.option("--trial", "trial_number", type=int, default=None, help="Default: recommended.")
+@trial_option
 @click.option(
     "--format",
     "fmt",
@@ -190,7 +193,7 @@ def export(
 @main.command()
 @study_option
 @storage_option
-@click.option("--trial", "trial_number", type=int, default=None, help="Default: recommended.")
+@trial_option
 @click.option(
     "--format",
     "fmt",

@@ -124,6 +124,11 @@ class Workload(_Strict):
         600, gt=0, description="Server backends: time allowed until /v1/models answers."
     )
 
+    def measured_requests(self, batch_size: int) -> int:
+        """Requests to measure: at least two full batches, so a batch of 64 is really tested
+        with 64 requests in flight and not with the few a small workload would send."""
+        return max(self.requests, 2 * batch_size)
+
 
 class SamplerSettings(_Strict):
     """Optuna's TPE sampler: how many seeded random trials come before it models the results."""

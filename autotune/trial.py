@@ -94,7 +94,7 @@ def measure(
             evalset=str(evalset.path),
             workload_ids=ids,
             warmup_requests=space.workload.warmup_requests,
-            requests=space.workload.requests,
+            requests=space.workload.measured_requests(config.batch_size),
             accuracy_ids=ids if measure_accuracy else None,
             screening=screening if measure_accuracy else None,
         )

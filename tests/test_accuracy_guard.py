@@ -1,8 +1,9 @@
 """The accuracy floor is what protects accuracy: switch it off and the recommendation changes.
 
-A planted degradation: `max_new_tokens: 2` truncates every text-line answer of the bundled
-model (which reads them when given room), and is always faster. With the floor on, the study
-must recommend the full-length configuration; with the floor off, the truncated one wins.
+A planted degradation: `max_new_tokens: 2` truncates the answers the bundled model gets right
+(colour names of the shape scenes; see models/tiny-qwen3-vl/README.md) and is always faster.
+With the floor on, the study must recommend the full-length configuration; with the floor off,
+the truncated one wins.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from small_space import small_space
+from small_space import SMOKE_SET, small_space
 
 from autotune.select import recommend
 
@@ -24,6 +25,7 @@ def run_study(tmp_path: Path, name: str, *, floor_enabled: bool) -> optuna.Study
     space = small_space(
         tmp_path,
         name=name,
+        evalset=str(SMOKE_SET),  # all 8 shape scenes: the items the bundled model answers
         trials=3,
         sampler={"n_startup_trials": 10},
         objectives=[{"metric": "e2e_latency_p95_ms"}],

@@ -172,9 +172,13 @@ def test_lmdeploy_sampling_and_image_budget_go_in_the_request() -> None:
     assert not result.exact  # measured on vLLM
 
 
-def test_lmdeploy_refuses_float32() -> None:
-    with pytest.raises(ExportError, match="float32"):
-        render_export(TrialConfig(backend="lmdeploy", dtype="float32"), fmt="lmdeploy", model=MODEL)
+def test_lmdeploy_float32_serves_bfloat16_and_says_so() -> None:
+    export = render_export(
+        TrialConfig(backend="lmdeploy", dtype="float32"), fmt="lmdeploy", model=MODEL
+    )
+    assert export.argv[export.argv.index("--dtype") + 1] == "bfloat16"
+    assert not export.exact
+    assert any("cannot run float32" in note for note in export.notes)
 
 
 def test_lmdeploy_notes_what_has_no_flag() -> None:

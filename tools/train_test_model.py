@@ -14,7 +14,7 @@ illegible while full-size text is read; that is the accuracy curve the tuner mus
 
 Usage (from the repository root; one command trains, saves and evaluates)::
 
-    python -m tools.train_test_model --out models/tiny-qwen3-vl --overwrite --time-budget 330
+    python -m tools.train_test_model --out models/tiny-qwen3-vl --overwrite --time-budget 420
     python -m tools.train_test_model --out /tmp/m --overwrite --steps 3 --batch-size 4  # CPU try
     python -m tools.train_test_model --eval-only models/tiny-qwen3-vl --device cpu
 
@@ -29,11 +29,10 @@ import argparse
 import json
 import math
 import os
-import random
+import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +40,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # workers fork after t
 
 import torch
 import torch.nn.functional as F
-from PIL import Image
-from transformers import AttentionInterface, AutoProcessor, Qwen3VLModel
+from transformers import AttentionInterface, AutoProcessor
 
-from autotune.backends.base import resize_to_max_side
-from autotune.evalset import synth
 from tools import make_test_model as base
+from tools.model_card import TRAINING_LOG, accuracy_table, evaluate_checkpoint
+from tools.train_data import (
+    MAX_SIDE_MIX,
+    TEXT_SHARE,
+    Example,
+    TrainBatches,
+    finish_pixels,
+    prompt_text,
+    training_example,
+    worker_init,
+)
 
 DEFAULT_OUT = base.DEFAULT_OUT
-IM_END = "<|im_end|>"
-TEXT_SHARE = 0.65  # the rest are shape scenes, half count and half colour questions
-# (image max side, probability): the engine's downscaling, never below 128 (see module doc).
-MAX_SIDE_MIX: tuple[tuple[int | None, float], ...] = ((None, 0.6), (256, 0.2), (128, 0.2))
-EVAL_SIZES: tuple[int | None, ...] = (None, 256, 128, 64)  # the smoke space's choices
 ARCH = {  # 35.6 MB of bf16 weights, most of it the 151936-row tied embedding
     "text_hidden_size": 96,
     "text_layers": 4,
@@ -68,149 +70,10 @@ ARCH = {  # 35.6 MB of bf16 weights, most of it the 151936-row tied embedding
     "deepstack_visual_indexes": [1, 3],
 }
 # Qwen3-VL's vision attention takes its packed (cu_seqlens) path only for implementations whose
-# name contains "flash"; otherwise it loops over images, one attention call each, which costs more
-# than the whole model at a batch of 128 images. Training registers a padded-batch equivalent
-# under this name; the saved checkpoint uses sdpa.
+# name contains "flash"; otherwise it loops over the images, one attention call per image and
+# layer, launch-bound at a batch of 128 images. Training registers a padded-batch equivalent
+# under this name (checked against sdpa at start); the saved checkpoint uses sdpa.
 PACKED_ATTENTION = "packed_sdpa_flash_varlen"
-
-
-# --- data ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Example:
-    image: Image.Image
-    prompt: str
-    answer: str
-    max_side: int | None
-
-
-def training_example(seed: int, index: int) -> Example:
-    """Example `index` of the stream; it depends on (seed, index) only, not on worker layout."""
-    rng = random.Random(f"train-{seed}/{index}")
-    if rng.random() < TEXT_SHARE:
-        # The smoke set's text lines (tools/make_evalset.py), font sizes a little wider.
-        canvas = (rng.randint(256, 512), rng.randint(96, 160))
-        item = synth.text_line(
-            rng,
-            content="code",
-            length=rng.randint(4, 8),
-            font_px=rng.randint(14, 42),
-            canvas=canvas,
-            max_rotate=1.0,
-            max_blur=0.0,
-            max_noise=0.0,
-        )
-    else:
-        item = synth.shapes_scene(
-            rng,
-            question=rng.choice(("count", "colour")),
-            canvas=rng.choice((256, 320, 384)),
-            grid=3,
-            n_objects=rng.randint(2, 5),
-        )
-    sides, weights = zip(*MAX_SIDE_MIX, strict=True)
-    max_side = rng.choices(sides, weights)[0]
-    image = resize_to_max_side(item.image.convert("RGB"), max_side)
-    # answers[0] is the canonical form: the digit for counts, the first colour name.
-    return Example(image, item.prompt, item.answers[0], max_side)
-
-
-def prompt_text(processor: Any, prompt: str) -> str:
-    """The chat prompt exactly as TransformersEngine renders it."""
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-
-
-class TrainBatches(torch.utils.data.Dataset):
-    """Batch `step` holds examples step*B .. step*B+B-1; workers build whole batches.
-
-    Pixels leave the worker as uint8 and one temporal frame (the processor repeats each image
-    twice for temporal_patch_size 2): a quarter of the float bytes to move; the GPU finishes.
-    """
-
-    def __init__(self, processor: Any, config: Any, *, seed: int, batch_size: int, steps: int):
-        self.processor = processor
-        self.config = config
-        self.seed = seed
-        self.batch_size = batch_size
-        self.steps = steps
-        self._rope: Qwen3VLModel | None = None
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
-        first = step * self.batch_size
-        examples = [training_example(self.seed, first + i) for i in range(self.batch_size)]
-        return self.encode(examples)
-
-    def rope_model(self) -> Qwen3VLModel:
-        # get_rope_index needs only the config; on the meta device the model costs no memory.
-        # Computing the 3D positions here keeps a per-sample Python loop off the GPU's critical
-        # path.
-        if self._rope is None:
-            with torch.device("meta"):
-                self._rope = Qwen3VLModel(self.config)
-        return self._rope
-
-    def encode(self, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
-        tokenizer = self.processor.tokenizer
-        texts = [prompt_text(self.processor, ex.prompt) + ex.answer + IM_END for ex in examples]
-        enc = self.processor(
-            text=texts,
-            images=[ex.image for ex in examples],
-            padding=True,
-            return_tensors="pt",
-            do_rescale=False,
-            do_normalize=False,
-        )
-        ids = enc["input_ids"]
-        targets = torch.zeros_like(ids, dtype=torch.bool)
-        for row, ex in enumerate(examples):
-            answer_ids = tokenizer(ex.answer + IM_END, add_special_tokens=False)["input_ids"]
-            n = len(answer_ids)
-            # Left padding puts every answer at the end of its row.
-            if ids[row, -n:].tolist() != answer_ids:
-                raise RuntimeError(f"answer {ex.answer!r} is not tokenised at the end of its row")
-            targets[row, -n:] = True
-        positions, _ = self.rope_model().get_rope_index(
-            input_ids=ids,
-            mm_token_type_ids=enc["mm_token_type_ids"],
-            image_grid_thw=enc["image_grid_thw"],
-            attention_mask=enc["attention_mask"],
-        )
-        image_processor = self.processor.image_processor
-        channels, frames = 3, image_processor.temporal_patch_size
-        patches = enc["pixel_values"].view(enc["pixel_values"].shape[0], channels, frames, -1)
-        # Flat positions of the answer tokens and of the tokens that predict them (the one
-        # before; never across rows, the prompt comes first): index_select on the GPU needs
-        # no host sync, where a boolean mask would.
-        target_index = targets.view(-1).nonzero().squeeze(1)
-        return {
-            "input_ids": ids,
-            "attention_mask": enc["attention_mask"],
-            "position_ids": positions,
-            "pixel_values": patches[:, :, 0].contiguous(),
-            "image_grid_thw": enc["image_grid_thw"],
-            "target_index": target_index,
-            "predict_index": target_index - 1,
-            "target_rows": target_index // ids.shape[1],
-        }
-
-
-def _worker_init(_: int) -> None:
-    torch.set_num_threads(1)  # many workers, one core each
-
-
-def finish_pixels(patches: torch.Tensor, processor: Any) -> torch.Tensor:
-    """uint8 single-frame patches -> the processor's float pixel_values, on patches' device."""
-    ip = processor.image_processor
-    mean = torch.tensor(ip.image_mean, device=patches.device).view(1, -1, 1)
-    std = torch.tensor(ip.image_std, device=patches.device).view(1, -1, 1)
-    x = (patches.float() * ip.rescale_factor - mean) / std
-    n, channels, pixels = x.shape
-    return x.unsqueeze(2).expand(n, channels, ip.temporal_patch_size, pixels).reshape(n, -1)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -354,72 +217,6 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-# --- evaluation ---------------------------------------------------------------------------------
-
-
-def evaluate_checkpoint(
-    model_dir: Path,
-    *,
-    device: str,
-    dtypes: Sequence[str],
-    sizes: Sequence[int | None] = EVAL_SIZES,
-    batch_size: int = 8,
-    evalset: str = "smoke",
-) -> list[dict[str, Any]]:
-    """Greedy smoke-set accuracy through autotune's own engine, per dtype and image max side."""
-    from autotune.accuracy import score_predictions
-    from autotune.backends.base import Request
-    from autotune.backends.transformers_engine import TransformersEngine
-    from autotune.evalset.dataset import load_evalset
-    from autotune.params import TrialConfig
-
-    items = load_evalset(evalset)
-    requests = [Request(it.id, it.load_image(), it.prompt) for it in items.items]
-    rows = []
-    for dtype in dtypes:
-        for side in sizes:
-            config = TrialConfig(
-                dtype=dtype,
-                image_max_side=side,
-                batch_size=batch_size,
-                max_new_tokens=16,
-                do_sample=False,
-            )
-            engine = TransformersEngine(str(model_dir), config, device=device)
-            engine.load()
-            predictions = {}
-            for start in range(0, len(requests), batch_size):
-                for done in engine.generate(requests[start : start + batch_size]):
-                    predictions[done.item_id] = done.text
-            engine.close()
-            report = score_predictions(items, predictions)
-            rows.append(
-                {
-                    "dtype": dtype,
-                    "image_max_side": side,
-                    "accuracy": report.accuracy,
-                    "by_category": report.by_category,
-                    "predictions": predictions,
-                }
-            )
-    return rows
-
-
-def accuracy_table(rows: Sequence[dict[str, Any]]) -> str:
-    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
-    sides = list(dict.fromkeys(r["image_max_side"] for r in rows))
-    lookup = {(r["dtype"], r["image_max_side"]): r for r in rows}
-    lines = ["| image max side | " + " | ".join(dtypes) + " |", "|---" * (len(dtypes) + 1) + "|"]
-    for side in sides:
-        cells = []
-        for dtype in dtypes:
-            row = lookup[(dtype, side)]
-            parts = ", ".join(f"{k} {v:.2f}" for k, v in row["by_category"].items())
-            cells.append(f"{row['accuracy']:.3f} ({parts})")
-        lines.append(f"| {'full' if side is None else side} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 # --- training -----------------------------------------------------------------------------------
 
 
@@ -446,7 +243,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     auto_steps = args.steps is None
     planned = args.max_steps if auto_steps else args.steps
     dataset = TrainBatches(
-        processor, config, seed=args.seed, batch_size=args.batch_size, steps=planned
+        processor,
+        config,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        steps=planned,
+        clean_steps=args.clean_steps,
     )
     workers = args.workers if args.workers >= 0 else max(1, len(os.sched_getaffinity(0)) - 2)
     loader = torch.utils.data.DataLoader(
@@ -454,7 +256,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=None,
         shuffle=False,
         num_workers=workers,
-        worker_init_fn=_worker_init if workers else None,
+        worker_init_fn=worker_init if workers else None,
         prefetch_factor=4 if workers else None,
         pin_memory=device == "cuda",
         multiprocessing_context="fork" if workers else None,
@@ -477,7 +279,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     total = None if auto_steps else args.steps
     use_bf16 = device == "cuda"
     history: list[dict[str, float]] = []
-    sums = {k: torch.zeros((), device=device) for k in ("loss", "token_hits", "rows_right")}
+    keys = ("loss", "token_hits", "rows_right", "grad_norm", "skipped")
+    sums = {k: torch.zeros((), device=device) for k in keys}
+    skipped_total = torch.zeros((), device=device)
+    params = [p for p in model.parameters() if p.requires_grad]
     counts = {"tokens": 0.0, "rows": 0.0, "steps": 0}
     # Time steps only once the batches the workers prefetched are used up, or the rate (and so
     # the step count) would be overestimated.
@@ -486,6 +291,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     t_calibrate = start
     data_wait = 0.0
     stopped_early = False
+    snapshot: dict[str, torch.Tensor] | None = None
+    snapshot_step = restored_from = 0
     step = 0
     while total is None or step < total:
         waited = time.perf_counter()
@@ -500,11 +307,21 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=use_bf16):
             result = batch_loss(model, batch, processor)
         result["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        norm = torch.nn.utils.clip_grad_norm_(params, args.clip)
+        # A step with a non-finite gradient is dropped (its gradient zeroed) instead of turning
+        # every weight into NaN, as a bf16 run at lr 2e-3 once did. Decided on the device, so
+        # the loop never waits for the GPU.
+        finite = torch.isfinite(norm)
+        for param in params:
+            if param.grad is not None:
+                param.grad = torch.where(finite, param.grad, torch.zeros_like(param.grad))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        result["grad_norm"] = torch.where(finite, norm, torch.zeros_like(norm))
+        result["skipped"] = (~finite).float()
+        skipped_total += result["skipped"]
         for key in sums:
-            sums[key] += result[key].detach()
+            sums[key] += torch.nan_to_num(result[key].detach().float())
         counts["tokens"] += result["tokens"]
         counts["rows"] += result["rows"]
         counts["steps"] += 1
@@ -533,17 +350,33 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 "loss": sums["loss"].item() / counts["steps"],
                 "token_acc": sums["token_hits"].item() / counts["tokens"],
                 "row_acc": sums["rows_right"].item() / counts["rows"],
+                "grad_norm": sums["grad_norm"].item() / counts["steps"],
+                "skipped_steps": int(sums["skipped"].item()),
             }
             history.append(entry)
+            broken = entry["skipped_steps"] == counts["steps"]
             print(
                 f"step {step:5d}  {entry['seconds']:6.1f}s  lr {entry['lr']:.2e}  "
                 f"loss {entry['loss']:.4f}  token acc {entry['token_acc']:.3f}  "
-                f"row acc {entry['row_acc']:.3f}  data wait {entry['data_wait_s']:.0f}s",
+                f"row acc {entry['row_acc']:.3f}  grad {entry['grad_norm']:.2f}  "
+                f"skipped {entry['skipped_steps']}  data wait {entry['data_wait_s']:.0f}s",
                 flush=True,
             )
             for key in sums:
                 sums[key].zero_()
             counts = {"tokens": 0.0, "rows": 0.0, "steps": 0}
+            if entry["skipped_steps"] == 0:
+                # Insurance for a run that cannot be repeated cheaply: the last weights of a
+                # clean interval, restored if every step of an interval was dropped.
+                snapshot = {
+                    k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
+                }
+                snapshot_step = step
+            elif broken and snapshot is not None:
+                model.load_state_dict(snapshot)
+                restored_from = snapshot_step
+                print(f"training broke down: restored the weights of step {snapshot_step}")
+                break
         if stopped_early:
             print(f"time budget exceeded: stopping at step {step} of {total}", flush=True)
             break
@@ -554,13 +387,16 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     model.eval()
     save_trained(model, tokenizer, out_dir)
-    params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())
     return {
         "device": device,
         "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
         "steps": step,
         "planned_steps": total,
         "stopped_early": stopped_early,
+        "skipped_steps": int(skipped_total.item()),
+        "restored_from_step": restored_from or None,
+        "clean_steps": args.clean_steps,
         "data_wait_seconds": round(data_wait, 1),
         "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20)
         if device == "cuda"
@@ -569,7 +405,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "workers": workers,
         "train_seconds": round(train_seconds, 1),
         "samples": step * args.batch_size,
-        "parameters": params,
+        "parameters": n_params,
         "checkpoint_bytes": folder_bytes(out_dir),
         "checks": {"pixel_max_diff": pixel_diff, "packed_attention_rel_diff": attention_diff},
         "history": history,
@@ -589,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--time-budget",
         type=float,
-        default=330.0,
+        default=420.0,
         help="without --steps: seconds of training; the step count is set after calibration",
     )
     parser.add_argument("--max-steps", type=int, default=20_000, help="cap for --time-budget")
@@ -603,7 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --time-budget: the step at which the step count is fixed (timed from a third)",
     )
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak (2e-3 diverged in bf16)")
+    parser.add_argument(
+        "--clean-steps", type=int, default=600, help="first steps on full-size images only"
+    )
     parser.add_argument(
         "--warmup", type=int, default=300, help="warm-up steps (at most a tenth of --steps)"
     )
@@ -623,10 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    raw_args = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw_args)
     torch.manual_seed(args.seed)
     log: dict[str, Any] = {
-        "command": " ".join(sys.argv),
+        "command": shlex.join(["python", "-m", "tools.train_test_model", *raw_args]),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "arch": ARCH,
         "text_share": TEXT_SHARE,
@@ -640,9 +480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_dir = args.eval_only or args.out
 
     def write_log() -> None:
+        text = json.dumps(log, indent=1) + "\n"
         if args.log_json:
             args.log_json.parent.mkdir(parents=True, exist_ok=True)
-            args.log_json.write_text(json.dumps(log, indent=1) + "\n", encoding="utf-8")
+            args.log_json.write_text(text, encoding="utf-8")
+        if args.eval_only is None:  # the checkpoint keeps its own provenance
+            (model_dir / TRAINING_LOG).write_text(text, encoding="utf-8")
 
     if args.eval_only is None:
         log["train"] = train(args)

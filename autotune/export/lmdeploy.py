@@ -8,7 +8,6 @@ client's request body, which `Export.request` carries.
 from __future__ import annotations
 
 from ..engine_args import render_flags
-from ..errors import ExportError
 from ..params import TrialConfig
 from .base import (
     Export,
@@ -23,24 +22,28 @@ from .base import (
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:
     """Build the `lmdeploy serve api_server` command that serves `config`."""
-    if config.dtype == "float32":
-        # --dtype takes auto|float16|bfloat16. Serving in a lower precision would change the
-        # answers whose accuracy the trial measured, so refuse rather than approximate.
-        raise ExportError(
-            "lmdeploy cannot run float32 (its --dtype takes auto, float16, bfloat16); "
-            "pick a trial with another dtype or export with --format swift or vllm"
-        )
     notes: list[str] = []
     exact = True
     note = backend_note(config, target="LMDeploy's PyTorch engine", native="lmdeploy")
     if note:
         notes.append(note)
         exact = False
+    dtype = config.dtype
+    if dtype == "float32":
+        # --dtype takes auto|float16|bfloat16. The nearest command serves bfloat16, which can
+        # change the answers whose accuracy the trial measured: say so, and let --strict refuse.
+        dtype = "bfloat16"
+        exact = False
+        notes.append(
+            "LMDeploy cannot run float32, which this trial measured; this command serves "
+            "bfloat16 instead. Check its accuracy before deploying: autotune verify "
+            "--format lmdeploy re-measures it."
+        )
 
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
     # would fall back to pytorch only after a warning.
     argv = ["lmdeploy", "serve", "api_server", opts.model, "--backend", "pytorch"]
-    argv += ["--dtype", config.dtype, "--max-batch-size", str(config.batch_size)]
+    argv += ["--dtype", dtype, "--max-batch-size", str(config.batch_size)]
     if config.kv_cache_fraction is not None:
         argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
     if config.compile_mode == "none":

@@ -67,7 +67,7 @@ def run_endpoint_trial(
         config=config,
         fields=endpoint_fields(config),
         warmup_requests=space.workload.warmup_requests,
-        requests=space.workload.requests,
+        requests=space.workload.measured_requests(config.batch_size),
         request_rate_per_s=space.workload.request_rate_per_s,
         measure_accuracy=measure_accuracy,
     )

@@ -292,7 +292,7 @@ def measure_command(
                 config=config,
                 fields=dict(export.request),
                 warmup_requests=workload.warmup_requests,
-                requests=workload.requests,
+                requests=workload.measured_requests(config.batch_size),
                 request_rate_per_s=workload.request_rate_per_s,
                 measure_accuracy=measure_accuracy,
             )

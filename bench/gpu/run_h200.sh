@@ -4,7 +4,9 @@
 #
 #   bash bench/gpu/fetch_wheels.sh           # once, on a machine with network: fills .whl/
 #   bash bench/gpu/run_h200.sh bench          # on the GPU: side-by-side table (~6 min)
+#   bash bench/gpu/run_h200.sh rows ROW...    # on the GPU: only these transformers rows
 #   bash bench/gpu/run_h200.sh study [N]      # on the GPU: a short dummy-weights study (~5 min)
+#   python3 bench/gpu/collect_results.py ...  # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
 set -uo pipefail
@@ -35,6 +37,13 @@ case "$MODE" in
     python3 bench/gpu/side_by_side.py --out "$OUT" --deadline-s "${BENCH_DEADLINE_S:-360}" \
       2>&1 | tee "$OUT/bench.log"
     ;;
+  install)
+    ;;
+  rows)
+    shift
+    python3 bench/gpu/side_by_side.py --out "$OUT" --deadline-s "${BENCH_DEADLINE_S:-360}" \
+      --no-server --rows "$@" 2>&1 | tee "$OUT/bench.log"
+    ;;
   study)
     TRIALS=${2:-5}
     STUDY=${STUDY:-h200-quick}
@@ -54,7 +63,7 @@ case "$MODE" in
     cat "$OUT/best.txt" "$OUT/export-lmdeploy.txt"
     ;;
   *)
-    echo "usage: $0 bench|study [TRIALS]" >&2
+    echo "usage: $0 install|bench|rows ROW...|study [TRIALS]" >&2
     exit 2
     ;;
 esac

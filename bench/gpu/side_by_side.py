@@ -18,7 +18,7 @@ the only difference from a trial is that one server serves every concurrency (a 
 restarts it per configuration, 50 s each). Start-up (load, CUDA-graph capture) and warm-up
 (first requests, torch.compile) are reported separately from every latency figure.
 
-    python bench/gpu/side_by_side.py --out DIR [--deadline-s 420]
+    python bench/gpu/side_by_side.py --out DIR [--deadline-s 420] [--rows NAME ...] [--no-server]
 """
 
 from __future__ import annotations
@@ -342,7 +342,13 @@ def markdown_table(bench: Bench) -> str:
     ]
     for row in bench.rows:
         f = row.figures
-        status = row.status if not row.error else f"{row.status}: {row.error[:80]}"
+        status = row.status
+        if row.error:
+            status = (
+                row.error[:80]
+                if row.error.startswith(row.status)
+                else f"{status}: {row.error[:80]}"
+            )
         lines.append(
             f"| {row.name} | {row.engine} | {row.batch} | {row.image} "
             f"| {_fmt(f.get('ttft_p50_ms'), '.0f')} | {_fmt(f.get('tpot_p50_ms'), '.2f')} "
@@ -372,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rows", nargs="*", default=None, help="transformers rows to run (default: all)"
     )
+    parser.add_argument("--no-server", action="store_true", help="transformers rows only")
     args = parser.parse_args(argv)
     bench = Bench(args)
     bench.meta["environment"] = environment()
@@ -386,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         space = base_space(args, evalset)
         specs = [s for s in TRANSFORMERS_ROWS if args.rows is None or s["name"] in args.rows]
         run_transformers(bench, space, ckpt, specs[0]) if specs else None
-        run_server(bench, space, ckpt)
+        if not args.no_server:
+            run_server(bench, space, ckpt)
         for spec in specs[1:]:
             run_transformers(bench, space, ckpt, spec)
     except Exception:  # the table below is printed whatever broke

@@ -1,0 +1,166 @@
+"""Training data for tools/train_test_model.py: the smoke set's items, as the engine sees them.
+
+Example `i` of a run depends only on (seed, i), so any number of DataLoader workers yields the
+same stream. Workers build whole batches (processor, labels, 3D rope positions) and hand over
+uint8 pixels; `finish_pixels` does the processor's rescale/normalise on the GPU.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import Qwen3VLModel
+
+from autotune.backends.base import resize_to_max_side
+from tools import make_evalset
+
+IM_END = "<|im_end|>"
+TEXT_SHARE = 0.7  # the rest are shape scenes, half count and half colour questions
+# (image max side, probability): the engine's downscaling, never below 128, so text at 64 stays
+# illegible. Most text is illegible at 128 already, so that size is rare: its targets are
+# mostly noise.
+MAX_SIDE_MIX: tuple[tuple[int | None, float], ...] = ((None, 0.7), (256, 0.2), (128, 0.1))
+
+
+@dataclass(frozen=True)
+class Example:
+    image: Image.Image
+    prompt: str
+    answer: str
+    max_side: int | None
+
+
+def training_example(seed: int, index: int, *, downscale: bool = True) -> Example:
+    """Example `index` of the stream; it depends on (seed, index) only, not on worker layout.
+
+    Without `downscale` the image keeps its full size (the first steps learn to read on
+    clean images; shrunken ones only add noise before the model can read at all).
+    """
+    rng = random.Random(f"train-{seed}/{index}")
+    # The smoke set's own item makers, so training follows any change to that set; only the
+    # font size is drawn (a little wider than the smoke set's 16-40 px spread).
+    if rng.random() < TEXT_SHARE:
+        item = make_evalset._smoke_line(rng, font_px=rng.randint(14, 42))
+    else:
+        item = make_evalset._smoke_scene(rng, question=rng.choice(("count", "colour")))
+    sides, weights = zip(*MAX_SIDE_MIX, strict=True)
+    max_side = rng.choices(sides, weights)[0] if downscale else None
+    image = resize_to_max_side(item.image.convert("RGB"), max_side)
+    # answers[0] is the canonical form: the digit for counts, the first colour name.
+    return Example(image, item.prompt, item.answers[0], max_side)
+
+
+def prompt_text(processor: Any, prompt: str) -> str:
+    """The chat prompt exactly as TransformersEngine renders it."""
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+class TrainBatches(torch.utils.data.Dataset):
+    """Batch `step` holds examples step*B .. step*B+B-1; workers build whole batches.
+
+    Pixels leave the worker as uint8 and one temporal frame (the processor repeats each image
+    twice for temporal_patch_size 2): a quarter of the float bytes to move; the GPU finishes.
+    """
+
+    def __init__(
+        self,
+        processor: Any,
+        config: Any,
+        *,
+        seed: int,
+        batch_size: int,
+        steps: int,
+        clean_steps: int = 0,
+    ):
+        self.processor = processor
+        self.config = config
+        self.seed = seed
+        self.clean_steps = clean_steps
+        self.batch_size = batch_size
+        self.steps = steps
+        self._rope: Qwen3VLModel | None = None
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
+        first = step * self.batch_size
+        downscale = step >= self.clean_steps  # step counts from 0 here
+        examples = [
+            training_example(self.seed, first + i, downscale=downscale)
+            for i in range(self.batch_size)
+        ]
+        return self.encode(examples)
+
+    def rope_model(self) -> Qwen3VLModel:
+        # get_rope_index needs only the config; on the meta device the model costs no memory.
+        # Computing the 3D positions here keeps a per-sample Python loop off the GPU's critical
+        # path.
+        if self._rope is None:
+            with torch.device("meta"):
+                self._rope = Qwen3VLModel(self.config)
+        return self._rope
+
+    def encode(self, examples: Sequence[Example]) -> dict[str, torch.Tensor]:
+        tokenizer = self.processor.tokenizer
+        texts = [prompt_text(self.processor, ex.prompt) + ex.answer + IM_END for ex in examples]
+        enc = self.processor(
+            text=texts,
+            images=[ex.image for ex in examples],
+            padding=True,
+            return_tensors="pt",
+            do_rescale=False,
+            do_normalize=False,
+        )
+        ids = enc["input_ids"]
+        targets = torch.zeros_like(ids, dtype=torch.bool)
+        for row, ex in enumerate(examples):
+            answer_ids = tokenizer(ex.answer + IM_END, add_special_tokens=False)["input_ids"]
+            n = len(answer_ids)
+            # Left padding puts every answer at the end of its row.
+            if ids[row, -n:].tolist() != answer_ids:
+                raise RuntimeError(f"answer {ex.answer!r} is not tokenised at the end of its row")
+            targets[row, -n:] = True
+        positions, _ = self.rope_model().get_rope_index(
+            input_ids=ids,
+            mm_token_type_ids=enc["mm_token_type_ids"],
+            image_grid_thw=enc["image_grid_thw"],
+            attention_mask=enc["attention_mask"],
+        )
+        image_processor = self.processor.image_processor
+        channels, frames = 3, image_processor.temporal_patch_size
+        patches = enc["pixel_values"].view(enc["pixel_values"].shape[0], channels, frames, -1)
+        # Flat positions of the answer tokens and of the tokens that predict them (the one
+        # before; never across rows, the prompt comes first): index_select on the GPU needs
+        # no host sync, where a boolean mask would.
+        target_index = targets.view(-1).nonzero().squeeze(1)
+        return {
+            "input_ids": ids,
+            "attention_mask": enc["attention_mask"],
+            "position_ids": positions,
+            "pixel_values": patches[:, :, 0].contiguous(),
+            "image_grid_thw": enc["image_grid_thw"],
+            "target_index": target_index,
+            "predict_index": target_index - 1,
+            "target_rows": target_index // ids.shape[1],
+        }
+
+
+def worker_init(_: int) -> None:
+    torch.set_num_threads(1)  # many workers, one core each
+
+
+def finish_pixels(patches: torch.Tensor, processor: Any) -> torch.Tensor:
+    """uint8 single-frame patches -> the processor's float pixel_values, on patches' device."""
+    ip = processor.image_processor
+    mean = torch.tensor(ip.image_mean, device=patches.device).view(1, -1, 1)
+    std = torch.tensor(ip.image_std, device=patches.device).view(1, -1, 1)
+    x = (patches.float() * ip.rescale_factor - mean) / std
+    n, channels, pixels = x.shape
+    return x.unsqueeze(2).expand(n, channels, ip.temporal_patch_size, pixels).reshape(n, -1)
