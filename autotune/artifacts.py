@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
-from autotune.accuracy import AccuracyReport
+from autotune.accuracy.scoring import AccuracyReport
 from autotune.evalset.dataset import EvalSet
 from autotune.storage import artifact_dir
 from autotune.trial import Measurement

@@ -126,7 +126,7 @@ def run(
     # The context manager takes the progress bar down on Ctrl-C too.
     with Progress(total=total, quiet=quiet) as progress:
         study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
-    from autotune.report_text import best_text
+    from autotune.report.text import best_text
 
     click.echo(best_text(study))
     click.echo(f"study stored in {plan.storage_url}")
@@ -139,7 +139,7 @@ def run(
 @user_errors
 def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     """Show the feasible Pareto front and the recommended trial."""
-    from autotune.report_text import best_json, best_text
+    from autotune.report.text import best_json, best_text
     from autotune.storage import load_study
 
     study = load_study(study_name, storage)
@@ -261,7 +261,7 @@ def dashboard(
     study_name: str | None, storage: str | None, host: str, port: int, allow_edits: bool
 ) -> None:
     """Serve optuna-dashboard for the study, with each trial's artifacts; Ctrl-C stops it."""
-    from autotune.dashboard import create_dashboard
+    from autotune.report.dashboard import create_dashboard
 
     server = create_dashboard(study_name, storage, host=host, port=port, allow_edits=allow_edits)
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -298,7 +298,7 @@ def dashboard(
 @user_errors
 def report(study_name: str | None, storage: str | None, out_path: str) -> None:
     """Write a self-contained HTML report of the study (opens offline)."""
-    from autotune.report_html import write_report
+    from autotune.report.html import write_report
 
     path = write_report(study_name, storage, out=out_path)
     click.echo(f"report written to {path}")

@@ -16,7 +16,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import SCHEMA_VERSION, __version__
-from autotune.accuracy_reuse import (
+from autotune.accuracy.paired import PairedComparison, compare
+from autotune.accuracy.reuse import (
     accuracy_key,
     find_reusable,
     screening_request,
@@ -27,7 +28,6 @@ from autotune.client.chat import normalize_base_url
 from autotune.errors import SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.model_source import resolve_model
-from autotune.paired import PairedComparison, compare
 from autotune.progress import Progress
 from autotune.select import CONSTRAINT_NAMES, reference_trial
 from autotune.space import SearchSpace

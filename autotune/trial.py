@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
-from autotune.accuracy import AccuracyReport, score_predictions
+from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.timing import RequestTiming, summarize
 from autotune.params import SERVER_BACKENDS, TrialConfig

@@ -130,8 +130,8 @@ def run(request: WorkerRequest, events: _Events) -> dict[str, Any]:
 
 def _screened_out(evalset: Any, predictions: dict[str, str], screening: ScreeningRequest) -> bool:
     """True when even the optimistic end of the interval misses the floor."""
-    from autotune.accuracy import score_predictions
-    from autotune.paired import compare
+    from autotune.accuracy.paired import compare
+    from autotune.accuracy.scoring import score_predictions
 
     report = score_predictions(evalset, predictions)
     paired = compare(

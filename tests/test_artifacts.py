@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 
-from autotune.accuracy import AccuracyReport
+from autotune.accuracy.scoring import AccuracyReport
 from autotune.artifacts import ArtifactRecorder
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.dashboard import DashboardServer, create_dashboard
+from autotune.report.dashboard import DashboardServer, create_dashboard
 
 
 def get_json(url: str) -> dict:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune.paired import bootstrap_interval, compare, mcnemar_exact_p
+from autotune.accuracy.paired import bootstrap_interval, compare, mcnemar_exact_p
 
 
 def test_mcnemar_exact_matches_binomial_values() -> None:

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from study_factory import SPECS, Spec, _p, build_study
 
 from autotune.cli import main
-from autotune.report_data import MIN_IMPORTANCE_TRIALS
+from autotune.report.data import MIN_IMPORTANCE_TRIALS
 
 
 @pytest.fixture(scope="module")

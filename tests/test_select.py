@@ -7,7 +7,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune.accuracy_reuse import find_reusable, screening_ids
+from autotune.accuracy.reuse import find_reusable, screening_ids
 from autotune.errors import StudyError
 from autotune.evalset.dataset import load_evalset
 from autotune.select import is_feasible, pareto_front, recommend

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from autotune.accuracy import score_predictions
+from autotune.accuracy.scoring import score_predictions
 from autotune.backends.base import Request
 from autotune.backends.transformers_engine import TransformersEngine
 from autotune.evalset.dataset import EvalSet, load_evalset

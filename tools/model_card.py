@@ -42,7 +42,7 @@ def evaluate_checkpoint(
     evalset: str = "smoke",
 ) -> list[dict[str, Any]]:
     """Greedy accuracy through autotune's own engine, per dtype and image max side."""
-    from autotune.accuracy import score_predictions
+    from autotune.accuracy.scoring import score_predictions
     from autotune.backends.base import Request
     from autotune.backends.transformers_engine import TransformersEngine
     from autotune.evalset.dataset import load_evalset

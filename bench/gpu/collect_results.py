@@ -65,7 +65,7 @@ def study_summary(db: Path, name: str) -> dict[str, Any]:
     import optuna
 
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
-    from autotune.report_text import best_json
+    from autotune.report.text import best_json
 
     trials = []
     for trial in study.trials:

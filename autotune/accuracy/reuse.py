@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.accuracy import AccuracyReport
+from autotune.accuracy.scoring import AccuracyReport
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace

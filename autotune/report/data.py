@@ -1,7 +1,7 @@
 """What `autotune report` shows, read from the study: top configurations with their deploy
 commands, the reference, sample outputs, parameter importances and the environment.
 
-Only reads the storage and the artifact folder; the HTML is assembled in report_html.py.
+Only reads the storage and the artifact folder; the HTML is assembled in html.py.
 """
 
 from __future__ import annotations

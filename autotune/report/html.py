@@ -1,7 +1,7 @@
 """`autotune report`: one self-contained HTML file to attach to a pull request.
 
 Plotly's JavaScript is embedded once, inline, so the file opens offline and nothing is
-fetched from a CDN. Data comes from report_data.py, figures from report_plots.py.
+fetched from a CDN. Data comes from data.py, figures from plots.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import __version__
 from autotune.errors import AutotuneError
 from autotune.export import Export
-from autotune.report_data import ReportData, TopConfig, changed_params, collect, finite
-from autotune.report_plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
+from autotune.report.data import ReportData, TopConfig, changed_params, collect, finite
+from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 
 # (user attribute, label, format, higher is better) for the figures tables.
 FIGURES: tuple[tuple[str, str, str, bool], ...] = (

@@ -1,0 +1,1 @@
+"""Accuracy: scoring answers, the paired comparison with the reference, reuse and screening."""

@@ -1,0 +1,1 @@
+"""Showing a study: the `best` table, the HTML report and optuna-dashboard."""
