@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import sys
+from pathlib import Path
 
 # What is missing -> how to install it (one line the user can paste).
 _BACKEND_CHECKS: dict[str, tuple[str, str | None, str]] = {
@@ -28,11 +30,17 @@ def _has_module(name: str) -> bool:
         return False
 
 
+def _has_command(name: str) -> bool:
+    """On PATH, or beside this interpreter (where the server runner launches it from)."""
+    beside = Path(sys.executable).parent / name
+    return shutil.which(name) is not None or beside.is_file()
+
+
 def missing_reason(param: str, value: object) -> str | None:
     """Why `param=value` cannot run here (with the install command), or None if it can."""
     if param == "backend" and value in _BACKEND_CHECKS:
         module, command, hint = _BACKEND_CHECKS[str(value)]
-        if not _has_module(module) or (command and shutil.which(command) is None):
+        if not _has_module(module) or (command and not _has_command(command)):
             return f"backend {value} is not installed ({hint})"
     if param == "attn_implementation" and value in _ATTN_CHECKS:
         module, hint = _ATTN_CHECKS[str(value)]

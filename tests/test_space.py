@@ -153,3 +153,20 @@ def test_reference_params_are_enqueueable(tmp_path: Path) -> None:
 def test_trial_config_rejects_sampling_knobs_when_greedy() -> None:
     with pytest.raises(ValueError, match="temperature only apply when do_sample"):
         TrialConfig(do_sample=False, temperature=0.5)
+
+
+def test_backends_not_installed_here_are_dropped_with_a_note() -> None:
+    # vLLM and flash-attn are never installed on the CPU machines that run these tests.
+    space, notes = load_space("default").runnable_here()
+    assert "vllm" not in space.params["backend"].choices
+    assert "transformers" in space.params["backend"].choices
+    assert "flash_attention_2" not in space.params["attn_implementation"].choices
+    assert any("pip install 'autotune[vllm]'" in note for note in notes)
+
+
+def test_a_reference_that_cannot_run_here_is_an_error(tmp_path: Path) -> None:
+    data = with_params(backend={"choices": ["transformers", "vllm"]})
+    data["reference"] = {**data["reference"], "backend": "vllm", "kv_cache_fraction": 0.7}
+    space = load_space(str(write_space(tmp_path, data)))
+    with pytest.raises(SpaceError, match="the reference needs backend vllm is not installed"):
+        space.runnable_here()

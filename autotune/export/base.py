@@ -150,3 +150,28 @@ def sampling_request(
         body.update(greedy)
     body["repetition_penalty"] = config.repetition_penalty
     return body
+
+
+def address_flags(opts: ServeOptions, *, host: str, port: str, name: str) -> list[str]:
+    """Bind address, port and served model name, under each engine's own flag names."""
+    flags = [host, opts.host]
+    if opts.port is not None:
+        flags += [port, str(opts.port)]
+    if opts.served_model_name is not None:
+        flags += [name, opts.served_model_name]
+    return flags
+
+
+def engine_knob_notes(config: TrialConfig, *, engine: str, graphs: str, kernels: str) -> list[str]:
+    """What a server engine does with the transformers-only knobs it has no flag for."""
+    notes = []
+    if config.compile_mode not in ("none", "default"):
+        notes.append(
+            f"compile_mode {config.compile_mode!r} means {graphs} for {engine} (its default); "
+            f"{engine} has no per-mode flag."
+        )
+    if config.attn_implementation != "sdpa":
+        notes.append(
+            f"attn_implementation {config.attn_implementation!r} has no {engine} flag; {kernels}."
+        )
+    return notes

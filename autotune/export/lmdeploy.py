@@ -12,8 +12,10 @@ from ..params import TrialConfig
 from .base import (
     Export,
     ServeOptions,
+    address_flags,
     backend_note,
     compact_json,
+    engine_knob_notes,
     image_note,
     image_pixel_budget,
     sampling_request,
@@ -51,22 +53,13 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if opts.session_len is not None:
         argv += ["--session-len", str(opts.session_len)]
     argv += render_flags("lmdeploy", opts.engine_args)
-    argv += ["--server-name", opts.host]
-    if opts.port is not None:
-        argv += ["--server-port", str(opts.port)]
-    if opts.served_model_name is not None:
-        argv += ["--model-name", opts.served_model_name]
-
-    if config.compile_mode not in ("none", "default"):
-        notes.append(
-            f"compile_mode {config.compile_mode!r} means CUDA graphs on for LMDeploy (its "
-            "default); LMDeploy has no torch.compile modes to choose between."
-        )
-    if config.attn_implementation != "sdpa":
-        notes.append(
-            f"attn_implementation {config.attn_implementation!r} has no LMDeploy flag; its "
-            "PyTorch engine uses its own attention kernels."
-        )
+    argv += address_flags(opts, host="--server-name", port="--server-port", name="--model-name")
+    notes += engine_knob_notes(
+        config,
+        engine="LMDeploy",
+        graphs="CUDA graphs on",
+        kernels="its PyTorch engine uses its own attention kernels",
+    )
 
     # LMDeploy has no greedy switch over HTTP (the server always sets do_sample); top_k 1 is
     # its greedy path. Without it the checkpoint's generation_config would make it sample.

@@ -14,8 +14,10 @@ from ..params import TrialConfig
 from .base import (
     Export,
     ServeOptions,
+    address_flags,
     backend_note,
     compact_json,
+    engine_knob_notes,
     image_note,
     image_pixel_budget,
     sampling_request,
@@ -57,22 +59,13 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.do_sample:
         argv += ["--seed", str(config.seed)]
     argv += render_flags("vllm", opts.engine_args)
-    argv += ["--host", opts.host]
-    if opts.port is not None:
-        argv += ["--port", str(opts.port)]
-    if opts.served_model_name is not None:
-        argv += ["--served-model-name", opts.served_model_name]
-
-    if config.compile_mode not in ("none", "default"):
-        notes.append(
-            f"compile_mode {config.compile_mode!r} means vLLM's own torch.compile and CUDA "
-            "graphs (its default); vLLM has no per-mode flag."
-        )
-    if config.attn_implementation != "sdpa":
-        notes.append(
-            f"attn_implementation {config.attn_implementation!r} has no vLLM flag; vLLM picks "
-            "its own attention kernels."
-        )
+    argv += address_flags(opts, host="--host", port="--port", name="--served-model-name")
+    notes += engine_knob_notes(
+        config,
+        engine="vLLM",
+        graphs="torch.compile and CUDA graphs",
+        kernels="vLLM picks its own attention kernels",
+    )
     request = sampling_request(config, greedy={"temperature": 0})
     notes.append(
         "decoding settings are server defaults (--override-generation-config): a client that "
