@@ -1,0 +1,91 @@
+"""Answers are not paid for twice, and screening stops a hopeless trial before its load test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from small_space import MODEL, small_evalset, small_space
+
+from autotune.accuracy.reuse import screening_ids
+from autotune.evalset.dataset import load_evalset
+from autotune.params import TrialConfig
+from autotune.runner.local import run_worker
+from autotune.worker import ScreeningRequest, WorkerRequest
+
+pytestmark = pytest.mark.slow
+
+
+def test_trials_that_differ_only_in_batch_size_reuse_the_answers(tmp_path: Path) -> None:
+    space = small_space(
+        tmp_path,
+        trials=3,
+        sampler={"n_startup_trials": 10},
+        params={"batch_size": {"choices": [1, 2, 4]}},
+    )
+    db = tmp_path / "reuse.db"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "run",
+            "--space",
+            str(space),
+            "--study",
+            "r",
+            "--storage",
+            f"sqlite:///{db}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    study = optuna.load_study(study_name="r", storage=f"sqlite:///{db}")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 3
+    items = len(load_evalset(str(tmp_path / "evalset")).items)
+    computed = [t.user_attrs["answers_computed"] for t in trials]
+    assert computed[0] == items  # the reference answers every item
+    assert computed[1:] == [0, 0]  # greedy answers do not depend on the batch size
+    assert sum(computed) < len(trials) * items
+    for trial in trials[1:]:
+        assert trial.user_attrs["accuracy_reused_from"] == 0
+        assert trial.user_attrs["item_scores"] == trials[0].user_attrs["item_scores"]
+        # Reused answers still get their own latency measurement.
+        assert trial.user_attrs["measured_requests"] >= 4
+
+
+def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
+    evalset = load_evalset(str(small_evalset(tmp_path)))
+    ids = [item.id for item in evalset.items]
+    subset = screening_ids(evalset, 6)
+    # A reference that answered everything right: the bundled model cannot keep up, so the
+    # subset alone shows with confidence that the floor is missed.
+    request = WorkerRequest(
+        config=TrialConfig(dtype="float32", max_new_tokens=8),
+        model=str(MODEL),
+        device="cpu",
+        evalset=str(evalset.path),
+        workload_ids=ids,
+        warmup_requests=1,
+        requests=8,
+        accuracy_ids=ids,
+        screening=ScreeningRequest(
+            ids=subset,
+            reference_scores=dict.fromkeys(ids, 1.0),
+            reference_passed=dict.fromkeys(ids, True),
+            max_drop=0.05,
+            confidence=0.95,
+        ),
+    )
+    result, _ = run_worker(request, timeout_s=600)
+    assert result["screened_out"] is True
+    assert result["timings"] == []  # no load test was run
+    assert set(result["predictions"]) == set(subset)  # nor the rest of the set
