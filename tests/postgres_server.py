@@ -63,8 +63,17 @@ def postgres() -> Iterator[str]:
     )
     try:
         subprocess.run(
-            [*prefix, _tool("createdb") or "createdb", "-h", "127.0.0.1", "-p", str(port),
-             "-U", "autotune", "autotune"],
+            [
+                *prefix,
+                _tool("createdb") or "createdb",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                "autotune",
+                "autotune",
+            ],
             check=True,
             capture_output=True,
         )

@@ -84,9 +84,7 @@ def test_model_that_is_not_qwen3_vl(workdir: Path) -> None:
 
 
 def test_unreachable_hub_id_points_to_local_options(workdir: Path) -> None:
-    result = run_cli(
-        ["run", "--space", "smoke", "--model", "Qwen/Qwen3-VL-2B-Instruct"], workdir
-    )
+    result = run_cli(["run", "--space", "smoke", "--model", "Qwen/Qwen3-VL-2B-Instruct"], workdir)
     assert_one_line_error(result, "--model PATH", "--space smoke")
     assert no_database_written(workdir)
 

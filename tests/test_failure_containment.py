@@ -24,8 +24,20 @@ pytestmark = pytest.mark.slow
 
 def start_run(space: Path, db: Path, trials: int, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "autotune.cli", "run", "--space", str(space), "--trials",
-         str(trials), "--study", "s", "--storage", f"sqlite:///{db}"],
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "run",
+            "--space",
+            str(space),
+            "--trials",
+            str(trials),
+            "--study",
+            "s",
+            "--storage",
+            f"sqlite:///{db}",
+        ],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -32,8 +32,19 @@ def test_two_processes_share_one_study(tmp_path: Path) -> None:
     space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2, 4]}})
     with postgres_server.postgres() as url:
         runs = [
-            autotune("run", "--space", str(space), "--study", "shared", "--storage", url,
-                     "--trials", "3", "--quiet", cwd=tmp_path)
+            autotune(
+                "run",
+                "--space",
+                str(space),
+                "--study",
+                "shared",
+                "--storage",
+                url,
+                "--trials",
+                "3",
+                "--quiet",
+                cwd=tmp_path,
+            )
             for _ in range(2)
         ]
         for run in runs:
@@ -53,7 +64,10 @@ def test_two_processes_share_one_study(tmp_path: Path) -> None:
 
         best = subprocess.run(
             [sys.executable, "-m", "autotune.cli", "best", "--study", "shared", "--storage", url],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert best.returncode == 0, best.stderr
         assert "recommended: trial" in best.stdout
@@ -63,7 +77,10 @@ def test_missing_study_in_postgres_is_one_line(tmp_path: Path) -> None:
     with postgres_server.postgres() as url:
         result = subprocess.run(
             [sys.executable, "-m", "autotune.cli", "best", "--study", "nope", "--storage", url],
-            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: no study 'nope'")

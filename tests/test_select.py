@@ -13,8 +13,14 @@ from autotune.evalset.dataset import load_evalset
 from autotune.select import is_feasible, pareto_front, recommend
 
 
-def add(study: optuna.Study, number_values: tuple[float, float], *, violation: float = -1.0,
-        state: TrialState = TrialState.COMPLETE, key: str = "k") -> None:
+def add(
+    study: optuna.Study,
+    number_values: tuple[float, float],
+    *,
+    violation: float = -1.0,
+    state: TrialState = TrialState.COMPLETE,
+    key: str = "k",
+) -> None:
     study.add_trial(
         create_trial(
             state=state,
