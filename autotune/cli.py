@@ -126,10 +126,15 @@ def run(
     # The context manager takes the progress bar down on Ctrl-C too.
     with Progress(total=total, quiet=quiet) as progress:
         study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
-    from autotune.report.text import best_text
+    from autotune.report.text import best_text, failures_text
+    from autotune.select import has_completed_trial
 
+    click.echo(f"study stored in {plan.storage_url}", err=True)
+    if not has_completed_trial(study):
+        # Every trial failed: say why, per trial, instead of an empty recommendation.
+        click.echo(failures_text(study))
+        sys.exit(1)
     click.echo(best_text(study))
-    click.echo(f"study stored in {plan.storage_url}")
 
 
 @main.command()

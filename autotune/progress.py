@@ -132,6 +132,8 @@ class Progress:
         seconds = time.monotonic() - self.trial_started_at
         best = best_so_far(study)
         tag = " (reference)" if trial.user_attrs.get("is_reference") else ""
+        if "duplicate_of" in trial.user_attrs:
+            tag = f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run)"
         self.note(
             f"[{self.done}/{self.total}] trial {trial.number}{tag} {seconds:.0f} s: "
             f"{trial_figures(trial)}{' | ' + best if best else ''}"

@@ -63,6 +63,10 @@ def _direction_names(study: optuna.Study) -> list[str]:
     return [d.name.lower() for d in study.directions]
 
 
+def has_completed_trial(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
 def recommend(study: optuna.Study) -> Recommendation:
     """The feasible Pareto trial best on the first objective; else the least-violating trial."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -28,6 +28,7 @@ from autotune.client.chat import normalize_base_url
 from autotune.errors import SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.model_source import resolve_model
+from autotune.params import TrialConfig
 from autotune.progress import Progress
 from autotune.select import CONSTRAINT_NAMES, reference_trial
 from autotune.space import SearchSpace
@@ -207,6 +208,9 @@ class _Objective:
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
         is_reference = bool(trial.user_attrs.get("is_reference"))
+        twin = None if is_reference else _identical_trial(trial.study, config)
+        if twin is not None:
+            return self._copy_twin(trial, twin)
         reference = None if is_reference else await_reference(trial.study, space)
         cached = find_reusable(trial.study, output_key)
         try:
@@ -254,6 +258,34 @@ class _Objective:
                 f"screening: accuracy already below the floor on {len(m.predictions)} items"
             )
         return [float(m.user_attrs()[o.metric]) for o in space.objectives]
+
+    def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> list[float]:
+        """The sampler proposed a configuration already measured: record it, don't re-run it.
+
+        GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
+        came from.
+        """
+        for key, value in twin.user_attrs.items():
+            if key not in _NOT_INHERITED:
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("duplicate_of", twin.number)
+        trial.set_user_attr("answers_computed", 0)
+        _record_constraints(trial, dict(twin.user_attrs["constraints"]))
+        return list(twin.values)
+
+
+# Attributes that describe a trial's own run, not its configuration's figures.
+_NOT_INHERITED = frozenset(
+    {"is_reference", "sample_outputs_artifact", "accuracy_reused_from", "answers_computed"}
+)
+
+
+def _identical_trial(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+    wanted = config.model_dump()
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if other.user_attrs.get("config") == wanted and "constraints" in other.user_attrs:
+            return other
+    return None
 
 
 def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:

@@ -116,3 +116,35 @@ def test_ctrl_c_stops_the_worker_and_resume_finishes(tmp_path: Path) -> None:
     # The interrupted reference was enqueued again and completed first after the resume.
     assert study.trials[1].user_attrs.get("is_reference") is True
     assert os.path.exists(db)
+
+
+def test_every_trial_timing_out_is_reported_per_trial(tmp_path: Path) -> None:
+    space = small_space(
+        tmp_path,
+        trials=2,
+        trial_timeout_s=1,  # no worker can even import torch in a second
+        constraints={"accuracy": {"mode": "absolute", "min": 0.0}},
+        params={"batch_size": {"choices": [1, 2]}},
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "run",
+            "--space",
+            str(space),
+            "--study",
+            "s",
+            "--storage",
+            f"sqlite:///{tmp_path / 's.db'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "no trial completed" in result.stdout
+    assert result.stdout.count("FAIL: timed out after 1 s") == 2
+    assert "Traceback" not in result.stderr

@@ -89,3 +89,36 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
     assert result["screened_out"] is True
     assert result["timings"] == []  # no load test was run
     assert set(result["predictions"]) == set(subset)  # nor the rest of the set
+
+
+def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) -> None:
+    # One searched value: every trial after the reference proposes the reference again.
+    space = small_space(tmp_path, trials=3, params={"batch_size": {"choices": [1]}})
+    db = tmp_path / "twins.db"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "run",
+            "--space",
+            str(space),
+            "--study",
+            "t",
+            "--storage",
+            f"sqlite:///{db}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "same configuration as trial 0, not re-run" in result.stderr
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
+    first, *twins = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(twins) == 2
+    for twin in twins:
+        assert twin.user_attrs["duplicate_of"] == 0
+        assert twin.values == first.values
+        assert "is_reference" not in twin.user_attrs

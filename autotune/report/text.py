@@ -113,3 +113,12 @@ def best_text(study: optuna.Study) -> str:
         "--format swift|lmdeploy|vllm|yaml"
     )
     return buffer.getvalue().rstrip()
+
+
+def failures_text(study: optuna.Study) -> str:
+    """Why each trial of a study without a completed one ended, one line each."""
+    lines = [f"study '{study.study_name}': no trial completed"]
+    for trial in study.get_trials(deepcopy=False):
+        reason = trial.user_attrs.get("failure_reason") or trial.state.name.lower()
+        lines.append(f"  trial {trial.number} {trial.state.name}: {reason}")
+    return "\n".join(lines)
