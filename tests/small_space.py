@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,3 +45,34 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     path = tmp_path / f"{data.get('name', 'small')}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def autotune_cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The real command line in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_study(
+    space: Path, *, study: str, cwd: Path, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], optuna.Study]:
+    """`autotune run` on `space` into cwd/<study>.db; the process result and the study."""
+    db = cwd / f"{study}.db"
+    result = autotune_cli(
+        "run",
+        "--space",
+        str(space),
+        "--study",
+        study,
+        "--storage",
+        f"sqlite:///{db}",
+        *extra,
+        cwd=cwd,
+    )
+    loaded = optuna.load_study(study_name=study, storage=f"sqlite:///{db}") if db.exists() else None
+    return result, loaded  # type: ignore[return-value]

@@ -8,20 +8,18 @@ the truncated one wins.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
-from small_space import SMOKE_SET, small_space
+from small_space import SMOKE_SET, run_study, small_space
 
 from autotune.select import recommend
 
 pytestmark = pytest.mark.slow
 
 
-def run_study(tmp_path: Path, name: str, *, floor_enabled: bool) -> optuna.Study:
+def study_with_floor(tmp_path: Path, name: str, *, floor_enabled: bool) -> optuna.Study:
     space = small_space(
         tmp_path,
         name=name,
@@ -35,30 +33,14 @@ def run_study(tmp_path: Path, name: str, *, floor_enabled: bool) -> optuna.Study
         constraints={"accuracy": {"mode": "relative", "max_drop": 0.05, "enabled": floor_enabled}},
         params={"max_new_tokens": {"choices": [16, 1]}},
     )
-    db = tmp_path / f"{name}.db"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune.cli",
-            "run",
-            "--space",
-            str(space),
-            "--storage",
-            f"sqlite:///{db}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result, study = run_study(space, study=name, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    return study
 
 
 def test_switching_the_floor_off_changes_the_recommendation(tmp_path: Path) -> None:
-    guarded = run_study(tmp_path, "guarded", floor_enabled=True)
-    unguarded = run_study(tmp_path, "unguarded", floor_enabled=False)
+    guarded = study_with_floor(tmp_path, "guarded", floor_enabled=True)
+    unguarded = study_with_floor(tmp_path, "unguarded", floor_enabled=False)
     # Same seed, same random start-up: both studies tried the same configurations.
     assert [t.params for t in guarded.trials] == [t.params for t in unguarded.trials]
     assert any(t.params["max_new_tokens"] == 1 for t in guarded.trials)

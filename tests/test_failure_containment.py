@@ -17,7 +17,7 @@ import optuna
 import psutil
 import pytest
 from optuna.trial import TrialState
-from small_space import small_space
+from small_space import run_study, small_space
 
 pytestmark = pytest.mark.slow
 
@@ -126,24 +126,7 @@ def test_every_trial_timing_out_is_reported_per_trial(tmp_path: Path) -> None:
         constraints={"accuracy": {"mode": "absolute", "min": 0.0}},
         params={"batch_size": {"choices": [1, 2]}},
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune.cli",
-            "run",
-            "--space",
-            str(space),
-            "--study",
-            "s",
-            "--storage",
-            f"sqlite:///{tmp_path / 's.db'}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result, _ = run_study(space, study="s", cwd=tmp_path)
     assert result.returncode == 1
     assert "no trial completed" in result.stdout
     assert result.stdout.count("FAIL: timed out after 1 s") == 2

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import optuna
 import pytest
 from optuna.trial import TrialState
-from small_space import MODEL, small_evalset, small_space
+from small_space import MODEL, run_study, small_evalset, small_space
 
 from autotune.accuracy.reuse import screening_ids
 from autotune.evalset.dataset import load_evalset
@@ -27,27 +24,8 @@ def test_trials_that_differ_only_in_batch_size_reuse_the_answers(tmp_path: Path)
         sampler={"n_startup_trials": 10},
         params={"batch_size": {"choices": [1, 2, 4]}},
     )
-    db = tmp_path / "reuse.db"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune.cli",
-            "run",
-            "--space",
-            str(space),
-            "--study",
-            "r",
-            "--storage",
-            f"sqlite:///{db}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result, study = run_study(space, study="r", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    study = optuna.load_study(study_name="r", storage=f"sqlite:///{db}")
     trials = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(trials) == 3
     items = len(load_evalset(str(tmp_path / "evalset")).items)
@@ -94,28 +72,9 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
 def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) -> None:
     # One searched value: every trial after the reference proposes the reference again.
     space = small_space(tmp_path, trials=3, params={"batch_size": {"choices": [1]}})
-    db = tmp_path / "twins.db"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune.cli",
-            "run",
-            "--space",
-            str(space),
-            "--study",
-            "t",
-            "--storage",
-            f"sqlite:///{db}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result, study = run_study(space, study="t", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "same configuration as trial 0, not re-run" in result.stderr
-    study = optuna.load_study(study_name="t", storage=f"sqlite:///{db}")
     first, *twins = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(twins) == 2
     for twin in twins:
