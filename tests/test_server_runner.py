@@ -457,11 +457,15 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
     assert run.returncode == 0, err[-3000:]
     assert "recommended: trial" in out
     assert not run_tree.alive()
-    assert len(run_tree.servers()) >= 3  # one swift deploy per trial, really launched
 
     study = optuna.load_study(study_name="x", storage=storage)
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    # One swift deploy per measured trial, really launched (a configuration proposed again
+    # copies its twin's figures instead: duplicate_of).
+    measured = [t for t in trials if "duplicate_of" not in t.user_attrs]
+    assert len(measured) >= 2
+    assert len(run_tree.servers()) >= len(measured)
     for t in trials:
         a = t.user_attrs
         for name in ("throughput_output_tokens_per_s", "e2e_latency_p95_ms", "ttft_p50_ms",
