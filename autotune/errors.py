@@ -6,6 +6,15 @@ A message says what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, options: Iterable[str]) -> str:
+    """ "did you mean 'x'? " for the closest option, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
+
 
 class AutotuneError(Exception):
     """A problem the user can fix; the CLI prints it as one line and exits with status 2."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from autotune.errors import AutotuneError, SpaceError
+from autotune.errors import AutotuneError, SpaceError, did_you_mean
 from autotune.params import PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
 from autotune.study import StudyPlan
 from autotune.trial import measure
@@ -26,10 +25,9 @@ def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
                 f"--param '{pair}': write it as name=value, e.g. image_max_side=256"
             )
         if name not in PARAM_NAMES:
-            close = difflib.get_close_matches(name, PARAM_NAMES, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
             raise AutotuneError(
-                f"--param {name}: unknown parameter; {hint}known: {', '.join(PARAM_NAMES)}"
+                f"--param {name}: unknown parameter; {did_you_mean(name, PARAM_NAMES)}"
+                f"known: {', '.join(PARAM_NAMES)}"
             )
         try:
             overrides[name] = yaml.safe_load(raw) if raw.strip() else None

@@ -120,7 +120,3 @@ class TrialConfig(BaseModel):
         if self.do_sample:
             names.append("batch_size")
         return {name: getattr(self, name) for name in names}
-
-    def searched_values(self) -> dict[str, Any]:
-        """The parameter values in PARAM_NAMES order (what trial params and exports show)."""
-        return {name: getattr(self, name) for name in PARAM_NAMES}

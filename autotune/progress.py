@@ -8,7 +8,6 @@ terminal (CI, a log file) only those lines are written, one per trial, no contro
 
 from __future__ import annotations
 
-import sys
 import time
 from types import TracebackType
 
@@ -155,7 +154,3 @@ class Progress:
 
     def finish(self, study: optuna.Study) -> None:
         self._stop_bar()
-
-
-def stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()

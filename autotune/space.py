@@ -7,7 +7,6 @@ its range or choices and the condition under which it applies.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
@@ -16,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from autotune.engine_args import EngineArgs
-from autotune.errors import SpaceError
+from autotune.errors import SpaceError, did_you_mean
 from autotune.measure.registry import METRICS, Direction
 from autotune.params import (
     BACKEND_PARAMS,
@@ -101,9 +100,10 @@ class Objective(_Strict):
     @model_validator(mode="after")
     def _known_metric(self) -> Objective:
         if self.metric not in METRICS:
-            close = difflib.get_close_matches(self.metric, METRICS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown metric '{self.metric}'{hint}")
+            raise ValueError(
+                f"unknown metric '{self.metric}': {did_you_mean(self.metric, METRICS)}"
+                f"known: {', '.join(METRICS)}"
+            )
         if self.direction is None:
             self.direction = METRICS[self.metric].direction
         return self
@@ -177,10 +177,9 @@ class SearchSpace(_Strict):
     def _check_params(self) -> SearchSpace:
         for name, spec in self.params.items():
             if name not in PARAM_NAMES:
-                close = difflib.get_close_matches(name, PARAM_NAMES, n=1)
-                hint = f"did you mean '{close[0]}'? " if close else ""
                 raise ValueError(
-                    f"params.{name}: unknown parameter; {hint}known: {', '.join(PARAM_NAMES)}"
+                    f"params.{name}: unknown parameter; {did_you_mean(name, PARAM_NAMES)}"
+                    f"known: {', '.join(PARAM_NAMES)}"
                 )
             _check_values(name, spec)
             for other, values in spec.when.items():
@@ -385,10 +384,9 @@ def find_space_file(name_or_path: str) -> Path:
     if builtin.is_file():
         return builtin
     known = builtin_spaces()
-    close = difflib.get_close_matches(name_or_path, known, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
     raise SpaceError(
-        f"unknown space '{name_or_path}': {hint}built-in spaces: {', '.join(known)} "
+        f"unknown space '{name_or_path}': {did_you_mean(name_or_path, known)}"
+        f"built-in spaces: {', '.join(known)} "
         "(or give a path to a .yaml file)"
     )
 

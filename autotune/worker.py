@@ -56,7 +56,7 @@ def _batches(items: list[Any], size: int) -> list[list[Any]]:
 
 
 def run(request: WorkerRequest, events: _Events) -> dict[str, Any]:
-    from autotune.backends.base import Request
+    from autotune.backends.base import Engine, Request
     from autotune.backends.transformers_engine import TransformersEngine
     from autotune.evalset.dataset import load_evalset
 
@@ -70,7 +70,7 @@ def run(request: WorkerRequest, events: _Events) -> dict[str, Any]:
         return Request(item_id=item_id, image=images[item_id], prompt=by_id[item_id].prompt)
 
     config = request.config
-    engine = TransformersEngine(request.model, config, device=request.device)
+    engine: Engine = TransformersEngine(request.model, config, device=request.device)
     events.send(phase="loading")
     t0 = time.perf_counter()
     engine.load()

@@ -6,7 +6,6 @@ everywhere and every name carries its unit.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,13 +42,3 @@ _SPECS = [
 ]
 
 METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in _SPECS}
-
-
-def metric_spec(name: str) -> MetricSpec:
-    """The spec of a metric, or a KeyError whose message suggests the closest names."""
-    try:
-        return METRICS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, METRICS, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        raise KeyError(f"unknown metric '{name}': {hint}known: {', '.join(METRICS)}") from None
