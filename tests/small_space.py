@@ -47,7 +47,9 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     return path
 
 
-def autotune_cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def autotune_cli(
+    *args: str, cwd: Path, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real command line in a child process, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "autotune.cli", *args],
@@ -55,6 +57,7 @@ def autotune_cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Comp
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from small_space import autotune_cli
 
 from autotune.cli import main
 
@@ -16,13 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autotune.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return autotune_cli(*args, cwd=cwd, timeout=120)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:

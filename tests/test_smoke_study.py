@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
+from small_space import autotune_cli
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +39,8 @@ TRIAL_ATTRS = (
 
 
 def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "autotune.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-    )
+    # A wide terminal, so `best` tables are not folded mid-row.
+    return autotune_cli(*args, cwd=cwd, timeout=1200, env={**os.environ, "COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")
