@@ -23,6 +23,7 @@ from autotune.accuracy.reuse import (
     screening_request,
     stored_accuracy,
 )
+from autotune.accuracy.scoring import AccuracyReport
 from autotune.artifacts import ArtifactRecorder
 from autotune.client.chat import normalize_base_url
 from autotune.errors import SpaceError, StudyError, TrialFailure
@@ -242,15 +243,7 @@ class _Objective:
             trial.set_user_attr(key, value)
         paired = None
         if reference is not None and m.accuracy is not None:
-            ref_accuracy = stored_accuracy(reference)
-            paired = compare(
-                m.accuracy.item_scores,
-                ref_accuracy.item_scores,
-                candidate_passed=m.accuracy.item_passed,
-                reference_passed=ref_accuracy.item_passed,
-                confidence=space.constraints.accuracy.confidence,
-            )
-            trial.set_user_attr("paired_vs_reference", paired.to_dict())
+            paired = _judge(trial, m.accuracy, reference, space)
         _record_constraints(trial, _constraints(space, m, paired))
         self.artifacts.sample_outputs(trial, plan.evalset, m)
         if m.screened_out:
@@ -270,8 +263,28 @@ class _Objective:
                 trial.set_user_attr(key, value)
         trial.set_user_attr("duplicate_of", twin.number)
         trial.set_user_attr("answers_computed", 0)
+        if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
+            # The reference's twin is still a candidate: judged like every other one (a zero
+            # difference), not left without a comparison.
+            _judge(trial, stored_accuracy(twin), twin, self.plan.space)
         _record_constraints(trial, dict(twin.user_attrs["constraints"]))
         return list(twin.values)
+
+
+def _judge(
+    trial: optuna.Trial, accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace
+) -> PairedComparison:
+    """Compare a candidate's answers with the reference's, item by item, and record it."""
+    ref_accuracy = stored_accuracy(reference)
+    paired = compare(
+        accuracy.item_scores,
+        ref_accuracy.item_scores,
+        candidate_passed=accuracy.item_passed,
+        reference_passed=ref_accuracy.item_passed,
+        confidence=space.constraints.accuracy.confidence,
+    )
+    trial.set_user_attr("paired_vs_reference", paired.to_dict())
+    return paired
 
 
 # Attributes that describe a trial's own run, not its configuration's figures.

@@ -81,3 +81,5 @@ def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) ->
         assert twin.user_attrs["duplicate_of"] == 0
         assert twin.values == first.values
         assert "is_reference" not in twin.user_attrs
+        # A twin of the reference is still a candidate judged against it: zero difference.
+        assert twin.user_attrs["paired_vs_reference"]["accuracy_diff"] == 0.0
