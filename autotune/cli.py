@@ -99,9 +99,9 @@ def run(
     dummy_weights: bool,
 ) -> None:
     """Run (or resume) a study over a search space."""
-    from autotune.progress import Progress
     from autotune.space import load_space
     from autotune.study import plan_study, run_study
+    from autotune.study.progress import Progress
 
     loaded = load_space(space)
     plan = plan_study(
@@ -127,7 +127,7 @@ def run(
     with Progress(total=total, quiet=quiet) as progress:
         study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report.text import best_text, failures_text
-    from autotune.select import has_completed_trial
+    from autotune.study.select import has_completed_trial
 
     click.echo(f"study stored in {plan.storage_url}", err=True)
     if not has_completed_trial(study):
@@ -145,7 +145,7 @@ def run(
 def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     """Show the feasible Pareto front and the recommended trial."""
     from autotune.report.text import best_json, best_text
-    from autotune.storage import load_study
+    from autotune.study.storage import load_study
 
     study = load_study(study_name, storage)
     click.echo(json.dumps(best_json(study), indent=2) if as_json else best_text(study))
@@ -179,8 +179,8 @@ def export(
 ) -> None:
     """Print the deploy command of the recommended (or a chosen) trial."""
     from autotune.errors import ExportError
-    from autotune.export_study import export_trial
-    from autotune.storage import load_study
+    from autotune.export.study import export_trial
+    from autotune.study.storage import load_study
 
     study = load_study(study_name, storage)
     result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
@@ -235,7 +235,7 @@ def verify(
 
     Exit status 0 when every figure is within tolerance, 1 when not.
     """
-    from autotune.storage import load_study
+    from autotune.study.storage import load_study
     from autotune.verify import verify_text, verify_trial
 
     study = load_study(study_name, storage)

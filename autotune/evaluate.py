@@ -9,9 +9,9 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
+from autotune.measure.measurement import measure
 from autotune.params import PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
 from autotune.study import StudyPlan
-from autotune.trial import measure
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:

@@ -268,7 +268,7 @@ class SearchSpace(_Strict):
 
         The reference must be runnable: every trial is compared with it.
         """
-        from autotune.availability import missing_reason
+        from autotune.engines.availability import missing_reason
 
         reference = self.reference_config().model_dump()
         for name, value in reference.items():

@@ -22,12 +22,12 @@ from rich.table import Table
 
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
-from autotune.export_study import trial_config
+from autotune.export.study import trial_config
+from autotune.measure.measurement import Measurement, measure
 from autotune.measure.registry import METRICS
 from autotune.params import SERVER_BACKENDS
-from autotune.select import find_trial, recommend
 from autotune.space import SearchSpace
-from autotune.trial import Measurement, measure
+from autotune.study.select import find_trial, recommend
 
 DEFAULT_TOLERANCE = 0.25
 

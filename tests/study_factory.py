@@ -21,8 +21,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.params import TrialConfig
-from autotune.select import CONSTRAINT_NAMES
-from autotune.storage import artifact_dir
+from autotune.study.select import CONSTRAINT_NAMES
+from autotune.study.storage import artifact_dir
 
 DISTRIBUTIONS = {
     "attn_implementation": CategoricalDistribution(["sdpa", "eager"]),

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from small_space import SMOKE_SET, run_study, small_space
 
-from autotune.select import recommend
+from autotune.study.select import recommend
 
 pytestmark = pytest.mark.slow
 

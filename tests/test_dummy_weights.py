@@ -14,8 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from autotune.cli import main
-from autotune.dummy_weights import (
+from autotune.checkpoints.dummy import (
     BUNDLED_CONFIGS,
     COMPLETE_MARKER,
     TOKENIZER_SOURCE,
@@ -23,6 +22,7 @@ from autotune.dummy_weights import (
     checkpoint_key,
     silenced_ids,
 )
+from autotune.cli import main
 from autotune.errors import ModelError, SpaceError
 from autotune.space import load_space
 from autotune.study import plan_study

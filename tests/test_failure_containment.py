@@ -54,7 +54,7 @@ def workers_of(run: subprocess.Popen[str]) -> list[psutil.Process]:
     found = []
     for proc in children:
         try:
-            if "autotune.worker" in proc.cmdline():
+            if "autotune.engines.inprocess.worker" in proc.cmdline():
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue

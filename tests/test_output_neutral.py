@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.backends.base import Request
-from autotune.backends.transformers_engine import TransformersEngine
+from autotune.engines.inprocess.base import Request
+from autotune.engines.inprocess.transformers import TransformersEngine
 from autotune.evalset.dataset import load_evalset
 from autotune.params import OUTPUT_NEUTRAL_PARAMS, TrialConfig
 from autotune.space import REPO_ROOT

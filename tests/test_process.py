@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from autotune.runner.process import ManagedProcess, group_alive, wait_group_gone
+from autotune.engines.process import ManagedProcess, group_alive, wait_group_gone
 
 
 def test_stop_reaches_grandchildren(tmp_path: Path) -> None:

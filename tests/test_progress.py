@@ -13,7 +13,7 @@ from rich.console import Console
 
 from autotune.cli import main
 from autotune.params import TrialConfig
-from autotune.progress import Progress
+from autotune.study.progress import Progress
 
 
 @pytest.fixture(scope="module")

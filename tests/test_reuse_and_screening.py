@@ -9,10 +9,10 @@ from optuna.trial import TrialState
 from small_space import MODEL, run_study, small_evalset, small_space
 
 from autotune.accuracy.reuse import screening_ids
+from autotune.engines.inprocess.session import run_worker
+from autotune.engines.inprocess.worker import ScreeningRequest, WorkerRequest
 from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
-from autotune.runner.local import run_worker
-from autotune.worker import ScreeningRequest, WorkerRequest
 
 pytestmark = pytest.mark.slow
 

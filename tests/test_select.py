@@ -10,7 +10,7 @@ from optuna.trial import TrialState, create_trial
 from autotune.accuracy.reuse import find_reusable, screening_ids
 from autotune.errors import StudyError
 from autotune.evalset.dataset import load_evalset
-from autotune.select import is_feasible, pareto_front, recommend
+from autotune.study.select import is_feasible, pareto_front, recommend
 
 
 def add(

@@ -29,11 +29,11 @@ import pytest
 from PIL import Image
 
 from autotune.client import ChatPrompt
+from autotune.engines import server as server_runner
+from autotune.engines.server import measure_command
 from autotune.errors import TrialFailure
 from autotune.export import Export
 from autotune.params import REQUEST_PARAMS
-from autotune.runner import server as server_runner
-from autotune.runner.server import measure_command
 from autotune.space import SearchSpace, Workload, load_space
 
 ROOT = Path(__file__).resolve().parent.parent

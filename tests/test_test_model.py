@@ -15,8 +15,8 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from autotune.accuracy.scoring import score_predictions
-from autotune.backends.base import Request
-from autotune.backends.transformers_engine import TransformersEngine
+from autotune.engines.inprocess.base import Request
+from autotune.engines.inprocess.transformers import TransformersEngine
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
 

@@ -43,8 +43,8 @@ def evaluate_checkpoint(
 ) -> list[dict[str, Any]]:
     """Greedy accuracy through autotune's own engine, per dtype and image max side."""
     from autotune.accuracy.scoring import score_predictions
-    from autotune.backends.base import Request
-    from autotune.backends.transformers_engine import TransformersEngine
+    from autotune.engines.inprocess.base import Request
+    from autotune.engines.inprocess.transformers import TransformersEngine
     from autotune.evalset.dataset import load_evalset
     from autotune.params import TrialConfig
 

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 from transformers import Qwen3VLModel
 
-from autotune.backends.base import resize_to_max_side
+from autotune.engines.inprocess.base import resize_to_max_side
 from tools import make_evalset
 
 IM_END = "<|im_end|>"

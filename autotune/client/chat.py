@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from PIL import Image
 
-from autotune.backends.base import resize_to_max_side
+from autotune.engines.inprocess.base import resize_to_max_side
 from autotune.measure.timing import RequestTiming
 
 

@@ -1,7 +1,7 @@
 """The measured passes over HTTP: warm-up, load test and accuracy, as the worker runs them.
 
-The same requests in the same order as autotune.worker: warm-up on the first items, then
-`workload.requests` measured requests cycling the eval items, then one answer per item.
+The same requests in the same order as autotune.engines.inprocess.worker: warm-up on the first
+items, then `workload.requests` measured requests cycling the eval items, then one answer per item.
 """
 
 from __future__ import annotations

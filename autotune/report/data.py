@@ -17,9 +17,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
 from autotune.export import Export
-from autotune.export_study import export_trial
+from autotune.export.study import export_trial
 from autotune.params import PARAM_NAMES
-from autotune.select import Recommendation, is_feasible, objective_names, recommend, reference_trial
+from autotune.study.select import (
+    Recommendation,
+    is_feasible,
+    objective_names,
+    recommend,
+    reference_trial,
+)
 
 TOP_N = 5
 EXPORT_FORMATS = ("swift", "lmdeploy")

@@ -298,7 +298,7 @@ def write_report(study_name: str | None, storage_url: str | None, *, out: str | 
     """Write the report of an existing study to `out`; never creates a database."""
     from optuna.artifacts import FileSystemArtifactStore
 
-    from autotune.storage import artifact_dir, default_storage_url, load_study
+    from autotune.study.storage import artifact_dir, default_storage_url, load_study
 
     study = load_study(study_name, storage_url)
     url = storage_url or default_storage_url(study.study_name)

@@ -12,7 +12,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from autotune.report.data import Importances, ReportData, changed_params, finite
-from autotune.select import CONSTRAINT_NAMES, constraint_values, is_feasible
+from autotune.study.select import CONSTRAINT_NAMES, constraint_values, is_feasible
 
 THROUGHPUT = "throughput_output_tokens_per_s"
 P95 = "e2e_latency_p95_ms"

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.params import PARAM_NAMES
-from autotune.select import constraint_values, is_feasible, objective_names, recommend
+from autotune.study.select import constraint_values, is_feasible, objective_names, recommend
 
 HEADLINE = (
     "throughput_output_tokens_per_s",

@@ -11,8 +11,8 @@ Rows, in priority order (a hard deadline skips what does not fit, never cuts a t
   (b) transformers, static cache + torch.compile, batch 16
   (a) transformers, dynamic cache, batch 64 (if time is left)
 
-Transformers rows run through autotune.trial.measure (a worker process per row, as a study
-trial). LMDeploy rows render the command with autotune.export, start it with the server
+Transformers rows run through autotune.measure.measurement.measure (a worker process per row,
+as a study trial). LMDeploy rows render the command with autotune.export, start it with the server
 runner's ServerProcess and drive it with the same PassPlan / drive_passes a server trial uses;
 the only difference from a trial is that one server serves every concurrency (a trial
 restarts it per configuration, 50 s each). Start-up (load, CUDA-graph capture) and warm-up
@@ -45,13 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_evalset import write_evalset  # noqa: E402
 
-from autotune.dummy_weights import dummy_checkpoint  # noqa: E402
+from autotune.checkpoints.dummy import dummy_checkpoint  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
 from autotune.evalset.dataset import load_evalset  # noqa: E402
+from autotune.measure.measurement import measure  # noqa: E402
 from autotune.measure.timing import RequestTiming, summarize  # noqa: E402
 from autotune.params import TrialConfig  # noqa: E402
 from autotune.space import SearchSpace, Workload  # noqa: E402
-from autotune.trial import measure  # noqa: E402
 
 FIGURES = (
     "ttft_p50_ms",
@@ -203,10 +203,10 @@ def run_transformers(bench: Bench, space: SearchSpace, ckpt: str, spec: dict[str
 def run_server(bench: Bench, space: SearchSpace, ckpt: str) -> None:
     """One LMDeploy server (CUDA graphs), measured at several concurrencies over HTTP."""
     from autotune.client import PassPlan
+    from autotune.engines.identity import check_engine
+    from autotune.engines.memory import MemorySampler
+    from autotune.engines.server import HOST, ServerProcess, chat_prompts, drive_passes, free_port
     from autotune.export import render_export
-    from autotune.runner.engines import check_engine
-    from autotune.runner.memory import MemorySampler
-    from autotune.runner.server import HOST, ServerProcess, chat_prompts, drive_passes, free_port
 
     args = bench.args
     loads = [(c, None) for c in args.concurrency] + [(max(args.concurrency), 768)]

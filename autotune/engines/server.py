@@ -25,18 +25,18 @@ import httpx
 import psutil
 
 from autotune.client import ChatError, ChatPrompt, PassPlan, run_passes
-from autotune.errors import AutotuneError, TrialFailure
-from autotune.evalset.dataset import EvalSet
-from autotune.export import Export, render_export
-from autotune.params import TrialConfig
-from autotune.runner.engines import (
+from autotune.engines.identity import (
     bound_port_from_log,
     check_engine,
     engine_version,
     install_hint,
 )
-from autotune.runner.memory import MemorySampler, tree_pids
-from autotune.runner.process import ManagedProcess
+from autotune.engines.memory import MemorySampler, tree_pids
+from autotune.engines.process import ManagedProcess
+from autotune.errors import AutotuneError, TrialFailure
+from autotune.evalset.dataset import EvalSet
+from autotune.export import Export, render_export
+from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
 PhaseCallback = Callable[[str], None]

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.engines.inprocess.worker import WorkerRequest
+from autotune.engines.process import ManagedProcess
 from autotune.errors import TrialFailure
-from autotune.runner.process import ManagedProcess
-from autotune.worker import WorkerRequest
 
 PhaseCallback = Callable[[str], None]
 
@@ -36,7 +36,7 @@ def run_worker(
     request_path = workdir / "request.json"
     request_path.write_text(request.model_dump_json(), encoding="utf-8")
     worker = ManagedProcess(
-        [sys.executable, "-m", "autotune.worker", str(request_path)],
+        [sys.executable, "-m", "autotune.engines.inprocess.worker", str(request_path)],
         log_path=workdir / "worker.log",
         capture_stdout=True,
     )

@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.checkpoints.source import SUPPORTED_MODEL_TYPES
 from autotune.errors import ModelError, SpaceError
-from autotune.model_source import SUPPORTED_MODEL_TYPES
 from autotune.space import REPO_ROOT, SearchSpace
 
 # Bump when the files written below change, so stale cached checkpoints are not reused.
 FORMAT_VERSION = 1
 SEED = 0
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 # Real configs known without a download: hub id -> bundled config.json (release layout).
 BUNDLED_CONFIGS: dict[str, Path] = {
     "Qwen/Qwen3-VL-2B-Instruct": DATA_DIR / "qwen3-vl-2b-instruct.config.json",
@@ -114,7 +114,7 @@ def dummy_checkpoint(model: str, *, device: str = "auto", timeout_s: float = 180
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     (staging / "source-config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    argv = [sys.executable, "-m", "autotune.dummy_weights", str(staging), "--device", device]
+    argv = [sys.executable, "-m", "autotune.checkpoints.dummy", str(staging), "--device", device]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

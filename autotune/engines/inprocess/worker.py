@@ -1,7 +1,7 @@
 """The worker process: loads one engine, measures it, reports JSON events, exits.
 
-Started by autotune.runner.local as `python -m autotune.worker REQUEST.json`. Events go to the
-original stdout, one JSON object per line; everything libraries print goes to stderr (the log),
+Started by autotune.engines.inprocess.session as
+`python -m autotune.engines.inprocess.worker REQUEST.json`. Events go to the original stdout, one JSON object per line; everything libraries print goes to stderr (the log),
 so stray output can never corrupt the event stream.
 """
 
@@ -56,8 +56,8 @@ def _batches(items: list[Any], size: int) -> list[list[Any]]:
 
 
 def run(request: WorkerRequest, events: _Events) -> dict[str, Any]:
-    from autotune.backends.base import Engine, Request
-    from autotune.backends.transformers_engine import TransformersEngine
+    from autotune.engines.inprocess.base import Engine, Request
+    from autotune.engines.inprocess.transformers import TransformersEngine
     from autotune.evalset.dataset import load_evalset
 
     evalset = load_evalset(request.evalset)

@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 
 from autotune.client import ChatError, PassPlan, http_client, list_models, normalize_base_url
+from autotune.engines.server import chat_prompts, drive_passes
 from autotune.errors import TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export.base import sampling_request
 from autotune.params import TrialConfig
-from autotune.runner.server import chat_prompts, drive_passes
 from autotune.space import SearchSpace
 
 # Greedy in every engine we know: temperature 0 (OpenAI, vLLM, ms-swift) and top_k 1 (LMDeploy,

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
-from autotune.backends.base import Completion, Request, resize_to_max_side
+from autotune.engines.inprocess.base import Completion, Request, resize_to_max_side
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 

@@ -10,7 +10,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.export import Export, render_export
 from autotune.params import TrialConfig
-from autotune.select import find_trial, recommend
+from autotune.study.select import find_trial, recommend
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:

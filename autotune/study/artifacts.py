@@ -18,8 +18,8 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.evalset.dataset import EvalSet
-from autotune.storage import artifact_dir
-from autotune.trial import Measurement
+from autotune.measure.measurement import Measurement
+from autotune.study.storage import artifact_dir
 
 SAMPLE_OUTPUTS = "sample_outputs.json"
 SAMPLE_OUTPUTS_TABLE = "sample_outputs.jsonl"

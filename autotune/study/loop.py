@@ -24,17 +24,17 @@ from autotune.accuracy.reuse import (
     stored_accuracy,
 )
 from autotune.accuracy.scoring import AccuracyReport
-from autotune.artifacts import ArtifactRecorder
+from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
 from autotune.errors import SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
-from autotune.model_source import resolve_model
+from autotune.measure.measurement import Measurement, measure
 from autotune.params import TrialConfig
-from autotune.progress import Progress
-from autotune.select import CONSTRAINT_NAMES, reference_trial
 from autotune.space import SearchSpace
-from autotune.storage import default_storage_url, open_storage
-from autotune.trial import Measurement, measure
+from autotune.study.artifacts import ArtifactRecorder
+from autotune.study.progress import Progress
+from autotune.study.select import CONSTRAINT_NAMES, reference_trial
+from autotune.study.storage import default_storage_url, open_storage
 
 
 @dataclass
@@ -66,7 +66,7 @@ def plan_study(
 
     With `endpoint` the trials measure that running server, and only request-side parameters
     are searched (SearchSpace.for_endpoint). With `dummy_weights` every backend loads a
-    random-weight checkpoint of the model's architecture (autotune.dummy_weights) and accuracy
+    random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and accuracy
     is switched off.
     """
     if dummy_weights and endpoint is not None:
@@ -79,7 +79,7 @@ def plan_study(
     model_id = model if model is not None else space.resolve_path(space.model)
     # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
     if dummy_weights:
-        from autotune.dummy_weights import REASON, dummy_checkpoint, without_accuracy
+        from autotune.checkpoints.dummy import REASON, dummy_checkpoint, without_accuracy
 
         space = without_accuracy(space)
         model_path = dummy_checkpoint(model_id, device=space.device)

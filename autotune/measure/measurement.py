@@ -11,14 +11,14 @@ from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
+from autotune.engines.endpoint import run_endpoint_trial
+from autotune.engines.inprocess.session import run_worker
+from autotune.engines.inprocess.worker import ScreeningRequest, WorkerRequest
+from autotune.engines.server import run_server_trial
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.timing import RequestTiming, summarize
 from autotune.params import SERVER_BACKENDS, TrialConfig
-from autotune.runner.endpoint import run_endpoint_trial
-from autotune.runner.local import run_worker
-from autotune.runner.server import run_server_trial
 from autotune.space import SearchSpace
-from autotune.worker import ScreeningRequest, WorkerRequest
 
 
 @dataclass

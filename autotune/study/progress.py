@@ -25,7 +25,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
-from autotune.select import is_feasible, recommend
+from autotune.study.select import is_feasible, recommend
 
 
 def _fmt(value: object, spec: str) -> str:

@@ -1,1 +1,0 @@
-"""In-process engines that the worker process runs (they import torch)."""

@@ -1,0 +1,1 @@
+"""Engines outside the study process: in-process workers, server commands, endpoints."""

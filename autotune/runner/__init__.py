@@ -1,1 +1,0 @@
-"""Running engines outside the study process: a worker per trial, or a server per trial."""
