@@ -81,6 +81,13 @@ def main() -> None:
 @study_option
 @storage_option
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop after seconds.")
+@click.option(
+    "--budget",
+    default=None,
+    metavar="DURATION",
+    help="Trial time for the whole study, e.g. 30m or 1h (overrides the space's budget); no "
+    "trial is started that cannot finish inside it.",
+)
 @click.option("--quiet", is_flag=True, help="Only the final summary.")
 @click.option("--evalset", default=None, help="Bundled set name, folder or JSONL file.")
 @endpoint_option
@@ -93,6 +100,7 @@ def run(
     study_name: str | None,
     storage: str | None,
     timeout: float | None,
+    budget: str | None,
     quiet: bool,
     evalset: str | None,
     endpoint: str | None,
@@ -103,6 +111,7 @@ def run(
     from autotune.study import plan_study, run_study
     from autotune.study.progress import Progress
 
+    budget_s = _option_duration("--budget", budget)
     loaded = load_space(space)
     plan = plan_study(
         loaded,
@@ -112,6 +121,7 @@ def run(
         endpoint=endpoint,
         evalset=evalset,
         dummy_weights=dummy_weights,
+        budget_s=budget_s,
     )
     if plan.endpoint is not None and not quiet:
         searched = ", ".join(plan.space.params) or "nothing"
@@ -137,6 +147,17 @@ def run(
     click.echo(best_text(study))
 
 
+def _option_duration(name: str, value: str | None) -> float | None:
+    from autotune.space import parse_duration
+
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise AutotuneError(f"{name}: {exc}") from None
+
+
 @main.command()
 @study_option
 @storage_option
@@ -159,8 +180,8 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     "--format",
     "fmt",
     type=click.Choice(["swift", "lmdeploy", "vllm", "yaml"]),
-    default="swift",
-    show_default=True,
+    default=None,
+    help="Target; default: the study's deploy target (the space's `deploy:`).",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address the server binds.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port.")
@@ -171,7 +192,7 @@ def export(
     study_name: str | None,
     storage: str | None,
     trial_number: int | None,
-    fmt: str,
+    fmt: str | None,
     host: str,
     port: int | None,
     strict: bool,
@@ -186,7 +207,7 @@ def export(
     result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
     if strict and not result.exact:
         raise ExportError(
-            f"trial {trial.number} cannot be expressed exactly as a {fmt} command: "
+            f"trial {trial.number} cannot be expressed exactly as a {result.format} command: "
             + "; ".join(result.notes)
         )
     if as_json:
@@ -204,7 +225,7 @@ def export(
     "fmt",
     type=click.Choice(["swift", "lmdeploy", "vllm"]),
     default=None,
-    help="Command to relaunch. Default: the trial's own server backend, else swift.",
+    help="Command to relaunch. Default: the study's deploy target.",
 )
 @click.option(
     "--endpoint",

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
-from autotune.measure.measurement import measure
+from autotune.measure.measurement import measure_once
 from autotune.params import PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
 from autotune.study import StudyPlan
 
@@ -62,13 +62,14 @@ def evaluate(
 ) -> dict[str, Any]:
     """Measure the space's reference (with overrides) once; the result as a JSON-able dict."""
     config = configured(plan.space.reference_config(), overrides)
-    m = measure(
+    m = measure_once(
         plan.space,
         config,
         model_path=plan.model_path,
         evalset=plan.evalset,
         on_phase=on_phase,
         endpoint=endpoint,
+        image_geometry=plan.image_geometry,
         measure_accuracy=not plan.dummy_weights,  # random weights answer noise
     )
     accuracy = m.accuracy

@@ -16,13 +16,16 @@ AttnImplementation = Literal["eager", "sdpa", "flash_attention_2"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune"]
 
 PARAM_NAMES: tuple[str, ...] = (
+    # Launch-time: fixed while an engine is up (LAUNCH_PARAMS).
     "backend",
     "dtype",
     "attn_implementation",
     "compile_mode",
+    "kv_cache_fraction",
+    "max_batch_size",
+    # Request-time: a client chooses them per request, on an engine that is already up.
     "image_max_side",
     "batch_size",
-    "kv_cache_fraction",
     "do_sample",
     "temperature",
     "top_k",
@@ -35,7 +38,9 @@ PARAM_NAMES: tuple[str, ...] = (
 # the batch size or the share of memory given to the KV cache. Accuracy measured once is reused
 # across trials that differ only in these (tests/test_output_neutral.py checks the claim on the
 # bundled model).
-OUTPUT_NEUTRAL_PARAMS: frozenset[str] = frozenset({"batch_size", "kv_cache_fraction"})
+OUTPUT_NEUTRAL_PARAMS: frozenset[str] = frozenset(
+    {"batch_size", "kv_cache_fraction", "max_batch_size"}
+)
 OUTPUT_AFFECTING_PARAMS: tuple[str, ...] = tuple(
     name for name in PARAM_NAMES if name not in OUTPUT_NEUTRAL_PARAMS
 )
@@ -46,8 +51,9 @@ SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 # it, so a trial never records a knob that had no effect. For LMDeploy and vLLM, compile_mode
 # none means eager execution (--eager-mode / --enforce-eager) and any other value the engine's
 # own CUDA graphs (and, for vLLM, its torch.compile): the engines have no per-mode choice.
+# max_batch_size is a server's cap on requests it batches; in-process, batch_size is the batch.
 BACKEND_PARAMS: dict[str, frozenset[str]] = {
-    "transformers": frozenset(PARAM_NAMES) - {"kv_cache_fraction"},
+    "transformers": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "max_batch_size"},
     "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode"},
     "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation"},
     "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
@@ -56,20 +62,25 @@ BACKEND_PARAMS: dict[str, frozenset[str]] = {
 # Backends that autotune measures through a server process rather than in-process.
 SERVER_BACKENDS: frozenset[str] = frozenset({"swift", "lmdeploy", "vllm"})
 
+# Where a recommendation can be deployed, and which backends' trials each target reproduces:
+# its own server, and for ms-swift also the in-process transformers engine it wraps (under the
+# conditions autotune.export.reproduce checks: no compile, greedy).
+DEPLOY_TARGETS: tuple[str, ...] = ("swift", "lmdeploy", "vllm")
+DEPLOYABLE_BACKENDS: dict[str, frozenset[str]] = {
+    "swift": frozenset({"swift", "transformers"}),
+    "lmdeploy": frozenset({"lmdeploy"}),
+    "vllm": frozenset({"vllm"}),
+}
+
+# What an engine is started with: changing one of these needs a new launch (a new server
+# process, or a new model load in the worker). Everything else is chosen per request, so
+# several trials can share one launch (autotune.study.launches).
+LAUNCH_PARAMS: tuple[str, ...] = PARAM_NAMES[: PARAM_NAMES.index("image_max_side")]
+
 # Parameters a client controls per request (batch_size as the number of requests in flight):
-# the only ones that can change while measuring a server someone else started (--endpoint).
-REQUEST_PARAMS: frozenset[str] = frozenset(
-    {
-        "image_max_side",
-        "batch_size",
-        "do_sample",
-        "temperature",
-        "top_k",
-        "top_p",
-        "repetition_penalty",
-        "max_new_tokens",
-    }
-)
+# the only ones that change between trials on one launch, and the only ones searched when
+# measuring a server someone else started (--endpoint).
+REQUEST_PARAMS: frozenset[str] = frozenset(PARAM_NAMES) - frozenset(LAUNCH_PARAMS)
 
 
 class TrialConfig(BaseModel):
@@ -88,9 +99,18 @@ class TrialConfig(BaseModel):
     image_max_side: int | None = Field(
         None, ge=32, le=16384, description="Longest image side in pixels; None keeps full size."
     )
-    batch_size: int = Field(1, ge=1, le=1024, description="Static batch / concurrency.")
     kv_cache_fraction: float | None = Field(
         None, gt=0.0, lt=1.0, description="Share of free GPU memory for the KV cache."
+    )
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Servers: most requests the engine batches at once (launch-time); "
+        "None in-process, where batch_size is the batch.",
+    )
+    batch_size: int = Field(
+        1, ge=1, le=1024, description="In-process: the static batch; servers: requests in flight."
     )
     do_sample: bool = Field(False, description="Sample instead of greedy decoding.")
     temperature: float | None = Field(None, gt=0.0, le=2.0, description="Sampling temperature.")
@@ -109,6 +129,13 @@ class TrialConfig(BaseModel):
                     f"{', '.join(sorted(set_sampling))} only apply when do_sample is true"
                 )
         return self
+
+    def launch_key(self) -> tuple[Any, ...]:
+        """The launch-time values: trials with equal keys can share one running engine."""
+        return tuple(getattr(self, name) for name in LAUNCH_PARAMS)
+
+    def launch_config(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in LAUNCH_PARAMS}
 
     def output_key(self) -> dict[str, Any]:
         """The parameters that decide the answers, for reusing accuracy across trials.

@@ -20,14 +20,15 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
+from autotune.checkpoints.source import study_model_path
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
+from autotune.export.reproduce import reproduction
 from autotune.export.study import trial_config
-from autotune.measure.measurement import Measurement, measure
+from autotune.measure.measurement import Measurement, measure_once
 from autotune.measure.registry import METRICS
-from autotune.params import SERVER_BACKENDS
 from autotune.space import SearchSpace
-from autotune.study.select import find_trial, recommend
+from autotune.study.select import deploy_target, find_trial, recommend
 
 DEFAULT_TOLERANCE = 0.25
 
@@ -150,11 +151,7 @@ def verify_trial(
     evalset = load_evalset(study.user_attrs["evalset"])
     # A study measured through an endpoint is verified against that endpoint by default.
     endpoint = endpoint or study.user_attrs.get("endpoint")
-    target = (
-        None
-        if endpoint
-        else fmt or (config.backend if config.backend in SERVER_BACKENDS else "swift")
-    )
+    target = None if endpoint else fmt or deploy_target(study) or "swift"
     result = VerifyResult(
         study=study.study_name,
         trial=trial.number,
@@ -163,14 +160,23 @@ def verify_trial(
         exact=True,
         notes=[],
     )
+    check = reproduction(trial.user_attrs, target)
+    if not check.deployable:
+        result.notes.append(
+            f"trial {trial.number} is a what-if for {target} ({check.reason}); differences "
+            "below may come from that"
+        )
     try:
-        m = measure(
+        m = measure_once(
             space,
             config,
-            model_path=study.user_attrs["model_path"],
+            # A checkpoint recorded by another machine (or a deleted dummy) is found or rebuilt.
+            model_path=study_model_path(study.user_attrs, device=space.device),
             evalset=evalset,
             endpoint=endpoint,
             server_format=target,
+            image_geometry=study.user_attrs.get("image_geometry"),
+            measure_accuracy=not study.user_attrs.get("dummy_weights"),
             on_phase=on_phase,
         )
     except TrialFailure as failure:
@@ -178,19 +184,24 @@ def verify_trial(
         result.log_tail = failure.log_tail
         return result
     result.command = m.environment.get("server_command", "")
-    result.exact = m.environment.get("export_exact", "true") == "true"
-    if not result.exact:
+    command_exact = m.environment.get("export_exact", "true") == "true"
+    result.exact = command_exact and check.deployable
+    if not command_exact:
         result.notes.append(
             f"the {target} command cannot express trial {trial.number} exactly (see `autotune "
             f"export --format {target}`); differences below may come from that"
         )
-    if config.backend not in SERVER_BACKENDS and not endpoint:
+    if check.deployable and measured_in_process(trial):
         result.notes.append(
             f"trial {trial.number} was measured in-process ({config.backend}); this run adds "
             "the HTTP server's own overheads"
         )
     result.checks = compare(trial, m, space, tolerance)
     return result
+
+
+def measured_in_process(trial: FrozenTrial) -> bool:
+    return (trial.user_attrs.get("environment") or {}).get("runner", "inprocess") == "inprocess"
 
 
 def _cell(value: float | None) -> str:

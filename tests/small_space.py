@@ -39,7 +39,8 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     data = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
     data["model"] = str(MODEL)
     data["evalset"] = str(small_evalset(tmp_path))
-    data["workload"] = {"warmup_requests": 1, "requests": 4}
+    # Load tests stop after 3 s at most: these tests are about the loop, not the figures.
+    data["workload"] = {"warmup_requests": 1, "requests": 4, "max_measure_s": 3}
     data["screening"] = {"items": 0}
     data.update(overrides)
     path = tmp_path / f"{data.get('name', 'small')}.yaml"

@@ -53,7 +53,7 @@ def quick_space(tmp_path: Path) -> Path:
         model=str(TINY),
         evalset=str(target),
         trials=2,
-        workload={"warmup_requests": 1, "requests": 4},
+        workload={"warmup_requests": 1, "requests": 4, "max_requests": 4},
         params={"batch_size": {"choices": [1, 2]}},
     )
     path = tmp_path / "quick.yaml"
@@ -179,6 +179,21 @@ def test_study_with_dummy_weights_records_why_and_skips_accuracy(
     assert export.exit_code == 0, export.output
     assert "dummy" in export.output.splitlines()[0]
     assert str(TINY) in export.output  # the command names the real model, not the dummy
+
+    # A fresh machine (or a cleaned cache) lacks the recorded checkpoint: verify rebuilds it,
+    # as lmdeploy would otherwise read the missing path as a hub id and fail.
+    shutil.rmtree(dummy_dir)
+    verify = CliRunner().invoke(
+        main,
+        ["verify", "--storage", storage, "--study", "d", "--format", "swift", "--json"],
+        catch_exceptions=False,
+    )
+    report = json.loads(verify.stdout)
+    assert report["failure"] is None, report
+    (rebuilt,) = [p for p in dummy_dir.iterdir() if p.is_dir()]
+    assert (rebuilt / COMPLETE_MARKER).is_file()
+    assert report["command"].startswith("IMAGE_MIN_TOKEN_NUM=")
+    assert str(rebuilt) in report["command"]
 
     resumed = CliRunner().invoke(
         main, ["run", "--space", str(space), "--storage", storage, "--study", "d"]

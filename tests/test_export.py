@@ -9,16 +9,18 @@ import shlex
 import pytest
 import yaml
 
+from autotune.checkpoints.geometry import ImageGeometry
 from autotune.errors import ExportError
 from autotune.export import FORMATS, render_export
-from autotune.export.base import image_pixel_budget
 from autotune.params import TrialConfig
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 ODD_MODEL = "/tmp/my models/it's $HOME"
 COMMAND_FORMATS = ("swift", "lmdeploy", "vllm")
 
-GREEDY = TrialConfig(backend="swift", dtype="bfloat16", batch_size=8, max_new_tokens=128)
+GREEDY = TrialConfig(
+    backend="swift", dtype="bfloat16", max_batch_size=8, batch_size=4, max_new_tokens=128
+)
 SAMPLING = TrialConfig(
     backend="vllm",
     batch_size=32,
@@ -31,7 +33,11 @@ SAMPLING = TrialConfig(
     seed=7,
 )
 COMPILED = TrialConfig(backend="transformers", compile_mode="reduce-overhead", image_max_side=1000)
-LMDEPLOY = TrialConfig(backend="lmdeploy", dtype="float16", kv_cache_fraction=0.6, batch_size=16)
+LMDEPLOY = TrialConfig(
+    backend="lmdeploy", dtype="float16", kv_cache_fraction=0.6, max_batch_size=64, batch_size=16
+)
+# The pinned image bounds of Qwen3-VL's released processor (64 to 16384 tokens).
+PINNED = {"IMAGE_MIN_TOKEN_NUM": "64", "IMAGE_MAX_TOKEN_NUM": "16384"}
 
 CONFIGS = [GREEDY, SAMPLING, COMPILED, LMDEPLOY]
 
@@ -52,8 +58,9 @@ def command_words(text: str) -> list[str]:
 # swift
 
 
-def test_swift_greedy_argv_is_the_full_command() -> None:
+def test_swift_greedy_argv_is_the_launch_alone() -> None:
     result = render_export(GREEDY, fmt="swift", model=MODEL, port=8000, served_model_name="qwen")
+    # Launch-time values only: decoding, max tokens and the image size travel per request.
     assert result.argv == [
         "swift", "deploy", "--model", MODEL,
         "--model_type", "qwen3_vl", "--template", "qwen3_vl",
@@ -61,26 +68,32 @@ def test_swift_greedy_argv_is_the_full_command() -> None:
         "--torch_dtype", "bfloat16",
         "--attn_impl", "sdpa",
         "--max_batch_size", "8",
-        "--max_new_tokens", "128",
-        "--temperature", "0",
-        "--repetition_penalty", "1.0",
         "--host", "0.0.0.0", "--port", "8000",
         "--served_model_name", "qwen",
     ]  # fmt: skip
     assert result.exact
-    assert result.env == {}
+    assert result.env == PINNED
     assert result.request == {"max_tokens": 128, "temperature": 0, "repetition_penalty": 1.0}
+    assert any(json.dumps(result.request, separators=(",", ":")) in n for n in result.notes)
+    assert any("4 request(s) in flight" in n for n in result.notes)
+
+
+def test_trials_of_one_launch_export_one_command() -> None:
+    other = GREEDY.model_copy(update={"batch_size": 1, "image_max_side": 512, "max_new_tokens": 8})
+    for fmt in COMMAND_FORMATS:
+        base = GREEDY.model_copy(update={"backend": "vllm" if fmt == "vllm" else "swift"})
+        one = render_export(base, fmt=fmt, model=MODEL)
+        two = render_export(
+            other.model_copy(update={"backend": base.backend}), fmt=fmt, model=MODEL
+        )
+        assert (one.argv, one.env) == (two.argv, two.env), fmt
+        assert one.request != two.request
 
 
 def test_swift_sampling_on_vllm_engine() -> None:
     result = render_export(SAMPLING, fmt="swift", model=MODEL, session_len=8192)
     argv = result.argv
     assert flag(argv, "--infer_backend") == "vllm"
-    assert flag(argv, "--temperature") == "0.7"
-    assert flag(argv, "--top_k") == "20"
-    assert flag(argv, "--top_p") == "0.8"
-    assert flag(argv, "--seed") == "7"
-    assert flag(argv, "--repetition_penalty") == "1.05"
     assert flag(argv, "--vllm_max_num_seqs") == "32"
     assert flag(argv, "--vllm_gpu_memory_utilization") == "0.85"
     assert flag(argv, "--vllm_max_model_len") == "8192"
@@ -89,18 +102,26 @@ def test_swift_sampling_on_vllm_engine() -> None:
     assert "--torch_dtype" not in argv
     # --max_batch_size and --attn_impl only drive the transformers engine.
     assert "--max_batch_size" not in argv and "--attn_impl" not in argv
-    assert "--port" not in argv
+    assert "--port" not in argv and "--temperature" not in argv
     # measured with `vllm serve`, served here by ms-swift's vLLM engine
     assert not result.exact
     assert any("'vllm'" in note for note in result.notes)
-    assert result.request["seed"] == 7
+    assert result.request == {
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+        "seed": 7,
+        "repetition_penalty": 1.05,
+    }
 
 
 def test_swift_sampling_with_unset_knobs_leaves_them_to_the_checkpoint() -> None:
     config = TrialConfig(backend="swift", do_sample=True, top_p=0.9)
-    argv = render_export(config, fmt="swift", model=MODEL).argv
-    assert flag(argv, "--top_p") == "0.9"
-    assert "--temperature" not in argv and "--top_k" not in argv
+    result = render_export(config, fmt="swift", model=MODEL)
+    assert result.request["top_p"] == 0.9
+    assert "temperature" not in result.request and "top_k" not in result.request
+    assert any("generation_config" in note for note in result.notes)
 
 
 def test_swift_compile_is_not_exact_and_says_why() -> None:
@@ -110,18 +131,29 @@ def test_swift_compile_is_not_exact_and_says_why() -> None:
     assert "compile" not in " ".join(result.argv)
 
 
-def test_swift_image_cap_sets_both_env_vars_and_a_note() -> None:
-    result = render_export(COMPILED, fmt="swift", model=MODEL)
-    # ceil(1000 / 32) = 32 tokens a side: 1024 tokens, 1024 * 32 * 32 pixels.
-    assert result.env == {"IMAGE_MAX_TOKEN_NUM": "1024", "MAX_PIXELS": "1048576"}
+def test_swift_in_process_greedy_trial_is_exact_sampled_is_not() -> None:
+    greedy = TrialConfig(backend="transformers", dtype="float32", batch_size=4)
+    result = render_export(greedy, fmt="swift", model=MODEL)
+    assert result.exact
+    assert flag(result.argv, "--max_batch_size") == "4"  # the static batch it ran
+    assert any("in-process" in note for note in result.notes)
+    sampled = greedy.model_copy(update={"do_sample": True, "temperature": 0.5})
+    assert not render_export(sampled, fmt="swift", model=MODEL).exact
+
+
+def test_swift_pins_the_checkpoint_image_bounds_and_notes_the_client_resize() -> None:
+    geometry = ImageGeometry(factor=32, min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 1280)
+    result = render_export(COMPILED, fmt="swift", model=MODEL, image_geometry=geometry)
+    assert result.env == {"IMAGE_MIN_TOKEN_NUM": "4", "IMAGE_MAX_TOKEN_NUM": "1280"}
     assert any("longest side 1000" in note for note in result.notes)
-    assert result.command.startswith("IMAGE_MAX_TOKEN_NUM=1024 MAX_PIXELS=1048576 swift deploy ")
+    assert result.command.startswith("IMAGE_MIN_TOKEN_NUM=4 IMAGE_MAX_TOKEN_NUM=1280 swift ")
 
 
-def test_swift_without_image_cap_has_no_env_and_no_image_note() -> None:
-    result = render_export(GREEDY, fmt="swift", model=MODEL)
-    assert result.env == {}
-    assert not any("longest side" in note for note in result.notes)
+def test_without_image_cap_there_is_no_image_note() -> None:
+    for fmt in COMMAND_FORMATS:
+        config = GREEDY.model_copy(update={"backend": "vllm" if fmt == "vllm" else "swift"})
+        result = render_export(config, fmt=fmt, model=MODEL)
+        assert not any("longest side" in note for note in result.notes)
 
 
 def test_swift_refuses_lmdeploy_trials_in_one_line() -> None:
@@ -143,7 +175,7 @@ def test_lmdeploy_argv_and_per_request_greedy() -> None:
         "lmdeploy", "serve", "api_server", MODEL,
         "--backend", "pytorch",
         "--dtype", "float16",
-        "--max-batch-size", "16",
+        "--max-batch-size", "64",
         "--cache-max-entry-count", "0.6",
         "--eager-mode",
         "--session-len", "4096",
@@ -156,7 +188,7 @@ def test_lmdeploy_argv_and_per_request_greedy() -> None:
     assert any(json.dumps(result.request, separators=(",", ":")) in n for n in result.notes)
 
 
-def test_lmdeploy_sampling_and_image_budget_go_in_the_request() -> None:
+def test_lmdeploy_sampling_goes_in_the_request_and_the_image_size_in_a_note() -> None:
     config = SAMPLING.model_copy(update={"image_max_side": 768})
     result = render_export(config, fmt="lmdeploy", model=MODEL)
     assert result.request == {
@@ -166,8 +198,8 @@ def test_lmdeploy_sampling_and_image_budget_go_in_the_request() -> None:
         "top_p": 0.8,
         "seed": 7,
         "repetition_penalty": 1.05,
-        "mm_processor_kwargs": {"image": {"max_pixels": 768 * 768}},
     }
+    assert any("longest side 768" in note for note in result.notes)
     assert flag(result.argv, "--dtype") == "auto"
     assert not result.exact  # measured on vLLM
 
@@ -242,7 +274,7 @@ def test_lmdeploy_engine_args_are_appended_as_flags() -> None:
 
 
 def test_engine_args_that_duplicate_a_typed_parameter_are_refused() -> None:
-    with pytest.raises(ExportError, match="batch_size") as info:
+    with pytest.raises(ExportError, match="max_batch_size") as info:
         render_export(LMDEPLOY, fmt="lmdeploy", model=MODEL, engine_args={"max_batch_size": 4})
     assert "\n" not in str(info.value)
     with pytest.raises(ExportError, match="given twice"):
@@ -270,24 +302,24 @@ def test_vllm_and_swift_engine_args() -> None:
 # vllm
 
 
-def test_vllm_greedy_sets_server_defaults() -> None:
-    config = TrialConfig(backend="vllm", dtype="bfloat16", batch_size=4, image_max_side=1000)
+def test_vllm_greedy_argv_is_the_launch_and_decoding_is_per_request() -> None:
+    config = TrialConfig(
+        backend="vllm", dtype="bfloat16", max_batch_size=16, batch_size=4, image_max_side=1000
+    )
     result = render_export(config, fmt="vllm", model=MODEL, port=8001)
     argv = result.argv
     assert argv[:3] == ["vllm", "serve", MODEL]
     assert flag(argv, "--dtype") == "bfloat16"
-    assert flag(argv, "--max-num-seqs") == "4"
+    assert flag(argv, "--max-num-seqs") == "16"
     assert json.loads(flag(argv, "--limit-mm-per-prompt")) == {"image": 1, "video": 0}
-    assert json.loads(flag(argv, "--mm-processor-kwargs")) == {"max_pixels": 1024 * 32 * 32}
-    assert flag(argv, "--generation-config") == "vllm"
-    assert json.loads(flag(argv, "--override-generation-config")) == {
-        "temperature": 0.0,
-        "repetition_penalty": 1.0,
-        "max_new_tokens": 64,
-    }
+    # The image size is a client-side resize; the checkpoint's processor stays as it is.
+    assert "--mm-processor-kwargs" not in argv
+    assert "--generation-config" not in argv and "--override-generation-config" not in argv
     assert "--seed" not in argv and "--gpu-memory-utilization" not in argv
     assert flag(argv, "--port") == "8001"
     assert "--enforce-eager" in argv  # compile_mode none: eager, as the trial ran
+    assert result.request == {"max_tokens": 64, "temperature": 0, "repetition_penalty": 1.0}
+    assert any("longest side 1000" in note for note in result.notes)
     assert result.exact
 
 
@@ -295,24 +327,15 @@ def test_vllm_sampling() -> None:
     result = render_export(SAMPLING, fmt="vllm", model=MODEL, served_model_name="qwen")
     argv = result.argv
     assert flag(argv, "--gpu-memory-utilization") == "0.85"
-    assert flag(argv, "--generation-config") == "vllm"
-    assert json.loads(flag(argv, "--override-generation-config")) == {
-        "temperature": 0.7,
-        "top_k": 20,
-        "top_p": 0.8,
-        "repetition_penalty": 1.05,
-        "max_new_tokens": 64,
-    }
-    assert flag(argv, "--seed") == "7"
     assert flag(argv, "--served-model-name") == "qwen"
-    assert "--mm-processor-kwargs" not in argv
+    assert result.request["seed"] == 7 and result.request["temperature"] == 0.7
     assert result.exact
 
 
 def test_vllm_keeps_checkpoint_defaults_for_unset_sampling_knobs() -> None:
     config = TrialConfig(backend="vllm", do_sample=True, temperature=0.5)
     result = render_export(config, fmt="vllm", model=MODEL)
-    assert flag(result.argv, "--generation-config") == "auto"
+    assert "top_k" not in result.request and "top_p" not in result.request
     assert any("generation_config.json" in note for note in result.notes)
 
 
@@ -355,7 +378,7 @@ def test_notes_with_newlines_stay_comments() -> None:
     )
     lines = result.text.splitlines()
     assert lines[:2] == ["# note: first", "#   second line"]
-    assert command_words(result.text)[:2] == ["swift", "deploy"]
+    assert command_words(result.text)[2:4] == ["swift", "deploy"]  # after the pinned env
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["greedy", "sample", "compiled", "lmdeploy"])
@@ -380,14 +403,17 @@ def test_bad_port_is_an_export_error() -> None:
         render_export(GREEDY, fmt="vllm", model=MODEL, port=70000)
 
 
-@pytest.mark.parametrize("side", [32, 100, 500, 768, 1000, 1023, 1024, 1500, 4000])
-def test_pixel_budget_never_shrinks_a_client_resized_image(side: int) -> None:
-    budget = image_pixel_budget(side)
-    assert budget % (32 * 32) == 0
-    assert budget >= side * side
-    # the engines snap each side to the nearest multiple of 32 before checking the budget
-    snapped = max(32, round(side / 32) * 32)
-    assert snapped * snapped <= budget
+@pytest.mark.parametrize(
+    ("width", "height"), [(491, 139), (1920, 1080), (40, 30), (320, 320), (7000, 20)]
+)
+def test_geometry_puts_images_on_the_grid_within_the_bounds(width: int, height: int) -> None:
+    geometry = ImageGeometry()
+    w, h = geometry.grid_size(width, height)
+    assert w % 32 == 0 and h % 32 == 0
+    assert w * h <= geometry.max_pixels
+    assert w * h >= geometry.min_pixels or max(w, h) == 32
+    # An image already on the grid stays as it is: a processor resizes nothing more.
+    assert geometry.grid_size(w, h) == (w, h)
 
 
 # ms-swift's own parser
@@ -432,6 +458,3 @@ def test_swift_flags_are_deploy_arguments_fields() -> None:
                 assert parsed == text
         assert namespace.model_type in MODEL_MAPPING
         assert namespace.template in TEMPLATE_MAPPING
-        if not config.do_sample:
-            # temperature 0 is how ms-swift 4.6 switches do_sample off (infer_engine/utils.py)
-            assert namespace.temperature == 0

@@ -6,6 +6,7 @@ and Ctrl-C is a real SIGINT to `autotune run`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,24 +74,46 @@ def wait_for_new_worker(
     raise AssertionError("no worker process appeared")
 
 
+def wait_for_trial(db: Path, number: int, timeout_s: float = 240) -> None:
+    """Until trial `number` of study 's' is RUNNING (read from the database as it runs)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.exists():
+            with contextlib.suppress(Exception):  # the study may not be created yet
+                study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+                trials = study.get_trials(deepcopy=False)
+                if len(trials) > number and trials[number].state == TrialState.RUNNING:
+                    return
+        time.sleep(0.2)
+    raise AssertionError(f"trial {number} never started")
+
+
 def test_killed_worker_fails_one_trial_and_the_study_goes_on(tmp_path: Path) -> None:
     space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2]}})
     db = tmp_path / "s.db"
     run = start_run(space, db, 3, tmp_path)
-    reference_worker = wait_for_new_worker(run, set())
-    second = wait_for_new_worker(run, {reference_worker.pid})
-    second_pid = second.pid
-    time.sleep(1.0)
-    second.send_signal(signal.SIGKILL)
+    worker = wait_for_new_worker(run, set())
+    # Trial 1 shares the reference's launch: the same worker measures it. Kill it mid-trial.
+    wait_for_trial(db, 1)
+    time.sleep(0.5)
+    worker.send_signal(signal.SIGKILL)
     _, stderr = run.communicate(timeout=900)
     assert run.returncode == 0, stderr[-2000:]
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
-    states = [t.state for t in study.trials]
-    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
-    failed = study.trials[1]
+    measured = [t for t in study.trials if "duplicate_of" not in t.user_attrs]
+    assert [t.state for t in measured] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.COMPLETE,
+    ]
+    failed = measured[1]
     assert failed.user_attrs["failure_kind"] == "crash"
     assert "signal 9" in failed.user_attrs["failure_reason"]
-    assert not psutil.pid_exists(second_pid)
+    assert failed.user_attrs["launch_id"] == measured[0].user_attrs["launch_id"]
+    # The next trial needed a new launch: a new worker, not the dead one.
+    assert measured[2].user_attrs["launch_started"] is True
+    assert measured[2].user_attrs["environment"]["worker_pid"] != str(worker.pid)
+    assert not psutil.pid_exists(worker.pid)
 
 
 def test_ctrl_c_stops_the_worker_and_resume_finishes(tmp_path: Path) -> None:

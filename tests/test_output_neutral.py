@@ -22,7 +22,7 @@ def answers(config: TrialConfig, requests: list[Request]) -> dict[str, str]:
     engine.load()
     out: dict[str, str] = {}
     for start in range(0, len(requests), config.batch_size):
-        for completion in engine.generate(requests[start : start + config.batch_size]):
+        for completion in engine.generate(requests[start : start + config.batch_size], config):
             out[completion.item_id] = completion.text
     engine.close()
     return out

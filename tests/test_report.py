@@ -46,10 +46,10 @@ def test_self_contained(report_html: str) -> None:
 
 def test_pareto_plot_marks_feasibility_and_accuracy(report_html: str) -> None:
     traces = {t["name"]: t for t in plot_data(report_html, "plot-pareto")}
-    assert sorted(traces["feasible"]["customdata"]) == [0, 1, 2, 4, 5]
+    assert sorted(traces["feasible, deployable"]["customdata"]) == [0, 1, 2, 4, 5]
     assert traces["infeasible"]["customdata"] == [3]
     assert traces["infeasible"]["marker"]["color"] == [0.62]  # accuracy as colour
-    assert 305.5 in traces["feasible"]["y"]
+    assert 305.5 in traces["feasible, deployable"]["y"]
     assert "recommended (trial 2)" in traces
     assert "reference (trial 0)" in traces
     front = traces["feasible Pareto front"]

@@ -9,10 +9,11 @@ from optuna.trial import TrialState
 from small_space import MODEL, run_study, small_evalset, small_space
 
 from autotune.accuracy.reuse import screening_ids
-from autotune.engines.inprocess.session import run_worker
-from autotune.engines.inprocess.worker import ScreeningRequest, WorkerRequest
+from autotune.engines.inprocess.session import WorkerSession
+from autotune.engines.session import MeasurePlan, ScreeningRequest
 from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
+from autotune.study.loop import EXHAUSTED_AFTER
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +47,15 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
     subset = screening_ids(evalset, 6)
     # A reference that answered everything right: the bundled model cannot keep up, so the
     # subset alone shows with confidence that the floor is missed.
-    request = WorkerRequest(
-        config=TrialConfig(dtype="float32", max_new_tokens=8),
-        model=str(MODEL),
-        device="cpu",
-        evalset=str(evalset.path),
-        workload_ids=ids,
+    config = TrialConfig(dtype="float32", max_new_tokens=8)
+    plan = MeasurePlan(
         warmup_requests=1,
-        requests=8,
+        workload_requests=8,
+        min_requests=8,
+        max_requests=8,
+        max_seconds=60,
+        target_ci_rel=0.03,
+        confidence=0.95,
         accuracy_ids=ids,
         screening=ScreeningRequest(
             ids=subset,
@@ -63,7 +65,17 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
             confidence=0.95,
         ),
     )
-    result, _ = run_worker(request, timeout_s=600)
+    session = WorkerSession(
+        model=str(MODEL),
+        device="cpu",
+        evalset=str(evalset.path),
+        launch=config,
+        trial_timeout_s=600,
+    ).start()
+    try:
+        result = session.measure(config, plan)
+    finally:
+        session.close()
     assert result["screened_out"] is True
     assert result["timings"] == []  # no load test was run
     assert set(result["predictions"]) == set(subset)  # nor the rest of the set
@@ -74,9 +86,14 @@ def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) ->
     space = small_space(tmp_path, trials=3, params={"batch_size": {"choices": [1]}})
     result, study = run_study(space, study="t", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "same configuration as trial 0, not re-run" in result.stderr
+    assert "same configuration as trial 0, not re-run, not counted" in result.stderr
+    # A repeated proposal does not count towards --trials: with nothing else to try, the
+    # study stops once the sampler has repeated itself EXHAUSTED_AFTER times in a row.
+    assert "the space looks exhausted" in result.stderr
+    assert "[1/3]" in result.stderr and "[2/3]" not in result.stderr
     first, *twins = study.get_trials(states=(TrialState.COMPLETE,))
-    assert len(twins) == 2
+    assert len(twins) == EXHAUSTED_AFTER
+    assert first.user_attrs["launch_started"] is True
     for twin in twins:
         assert twin.user_attrs["duplicate_of"] == 0
         assert twin.values == first.values

@@ -29,11 +29,12 @@ import pytest
 from PIL import Image
 
 from autotune.client import ChatPrompt
-from autotune.engines import server as server_runner
-from autotune.engines.server import measure_command
+from autotune.engines import measure_plan
+from autotune.engines import server_process as server_runner
+from autotune.engines.server import ServerSession
 from autotune.errors import TrialFailure
 from autotune.export import Export
-from autotune.params import REQUEST_PARAMS
+from autotune.params import REQUEST_PARAMS, TrialConfig
 from autotune.space import SearchSpace, Workload, load_space
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,13 @@ needs_swift = pytest.mark.skipif(find_spec("swift") is None, reason="ms-swift is
 
 def space(**workload: float) -> SearchSpace:
     base = load_space("smoke")
-    values = {"warmup_requests": 1, "requests": 6, "startup_timeout_s": 20.0, **workload}
+    values = {
+        "warmup_requests": 1,
+        "requests": 6,
+        "max_requests": 6,  # a fixed count: these tests are about the runner, not convergence
+        "startup_timeout_s": 20.0,
+        **workload,
+    }
     return base.model_copy(
         update={
             "workload": Workload.model_validate(values),
@@ -71,6 +78,35 @@ def fake(token: str, *extra: str, fmt: str = "swift") -> Callable[[int], Export]
 
 def command(argv: list[str]) -> Callable[[int], Export]:
     return lambda port: Export(format="swift", argv=[a.replace("{port}", str(port)) for a in argv])
+
+
+def measure_command(
+    render: Callable[[int], Export],
+    *,
+    config: TrialConfig,
+    prompts: list[ChatPrompt],
+    space: SearchSpace,
+    measure_accuracy: bool = True,
+    on_phase: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """One launch of `render`'s command, one trial measured on it, as a study trial runs."""
+    session = ServerSession(
+        lambda _config, port: render(port or 0),
+        launch=config,
+        fmt=render(0).format,
+        device=space.device,
+        prompts=prompts,
+        startup_timeout_s=space.workload.startup_timeout_s,
+        trial_timeout_s=space.trial_timeout_s,
+    ).start(on_phase=on_phase)
+    try:
+        ids = [p.item_id for p in prompts] if measure_accuracy else None
+        result = session.measure(
+            config, measure_plan(space, config, accuracy_ids=ids), on_phase=on_phase
+        )
+    finally:
+        session.close()
+    return {**result, "startup_s": session.startup_s}
 
 
 def leftovers(token: str) -> list[str]:
@@ -112,8 +148,13 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
     assert phases == ["starting server", "warm-up", "load test", "accuracy"]
     assert set(result) == {
         "startup_s",
-        "compile_s",
+        "warmup_s",
+        "measure_s",
+        "accuracy_s",
         "timings",
+        "steady",
+        "stop_reason",
+        "screened_out",
         "predictions",
         "peak_memory_mib",
         "memory_source",
@@ -126,7 +167,8 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         assert t["start"] < t["first_token"] < t["last_token"] <= t["end"]
         assert t["last_token"] - t["first_token"] >= 4 * 0.02 * 0.75
         assert t["output_tokens"] == 10  # from usage (the fake reports 2 per word), not chunks
-    assert result["startup_s"] > 0 and result["compile_s"] > 0
+    assert result["startup_s"] > 0 and result["warmup_s"] > 0
+    assert result["stop_reason"] == "max_requests" and result["steady"] == 6
     assert result["memory_source"] == "rss_tree" and result["peak_memory_mib"] > 5
     env = result["environment"]
     assert env["served_model"] == marker and env["server_port"] == env["requested_port"]
@@ -143,7 +185,7 @@ def test_tokens_counted_from_chunks_without_usage_and_open_loop() -> None:
         space=space(request_rate_per_s=50.0),
         measure_accuracy=False,
     )
-    assert result["predictions"] is None
+    assert result["predictions"] == {}
     assert [t["output_tokens"] for t in result["timings"]] == [5] * 6
     starts = sorted(t["start"] for t in result["timings"])
     assert starts[-1] - starts[0] > 0.01  # arrivals spread out, not one burst
@@ -171,7 +213,7 @@ def test_broken_command_fails_with_the_log_tail() -> None:
     assert not leftovers(marker)
 
 
-def test_missing_program_fails_the_trial() -> None:
+def test_missing_program_fails_the_trial_before_any_launch() -> None:
     with pytest.raises(TrialFailure) as info:
         measure_command(
             command([f"autotune-no-such-server-{uuid.uuid4().hex[:6]}", "--port", "{port}"]),
@@ -179,7 +221,7 @@ def test_missing_program_fails_the_trial() -> None:
             prompts=PROMPTS,
             space=space(),
         )
-    assert info.value.kind == "crash" and "cannot start" in info.value.reason
+    assert info.value.kind == "unsupported" and "is not installed here" in info.value.reason
 
 
 @pytest.mark.parametrize("kind", ["sleeps", "http.server without /v1/models"])
@@ -460,12 +502,18 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
 
     study = optuna.load_study(study_name="x", storage=storage)
     trials = study.get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
-    # One swift deploy per measured trial, really launched (a configuration proposed again
-    # copies its twin's figures instead: duplicate_of).
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    # Three measured trials (a configuration proposed again copies its twin's figures and
+    # does not count), all request-time settings of ONE swift deploy launch: one server
+    # process served them all, and its start-up was paid once.
     measured = [t for t in trials if "duplicate_of" not in t.user_attrs]
-    assert len(measured) >= 2
-    assert len(run_tree.servers()) >= len(measured)
+    assert len(measured) == 3
+    assert len(run_tree.servers()) == 1
+    assert len({t.user_attrs["launch_id"] for t in measured}) == 1
+    assert len({t.user_attrs["environment"]["server_pid"] for t in measured}) == 1
+    assert [t.user_attrs["launch_started"] for t in measured] == [True, False, False]
+    assert measured[0].user_attrs["time_s"]["startup"] > 0
+    assert all(t.user_attrs["time_s"]["startup"] == 0 for t in measured[1:])
     for t in trials:
         a = t.user_attrs
         for name in ("throughput_output_tokens_per_s", "e2e_latency_p95_ms", "ttft_p50_ms",

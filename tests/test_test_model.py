@@ -65,7 +65,7 @@ def accuracy(evalset: EvalSet, image_max_side: int | None) -> float:
     requests = [Request(i.id, i.load_image(), i.prompt) for i in evalset.items]
     predictions: dict[str, str] = {}
     for start in range(0, len(requests), config.batch_size):
-        for done in engine.generate(requests[start : start + config.batch_size]):
+        for done in engine.generate(requests[start : start + config.batch_size], config):
             predictions[done.item_id] = done.text
     engine.close()
     return score_predictions(evalset, predictions).accuracy

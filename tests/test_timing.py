@@ -28,7 +28,10 @@ def test_summarize_units_and_values() -> None:
     assert figures["tpot_p50_ms"] == pytest.approx(150.0)
     assert figures["e2e_latency_p95_ms"] == pytest.approx(1000.0)
     assert figures["goodput_requests_per_s"] == pytest.approx(1.0)  # both within 1000 ms
-    assert all(name.endswith(("_ms", "_s", "_per_s", "_requests", "_tokens")) for name in figures)
+    assert figures["throughput_blocks"] == 2.0  # block size 1: each request is a block
+    assert figures["throughput_ci_rel"] > 0.5  # two blocks of 10 and 4 tok/s: barely known
+    suffixes = ("_ms", "_s", "_per_s", "_requests", "_tokens", "_blocks", "_rel")
+    assert all(name.endswith(suffixes) for name in figures)
 
 
 def test_static_batch_end_counts_in_e2e_not_tpot() -> None:

@@ -64,7 +64,7 @@ def evaluate_checkpoint(
             engine.load()
             predictions = {}
             for start in range(0, len(requests), batch_size):
-                for done in engine.generate(requests[start : start + batch_size]):
+                for done in engine.generate(requests[start : start + batch_size], config):
                     predictions[done.item_id] = done.text
             engine.close()
             report = score_predictions(items, predictions)

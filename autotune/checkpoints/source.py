@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import ModelError
 
@@ -68,3 +69,24 @@ def _check_checkpoint(path: Path, *, shown: str) -> Path:
             f"models (model_type {' or '.join(sorted(SUPPORTED_MODEL_TYPES))})"
         )
     return path.resolve()
+
+
+def study_model_path(attrs: dict[str, Any], *, device: str = "auto") -> str:
+    """The checkpoint a stored study measured, on this machine.
+
+    The recorded path can be missing here: the study was run on another machine, or its
+    random-weight checkpoint was cleaned up. A dummy checkpoint is then rebuilt (the same
+    seed and architecture give the same weights); a real model is looked up again by its id.
+    Either way the answer is a folder that exists, or one ModelError line.
+    """
+    recorded = str(attrs.get("model_path") or "")
+    model = str(attrs.get("model") or recorded)
+    if attrs.get("dummy_weights"):
+        from autotune.checkpoints.dummy import COMPLETE_MARKER, dummy_checkpoint
+
+        if recorded and (Path(recorded) / COMPLETE_MARKER).is_file():
+            return recorded
+        return dummy_checkpoint(model, device=device)
+    if recorded and (Path(recorded) / "config.json").is_file():
+        return recorded
+    return resolve_model(model)

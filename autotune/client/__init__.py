@@ -9,16 +9,16 @@ from autotune.client.chat import (
     list_models,
     normalize_base_url,
 )
-from autotune.client.load import closed_loop, open_loop
-from autotune.client.passes import PassPlan, http_client, run_passes
+from autotune.client.load import closed_loop, closed_loop_until, open_loop
+from autotune.client.passes import http_client, run_passes
 
 __all__ = [
     "ChatClient",
     "ChatError",
     "ChatPrompt",
     "ChatReply",
-    "PassPlan",
     "closed_loop",
+    "closed_loop_until",
     "http_client",
     "image_data_url",
     "list_models",

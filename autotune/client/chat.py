@@ -123,6 +123,7 @@ class ChatClient:
                 last_token=last if last is not None else end,
                 end=end,
                 output_tokens=usage_tokens if usage_tokens is not None else len(parts),
+                chunks=len(parts),
             ),
         )
 

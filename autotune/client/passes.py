@@ -1,35 +1,22 @@
 """The measured passes over HTTP: warm-up, load test and accuracy, as the worker runs them.
 
 The same requests in the same order as autotune.engines.inprocess.worker: warm-up on the first
-items, then `workload.requests` measured requests cycling the eval items, then one answer per item.
+items, then a load test that cycles the first `plan.workload_requests` items until throughput
+is known (autotune.measure.convergence), then one answer per accuracy item.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from itertools import cycle, islice
 from typing import Any
 
 import httpx
 
 from autotune.client.chat import ChatClient, ChatPrompt
-from autotune.client.load import closed_loop, open_loop
+from autotune.client.load import closed_loop, closed_loop_until, open_loop
+from autotune.engines.session import MeasurePlan, cycled
 from autotune.params import TrialConfig
-
-
-@dataclass(frozen=True)
-class PassPlan:
-    """What to send: the prompts, the decoding fields and the load shape."""
-
-    prompts: Sequence[ChatPrompt]
-    config: TrialConfig
-    fields: dict[str, Any]
-    warmup_requests: int
-    requests: int
-    request_rate_per_s: float | None
-    measure_accuracy: bool
 
 
 def http_client(concurrency: int) -> httpx.AsyncClient:
@@ -44,46 +31,70 @@ def http_client(concurrency: int) -> httpx.AsyncClient:
 async def run_passes(
     base_url: str,
     model: str,
-    plan: PassPlan,
     *,
+    prompts: Sequence[ChatPrompt],
+    config: TrialConfig,
+    fields: dict[str, Any],
+    plan: MeasurePlan,
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Warm-up, load test and accuracy through one server; the worker's result fields."""
-    config = plan.config
     batch = config.batch_size
+    by_id = {prompt.item_id: prompt for prompt in prompts}
+    ids = list(by_id)
 
     def phase(name: str) -> None:
         if on_phase is not None:
             on_phase(name)
 
-    async with http_client(batch) as client:
+    async with http_client(max(batch, plan.accuracy_batch_size)) as client:
         chat = ChatClient(
             client,
             base_url=base_url,
             model=model,
-            fields=plan.fields,
+            fields=fields,
             image_max_side=config.image_max_side,
         )
-        # Whole rounds of `batch` warm-up requests, as the worker warms up whole batches.
-        n_warm = -(-plan.warmup_requests // batch) * batch
+        # A server batches whatever is in flight, so unlike a static batch it needs no whole
+        # round of warm-up: its CUDA graphs were captured at start-up. The warm-up requests
+        # wake the path a new image size or decoding setting takes.
         phase("warm-up")
         t0 = time.perf_counter()
-        await closed_loop(chat.send, list(islice(cycle(plan.prompts), n_warm)), batch)
-        compile_s = time.perf_counter() - t0
+        warm = [by_id[i] for i in cycled(ids, plan.warmup_requests)]
+        await closed_loop(chat.send, warm, min(batch, plan.warmup_requests))
+        warmup_s = time.perf_counter() - t0
 
         phase("load test")
-        workload = list(islice(cycle(plan.prompts), plan.requests))
+        workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
+        t0 = time.perf_counter()
         if plan.request_rate_per_s is None:
-            replies = await closed_loop(chat.send, workload, batch)
+            rule = plan.stop_rule(block_size=batch)
+            replies, steady, stop_reason = await closed_loop_until(chat.send, workload, batch, rule)
         else:
+            # An offered load is a fixed schedule: its length is part of what is measured.
             replies = await open_loop(
                 chat.send, workload, plan.request_rate_per_s, seed=config.seed
             )
-        timings = [reply.timing.to_dict() for reply in replies]
+            steady, stop_reason = len(replies), "fixed schedule (open loop)"
+        measure_s = time.perf_counter() - t0
 
         predictions: dict[str, str] | None = None
-        if plan.measure_accuracy:
+        accuracy_s = 0.0
+        if plan.accuracy_ids is not None:
             phase("accuracy")
-            answers = await closed_loop(chat.send, plan.prompts, batch)
+            t0 = time.perf_counter()
+            answers = await closed_loop(
+                chat.send, [by_id[i] for i in plan.accuracy_ids], plan.accuracy_batch_size
+            )
             predictions = {reply.item_id: reply.text for reply in answers}
-    return {"compile_s": compile_s, "timings": timings, "predictions": predictions}
+            accuracy_s = time.perf_counter() - t0
+    return {
+        "warmup_s": warmup_s,
+        "measure_s": measure_s,
+        "accuracy_s": accuracy_s,
+        "timings": [reply.timing.to_dict() for reply in replies],
+        "steady": steady,
+        "stop_reason": stop_reason,
+        "predictions": predictions or {},
+        "screened_out": False,
+    }

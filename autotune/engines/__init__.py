@@ -1,1 +1,82 @@
-"""Engines outside the study process: in-process workers, server commands, endpoints."""
+"""Engines outside the study process, each one launch measured trial after trial.
+
+`open_session` starts the right one for a configuration: a worker process for in-process
+backends (autotune.engines.inprocess), the exported server command for server backends
+(autotune.engines.server), or nothing for a server someone else runs (autotune.engines.endpoint).
+"""
+
+from __future__ import annotations
+
+from autotune.engines.session import EngineSession, MeasurePlan, PhaseCallback, measure_plan
+from autotune.evalset.dataset import EvalSet
+from autotune.params import SERVER_BACKENDS, TrialConfig
+from autotune.space import SearchSpace
+
+
+def session_format(config: TrialConfig, server_format: str | None = None) -> str | None:
+    """The export format whose server measures `config`; None for the in-process worker."""
+    if server_format is not None:
+        return server_format
+    return config.backend if config.backend in SERVER_BACKENDS else None
+
+
+def open_session(
+    space: SearchSpace,
+    launch: TrialConfig,
+    *,
+    model_path: str,
+    evalset: EvalSet,
+    endpoint: str | None = None,
+    server_format: str | None = None,
+    image_geometry: dict[str, int] | None = None,
+    on_phase: PhaseCallback | None = None,
+) -> EngineSession:
+    """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not)."""
+    if endpoint is not None:
+        from autotune.engines.endpoint import EndpointSession
+        from autotune.engines.server import chat_prompts
+
+        return EndpointSession(
+            endpoint,
+            launch=launch,
+            prompts=chat_prompts(evalset),
+            trial_timeout_s=space.trial_timeout_s,
+        ).start(on_phase=on_phase)
+    fmt = session_format(launch, server_format)
+    if fmt is not None:
+        from autotune.engines.server import ServerSession, chat_prompts, renderer
+
+        render = renderer(
+            fmt,
+            model=model_path,
+            engine_args=space.engine_args.for_format(fmt),
+            geometry=image_geometry,
+        )
+        return ServerSession(
+            render,
+            launch=launch,
+            fmt=fmt,
+            device=space.device,
+            prompts=chat_prompts(evalset),
+            startup_timeout_s=space.workload.startup_timeout_s,
+            trial_timeout_s=space.trial_timeout_s,
+        ).start(on_phase=on_phase)
+    from autotune.engines.inprocess.session import WorkerSession
+
+    return WorkerSession(
+        model=model_path,
+        device=space.device,
+        evalset=str(evalset.path),
+        launch=launch,
+        trial_timeout_s=space.trial_timeout_s,
+    ).start(on_phase=on_phase)
+
+
+__all__ = [
+    "EngineSession",
+    "MeasurePlan",
+    "PhaseCallback",
+    "measure_plan",
+    "open_session",
+    "session_format",
+]

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from autotune.client import ChatError, PassPlan, http_client, list_models, normalize_base_url
-from autotune.engines.server import chat_prompts, drive_passes
+from autotune.client import ChatError, ChatPrompt, http_client, list_models, normalize_base_url
+from autotune.engines.server import drive_passes
+from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
-from autotune.evalset.dataset import EvalSet
 from autotune.export.base import sampling_request
 from autotune.params import TrialConfig
-from autotune.space import SearchSpace
 
 # Greedy in every engine we know: temperature 0 (OpenAI, vLLM, ms-swift) and top_k 1 (LMDeploy,
 # which has no greedy switch over HTTP). The server's kind is unknown here, so send both.
@@ -50,34 +48,46 @@ def served_models(url: str) -> list[str]:
     return models
 
 
-def run_endpoint_trial(
-    url: str,
-    config: TrialConfig,
-    *,
-    space: SearchSpace,
-    evalset: EvalSet,
-    measure_accuracy: bool = True,
-    on_phase: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """The worker's `result` dict, measured through a running server at `url`."""
-    base = normalize_base_url(url)
-    models = served_models(base)
-    plan = PassPlan(
-        prompts=chat_prompts(evalset),
-        config=config,
-        fields=endpoint_fields(config),
-        warmup_requests=space.workload.warmup_requests,
-        requests=space.workload.measured_requests(config.batch_size),
-        request_rate_per_s=space.workload.request_rate_per_s,
-        measure_accuracy=measure_accuracy,
-    )
-    passes = drive_passes(base, models[0], plan, timeout_s=space.trial_timeout_s, on_phase=on_phase)
-    return {
-        "startup_s": math.nan,
-        "compile_s": passes["compile_s"],
-        "timings": passes["timings"],
-        "predictions": passes["predictions"],
-        "peak_memory_mib": math.nan,
-        "memory_source": "unavailable (endpoint)",
-        "environment": {"runner": "endpoint", "endpoint": base, "served_model": models[0]},
-    }
+class EndpointSession:
+    """A server someone else runs: every trial is a request-time setting on it."""
+
+    def __init__(
+        self, url: str, *, launch: TrialConfig, prompts: list[ChatPrompt], trial_timeout_s: float
+    ) -> None:
+        self.base = normalize_base_url(url)
+        self.launch_id = new_launch_id()
+        self.launch_key = launch.launch_key()
+        self.startup_s = math.nan
+        self.prompts = prompts
+        self.trial_timeout_s = trial_timeout_s
+
+    def start(self, *, on_phase: PhaseCallback | None = None) -> EndpointSession:
+        served_models(self.base)  # fail here, before any trial, if nothing answers
+        return self
+
+    def measure(
+        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+    ) -> dict[str, Any]:
+        models = served_models(self.base)
+        passes = drive_passes(
+            self.base,
+            models[0],
+            prompts=self.prompts,
+            config=config,
+            fields=endpoint_fields(config),
+            plan=plan,
+            timeout_s=self.trial_timeout_s,
+            on_phase=on_phase,
+        )
+        return {
+            **passes,
+            "peak_memory_mib": math.nan,
+            "memory_source": "unavailable (endpoint)",
+            "environment": {"runner": "endpoint", "endpoint": self.base, "served_model": models[0]},
+        }
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass

@@ -8,6 +8,7 @@ the processes on the CPU, their per-process GPU memory through NVML on a GPU.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from typing import Any
 
@@ -47,8 +48,22 @@ class _Nvml:
         if count == 0:
             pynvml.nvmlShutdown()
             raise RuntimeError("NVML sees no GPU")
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        self.handles = self._visible_handles(count)
         self.baseline = self._device_used()
+
+    def _visible_handles(self, count: int) -> list[Any]:
+        """The devices CUDA_VISIBLE_DEVICES leaves to the engine (all when unset): an engine
+        pinned to one GPU is read there only, never charged for its neighbours' memory."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is None or not visible.strip():
+            return [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        handles = []
+        for entry in (part.strip() for part in visible.split(",")):
+            if entry.isdigit() and int(entry) < count:
+                handles.append(self.nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            elif entry.startswith(("GPU-", "MIG-")):
+                handles.append(self.nvml.nvmlDeviceGetHandleByUUID(entry))
+        return handles
 
     def _device_used(self) -> int:
         return sum(self.nvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
@@ -77,6 +92,7 @@ class MemorySampler:
         self.root_pid = root_pid
         self.interval_s = interval_s
         self.peak_mib = 0.0
+        self.window_peak_mib = 0.0  # since the last reset_window(): one trial on a launch
         self.source = "rss_tree"
         self.nvml: _Nvml | None = None
         if use_gpu:
@@ -105,10 +121,22 @@ class MemorySampler:
             value, source = tree_rss_mib(pids), "rss_tree"
         if value >= self.peak_mib:
             self.peak_mib, self.source = value, source
+        if value >= self.window_peak_mib:
+            self.window_peak_mib = value
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.sample()
+
+    def reset_window(self) -> None:
+        """Start a new per-trial peak, from what the tree holds right now."""
+        self.window_peak_mib = 0.0
+        self.sample()
+
+    def window_peak(self) -> tuple[float, str]:
+        """The peak since the last reset_window() (one last sample first), and its source."""
+        self.sample()
+        return self.window_peak_mib, self.source
 
     def stop(self) -> tuple[float, str]:
         """Stop sampling (one last sample first); returns (peak MiB, source)."""

@@ -27,12 +27,14 @@ class ManagedProcess:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         capture_stdout: bool = False,
+        capture_stdin: bool = False,
     ) -> None:
         self.argv = argv
         self.log_path = log_path
         self.env = env
         self.cwd = cwd
         self.capture_stdout = capture_stdout
+        self.capture_stdin = capture_stdin
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> ManagedProcess:
@@ -41,7 +43,7 @@ class ManagedProcess:
         try:
             self.proc = subprocess.Popen(
                 self.argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if self.capture_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if self.capture_stdout else log,
                 stderr=log,
                 env=self.env,
@@ -74,8 +76,10 @@ class ManagedProcess:
         _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        for stream in (self.proc.stdout, self.proc.stdin):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
     def log_tail(self, lines: int = 40) -> str:
         try:

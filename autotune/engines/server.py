@@ -1,8 +1,11 @@
-"""Measure a trial through the server command `autotune export` prints for it.
+"""Measure trials through the server command `autotune export` prints for them.
 
-The command is rendered by autotune.export (host 127.0.0.1, a free port), started in its own
-process group, polled on GET /v1/models, measured over HTTP by autotune.client, and stopped
-whatever happens (failure, time-out, Ctrl-C). What a user later pastes is what was measured.
+One launch is one server process: the command rendered from the launch-time parameters
+(autotune.export; host 127.0.0.1, a free port), started in its own process group, polled on
+GET /v1/models, and kept up for every trial that shares those parameters. Each trial sends its
+own request fields (image size, decoding, max tokens, concurrency) over HTTP with
+autotune.client, and the server is stopped whatever happens (failure, time-out, Ctrl-C). What
+a user later pastes is the very command that was measured.
 """
 
 from __future__ import annotations
@@ -11,175 +14,33 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
-import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
-from autotune.client import ChatError, ChatPrompt, PassPlan, run_passes
-from autotune.engines.identity import (
-    bound_port_from_log,
-    check_engine,
-    engine_version,
-    install_hint,
+from autotune.client import ChatError, ChatPrompt, run_passes
+from autotune.engines import server_process
+from autotune.engines.identity import check_engine, engine_version, install_hint
+from autotune.engines.memory import MemorySampler
+from autotune.engines.server_process import (
+    _PORT_TAKEN,
+    HOST,
+    LAUNCH_ATTEMPTS,
+    Ready,
+    ServerProcess,
+    resolve_program,
 )
-from autotune.engines.memory import MemorySampler, tree_pids
-from autotune.engines.process import ManagedProcess
+from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, render_export
 from autotune.params import TrialConfig
-from autotune.space import SearchSpace
 
-PhaseCallback = Callable[[str], None]
-Render = Callable[[int], Export]
-
-HOST = "127.0.0.1"
-# vLLM and LMDeploy exit when their port was taken between our pick and their bind (ms-swift
-# moves on by itself); a fresh port is then worth another launch.
-_PORT_TAKEN = ("address already in use", "errno 98")
-LAUNCH_ATTEMPTS = 3
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (the server may still lose a race for it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def resolve_program(argv: list[str]) -> list[str]:
-    """Run `swift`/`vllm`/`lmdeploy` from this interpreter's environment when it has them.
-
-    The engine version recorded with the trial is read from this environment, so the command
-    must come from it too; a bare name elsewhere on PATH could be another installation.
-    """
-    local = Path(sys.executable).parent / argv[0]
-    if os.sep not in argv[0] and local.is_file() and os.access(local, os.X_OK):
-        return [str(local), *argv[1:]]
-    return list(argv)
-
-
-@dataclass(frozen=True)
-class Ready:
-    port: int
-    base_url: str
-    models: list[str]
-    startup_s: float
-
-
-class ServerProcess:
-    """A server command in its own process group, ready once GET /v1/models answers."""
-
-    def __init__(self, argv: list[str], *, env: dict[str, str], port: int, log_path: Path):
-        self.requested_port = port
-        self.process = ManagedProcess(resolve_program(argv), log_path=log_path, env=env)
-        self.launched_at = 0.0
-        self._log_port: int | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def start(self) -> ServerProcess:
-        self.launched_at = time.perf_counter()
-        try:
-            self.process.start()
-        except OSError as exc:  # no such program, not executable: a failed trial, not a crash
-            raise TrialFailure(
-                f"cannot start {self.process.argv[0]}: {exc.strerror or exc}", kind="crash"
-            ) from None
-        return self
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def log_tail(self, lines: int = 40) -> str:
-        return self.process.log_tail(lines)
-
-    def log_text(self) -> str:
-        try:
-            return self.process.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    def _candidate_ports(self) -> list[int]:
-        """Ports worth probing: ours only, never a stranger's server on the requested port."""
-        if self._log_port is None:
-            self._log_port = bound_port_from_log(self.log_text())
-        listening = _listening_ports(tree_pids(self.pid))
-        wanted = [p for p in (self._log_port, self.requested_port) if p is not None]
-        if listening is None:  # the OS hides sockets from us: trust the log, then the request
-            return wanted[:1]
-        found = [p for p in wanted if p in listening]
-        # A server that moved without saying so, listening on a single port: that is the one.
-        if not found and len(listening) == 1:
-            found = sorted(listening)
-        return list(dict.fromkeys(found))
-
-    def wait_ready(self, timeout_s: float) -> Ready:
-        """Poll until /v1/models answers; TrialFailure (with the log tail) on exit or time-out."""
-        deadline = self.launched_at + timeout_s
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            while True:
-                code = self.process.poll()
-                if code is not None:
-                    raise TrialFailure(
-                        f"server exited with status {code} before answering GET /v1/models",
-                        kind="crash",
-                        log_tail=self.log_tail(),
-                    )
-                for port in self._candidate_ports():
-                    models = _probe(client, port)
-                    if models is not None:
-                        return Ready(
-                            port=port,
-                            base_url=f"http://{HOST}:{port}",
-                            models=models,
-                            startup_s=time.perf_counter() - self.launched_at,
-                        )
-                if time.perf_counter() > deadline:
-                    raise TrialFailure(
-                        f"server did not answer GET /v1/models within {timeout_s:.0f} s "
-                        "(startup_timeout_s); stopped it",
-                        kind="timeout",
-                        log_tail=self.log_tail(),
-                    )
-                time.sleep(0.25)
-
-
-def _listening_ports(pids: set[int]) -> set[int] | None:
-    ports: set[int] = set()
-    for pid in pids:
-        try:
-            process = psutil.Process(pid)
-            # psutil >= 6 names it net_connections; older releases only have connections.
-            lister = getattr(process, "net_connections", None) or process.connections
-            connections = lister(kind="inet")
-        except psutil.AccessDenied:
-            return None
-        except psutil.Error:
-            continue
-        ports.update(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN)
-    return ports
-
-
-def _probe(client: httpx.Client, port: int) -> list[str] | None:
-    try:
-        response = client.get(f"http://{HOST}:{port}/v1/models")
-        if response.status_code != 200:
-            return None
-        return [str(entry["id"]) for entry in response.json()["data"]]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        return None
+Render = Callable[[TrialConfig, int | None], Export]
 
 
 def chat_prompts(evalset: EvalSet) -> list[ChatPrompt]:
@@ -189,8 +50,11 @@ def chat_prompts(evalset: EvalSet) -> list[ChatPrompt]:
 def drive_passes(
     base_url: str,
     model: str,
-    plan: PassPlan,
     *,
+    prompts: list[ChatPrompt],
+    config: TrialConfig,
+    fields: dict[str, Any],
+    plan: MeasurePlan,
     timeout_s: float,
     on_phase: PhaseCallback | None,
     log_tail: Callable[[], str] = lambda: "",
@@ -199,9 +63,16 @@ def drive_passes(
     """Run the passes under a time limit; transport errors become a TrialFailure."""
 
     async def limited() -> dict[str, Any]:
-        return await asyncio.wait_for(
-            run_passes(base_url, model, plan, on_phase=on_phase), timeout=timeout_s
+        passes = run_passes(
+            base_url,
+            model,
+            prompts=prompts,
+            config=config,
+            fields=fields,
+            plan=plan,
+            on_phase=on_phase,
         )
+        return await asyncio.wait_for(passes, timeout=timeout_s)
 
     try:
         return asyncio.run(limited())
@@ -224,117 +95,189 @@ def _server_env(export: Export, device: str) -> dict[str, str]:
     return env
 
 
-def _launch(
-    render: Render, *, device: str, startup_timeout_s: float, workdir: Path
-) -> tuple[ServerProcess, MemorySampler, Ready, Export]:
-    """Start the server until it is ready; a lost port race gets a fresh port and a retry."""
-    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-        port = free_port()
-        export = render(port)
-        server = ServerProcess(
-            export.argv,
-            env=_server_env(export, device),
+def renderer(
+    fmt: str, *, model: str, engine_args: dict[str, Any], geometry: dict[str, int] | None
+) -> Render:
+    """render(config, port): the `fmt` command for `config`, bound to 127.0.0.1:port."""
+
+    def render(config: TrialConfig, port: int | None) -> Export:
+        return render_export(
+            config,
+            fmt=fmt,
+            model=model,
+            host=HOST,
             port=port,
-            log_path=workdir / f"server-{attempt}.log",
+            engine_args=engine_args,
+            image_geometry=geometry,
         )
-        sampler: MemorySampler | None = None
-        try:
-            server.start()
-            sampler = MemorySampler(server.pid, use_gpu=device != "cpu").start()
-            return server, sampler, server.wait_ready(startup_timeout_s), export
-        except BaseException as exc:  # Ctrl-C included: the server goes down with us
-            if sampler is not None:
-                sampler.stop()
-            server.stop()
-            taken = (
-                isinstance(exc, TrialFailure)
-                and exc.kind == "crash"
-                and any(marker in exc.log_tail.lower() for marker in _PORT_TAKEN)
-            )
-            if not (taken and attempt < LAUNCH_ATTEMPTS):
-                raise
-    raise AssertionError("unreachable")
+
+    return render
 
 
-def measure_command(
-    render: Render,
-    *,
-    config: TrialConfig,
-    prompts: list[ChatPrompt],
-    space: SearchSpace,
-    measure_accuracy: bool = True,
-    on_phase: PhaseCallback | None = None,
-    log_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Launch `render(port)`, measure it, stop it; the worker's `result` dict."""
-    workload = space.workload
-    workdir = Path(tempfile.mkdtemp(prefix="autotune-server-", dir=log_dir))
+def check_renders(render: Render, config: TrialConfig, fmt: str) -> Export:
+    """The command for `config` before anything is launched; TrialFailure when it has none."""
     try:
+        dry = render(config, None)
+    except AutotuneError as exc:
+        raise TrialFailure(str(exc), kind="unsupported") from None
+    if not dry.argv:
+        raise TrialFailure(f"format {fmt!r} has no server command", kind="unsupported")
+    program = resolve_program(dry.argv)[0]
+    if shutil.which(program) is None:
+        raise TrialFailure(
+            f"'{dry.argv[0]}' is not installed here; {install_hint(fmt)}", kind="unsupported"
+        )
+    return dry
+
+
+class ServerSession:
+    """One server launch, measured trial after trial (see the module docstring)."""
+
+    def __init__(
+        self,
+        render: Render,
+        *,
+        launch: TrialConfig,
+        fmt: str,
+        device: str,
+        prompts: list[ChatPrompt],
+        startup_timeout_s: float,
+        trial_timeout_s: float,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.render = render
+        self.launch = launch
+        self.fmt = fmt
+        self.device = device
+        self.prompts = prompts
+        self.startup_timeout_s = startup_timeout_s
+        self.trial_timeout_s = trial_timeout_s
+        self.launch_id = new_launch_id()
+        self.launch_key = launch.launch_key()
+        self.startup_s = 0.0
+        self._workdir = Path(tempfile.mkdtemp(prefix="autotune-server-", dir=log_dir))
+        self.server: ServerProcess | None = None
+        self.sampler: MemorySampler | None = None
+        self.ready: Ready | None = None
+        self.export: Export | None = None
+        self.engine_actual = ""
+
+    def start(self, *, on_phase: PhaseCallback | None = None) -> ServerSession:
+        """Start the server until it is ready; a lost port race gets a fresh port and a retry."""
+        check_renders(self.render, self.launch, self.fmt)
         if on_phase is not None:
             on_phase("starting server")
-        server, sampler, ready, export = _launch(
-            render,
-            device=space.device,
-            startup_timeout_s=workload.startup_timeout_s,
-            workdir=workdir,
-        )
         try:
-            engine = check_engine(export.format, export.argv, server.log_text())
+            self._launch()
+            assert self.server is not None and self.export is not None
+            engine = check_engine(self.export.format, self.export.argv, self.server.log_text())
             if engine.fell_back:
                 raise TrialFailure(
                     f"engine fallback: asked for {engine.requested}, the server runs "
                     f"{engine.actual}; the trial would record the wrong engine",
                     kind="engine_fallback",
-                    log_tail=server.log_tail(),
+                    log_tail=self.server.log_tail(),
                 )
-            plan = PassPlan(
-                prompts=prompts,
-                config=config,
-                fields=dict(export.request),
-                warmup_requests=workload.warmup_requests,
-                requests=workload.measured_requests(config.batch_size),
-                request_rate_per_s=workload.request_rate_per_s,
-                measure_accuracy=measure_accuracy,
+            self.engine_actual = engine.actual
+        except BaseException:  # Ctrl-C included: the server goes down with us
+            self.close()
+            raise
+        return self
+
+    def _launch(self) -> None:
+        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+            port = server_process.free_port()  # looked up here: tests replace it
+            export = self.render(self.launch, port)
+            server = ServerProcess(
+                export.argv,
+                env=_server_env(export, self.device),
+                port=port,
+                log_path=self._workdir / f"server-{attempt}.log",
             )
+            self.server, self.export = server, export
+            try:
+                server.start()
+                self.sampler = MemorySampler(server.pid, use_gpu=self.device != "cpu").start()
+                self.ready = server.wait_ready(self.startup_timeout_s)
+                self.startup_s = self.ready.startup_s
+                return
+            except TrialFailure as exc:
+                taken = exc.kind == "crash" and any(
+                    marker in exc.log_tail.lower() for marker in _PORT_TAKEN
+                )
+                self._stop_server()
+                if not (taken and attempt < LAUNCH_ATTEMPTS):
+                    raise
+
+    def measure(
+        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+    ) -> dict[str, Any]:
+        server, ready, export, sampler = self.server, self.ready, self.export, self.sampler
+        assert server is not None and ready is not None and export is not None
+        assert sampler is not None
+        # Rendered with the port the launch asked for (a server may have moved off it).
+        trial_export = self.render(config, server.requested_port)
+        if trial_export.argv != export.argv or trial_export.env != export.env:
+            # Only request-time values may differ between trials on one launch; anything else
+            # would record a command that did not run.
+            raise TrialFailure(
+                "this trial's command differs from the running launch's", kind="error"
+            )
+        sampler.reset_window()
+        try:
             passes = drive_passes(
                 ready.base_url,
                 ready.models[0],
-                plan,
-                timeout_s=space.trial_timeout_s,
+                prompts=self.prompts,
+                config=config,
+                fields=dict(trial_export.request),
+                plan=plan,
+                timeout_s=self.trial_timeout_s,
                 on_phase=on_phase,
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
             )
-        finally:
-            peak_mib, memory_source = sampler.stop()
-            server.stop()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    environment = {
-        "runner": "server",
-        "device": "cuda" if memory_source.startswith("nvml") else "cpu",
-        "server_format": export.format,
-        "server_command": export.command,
-        "server_program": resolve_program(export.argv)[0] if export.argv else "",
-        "server_port": str(ready.port),
-        "requested_port": str(server.requested_port),
-        "served_model": ready.models[0],
-        "export_exact": str(export.exact).lower(),
-        "engine": engine.actual,
-        "engine_requested": engine.requested,
-        "engine_fallback": "none",
-        "engine_version": engine_version(export.format),
-        **_library_versions(),
-    }
-    return {
-        "startup_s": ready.startup_s,
-        "compile_s": passes["compile_s"],
-        "timings": passes["timings"],
-        "predictions": passes["predictions"],
-        "peak_memory_mib": peak_mib,
-        "memory_source": memory_source,
-        "environment": environment,
-    }
+        except BaseException:
+            self.close()
+            raise
+        peak_mib, memory_source = sampler.window_peak()
+        environment = {
+            "runner": "server",
+            "device": "cuda" if memory_source.startswith("nvml") else "cpu",
+            "server_format": export.format,
+            "server_command": export.command,
+            "server_program": resolve_program(export.argv)[0] if export.argv else "",
+            "server_port": str(ready.port),
+            "requested_port": str(server.requested_port),
+            "server_pid": str(server.pid),
+            "served_model": ready.models[0],
+            "export_exact": str(trial_export.exact).lower(),
+            "engine": self.engine_actual,
+            "engine_requested": check_engine(export.format, export.argv, "").requested,
+            "engine_fallback": "none",
+            "engine_version": engine_version(export.format),
+            **_library_versions(),
+        }
+        return {
+            **passes,
+            "peak_memory_mib": peak_mib,
+            "memory_source": memory_source,
+            "environment": environment,
+        }
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.process.poll() is None
+
+    def _stop_server(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+        if self.server is not None:
+            self.server.stop()
+
+    def close(self) -> None:
+        self._stop_server()
+        shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def _library_versions() -> dict[str, str]:
@@ -345,44 +288,4 @@ def _library_versions() -> dict[str, str]:
     return versions
 
 
-def run_server_trial(
-    config: TrialConfig,
-    *,
-    space: SearchSpace,
-    model_path: str,
-    evalset: EvalSet,
-    fmt: str | None = None,
-    measure_accuracy: bool = True,
-    on_phase: PhaseCallback | None = None,
-) -> dict[str, Any]:
-    """Measure `config` through the `fmt` export (default: its own backend's command)."""
-    target = fmt or config.backend
-    # The space's extra flags for this engine (engine_args), as `autotune export` adds them.
-    extra = space.engine_args.for_format(target)
-
-    def render(port: int) -> Export:
-        return render_export(
-            config, fmt=target, model=model_path, host=HOST, port=port, engine_args=extra
-        )
-
-    # Render once before launching anything: a target that cannot serve this configuration
-    # (or a document-only format) fails the trial, not the study.
-    try:
-        dry = render_export(config, fmt=target, model=model_path, host=HOST, engine_args=extra)
-    except AutotuneError as exc:
-        raise TrialFailure(str(exc), kind="unsupported") from None
-    if not dry.argv:
-        raise TrialFailure(f"format {target!r} has no server command", kind="unsupported")
-    program = resolve_program(dry.argv)[0]
-    if shutil.which(program) is None:
-        raise TrialFailure(
-            f"'{dry.argv[0]}' is not installed here; {install_hint(target)}", kind="unsupported"
-        )
-    return measure_command(
-        render,
-        config=config,
-        prompts=chat_prompts(evalset),
-        space=space,
-        measure_accuracy=measure_accuracy,
-        on_phase=on_phase,
-    )
+__all__ = ["HOST", "ServerSession", "chat_prompts", "check_renders", "drive_passes", "renderer"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..checkpoints.geometry import ImageGeometry
 from ..engine_args import SESSION_LEN_FLAG, EngineArgs
 from ..errors import ExportError
 from ..params import TrialConfig
@@ -38,6 +39,7 @@ def render_export(
     served_model_name: str | None = None,
     session_len: int | None = None,
     engine_args: dict[str, Any] | None = None,
+    image_geometry: ImageGeometry | dict[str, int] | None = None,
 ) -> Export:
     """Render `config` as a deploy command for `fmt`.
 
@@ -52,6 +54,8 @@ def render_export(
             --session-len, vLLM --max-model-len); None keeps the engine's default.
         engine_args: Extra flags for this format (a space file's `engine_args.<fmt>`),
             appended as given; keys autotune sets itself are refused.
+        image_geometry: The checkpoint processor's image grid and pixel bounds (a study's
+            `image_geometry` attribute); None means Qwen3-VL's released values.
 
     Raises:
         ExportError: Unknown format, bad option, or a configuration the target cannot serve.
@@ -79,6 +83,9 @@ def render_export(
         served_model_name=served_model_name,
         session_len=session_len,
         engine_args=extra,
+        image_geometry=image_geometry
+        if isinstance(image_geometry, ImageGeometry)
+        else ImageGeometry.from_dict(image_geometry),
     )
     return renderer(config, opts)
 

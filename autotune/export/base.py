@@ -7,15 +7,12 @@ rendered, so a trial measures the very command a user later pastes.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checkpoints.geometry import ImageGeometry
 from ..params import TrialConfig
-
-# One LLM image token of Qwen3-VL covers 32x32 pixels (patch 16, spatial merge 2).
-IMAGE_TOKEN_SIDE = 32
 
 
 @dataclass(frozen=True)
@@ -29,6 +26,9 @@ class ServeOptions:
     session_len: int | None = None
     # Extra flags for this format, validated (autotune.engine_args); rendered after ours.
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # The checkpoint processor's image grid and pixel bounds, pinned where an engine has its
+    # own defaults (ms-swift).
+    image_geometry: ImageGeometry = field(default_factory=ImageGeometry)
 
 
 @dataclass(frozen=True)
@@ -95,23 +95,25 @@ def _comment(note: str) -> str:
     return "\n".join([f"# note: {first}", *(f"#   {line}" for line in rest)])
 
 
-def image_pixel_budget(image_max_side: int) -> int:
-    """A pixel budget that never shrinks an image already resized to this longest side.
-
-    The engines' resizers snap each side to a multiple of 32 by rounding, so an N-pixel side
-    can grow to ceil(N / 32) * 32; a budget of side**2 alone could then force a second,
-    different resize on a square image.
-    """
-    tokens_per_side = math.ceil(image_max_side / IMAGE_TOKEN_SIDE)
-    return (tokens_per_side * IMAGE_TOKEN_SIDE) ** 2
-
-
 def image_note(image_max_side: int) -> str:
-    """The client-side half of the image cap, which no server flag can express."""
+    """The client-side half of the configuration, which no server flag can express."""
     return (
-        f"autotune resized every image client-side to longest side {image_max_side} px before "
-        "sending it; the server setting here is only a pixel budget (an upper bound), so resize "
-        "the same way in the client for identical results."
+        f"autotune resized every image client-side to longest side {image_max_side} px "
+        "(Pillow, LANCZOS) before sending it: resize the same way in your client, or the "
+        "server sees larger images than were measured."
+    )
+
+
+def batch_cap(config: TrialConfig) -> int:
+    """The server's cap on batched requests: its launch value, or for a trial measured
+    in-process (which has none) the static batch it ran."""
+    return config.max_batch_size if config.max_batch_size is not None else config.batch_size
+
+
+def client_note(config: TrialConfig) -> str:
+    return (
+        f"measured with {config.batch_size} request(s) in flight; the launch caps the batch at "
+        f"{batch_cap(config)}."
     )
 
 

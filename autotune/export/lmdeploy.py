@@ -1,8 +1,9 @@
 """Render a configuration as `lmdeploy serve api_server` (LMDeploy PyTorch engine, 0.18).
 
 Checked against lmdeploy 0.18.0's own argument parser (tests/test_export_lmdeploy_flags.py).
-LMDeploy takes decoding settings and image size per request, so much of a trial lives in the
-client's request body, which `Export.request` carries.
+The command carries launch-time values only, so every trial measured on one launch exports the
+same command. LMDeploy takes decoding settings per request, so the rest of a trial lives in the
+client's request body (`Export.request`) and in the client-side image resize.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from .base import (
     ServeOptions,
     address_flags,
     backend_note,
+    batch_cap,
+    client_note,
     compact_json,
     engine_knob_notes,
     image_note,
-    image_pixel_budget,
     sampling_request,
 )
 
@@ -45,7 +47,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
     # would fall back to pytorch only after a warning.
     argv = ["lmdeploy", "serve", "api_server", opts.model, "--backend", "pytorch"]
-    argv += ["--dtype", dtype, "--max-batch-size", str(config.batch_size)]
+    argv += ["--dtype", dtype, "--max-batch-size", str(batch_cap(config))]
     if config.kv_cache_fraction is not None:
         argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
     if config.compile_mode == "none":
@@ -65,13 +67,11 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     # its greedy path. Without it the checkpoint's generation_config would make it sample.
     request = sampling_request(config, max_tokens_key="max_completion_tokens", greedy={"top_k": 1})
     if config.image_max_side is not None:
-        budget = image_pixel_budget(config.image_max_side)
-        request["mm_processor_kwargs"] = {"image": {"max_pixels": budget}}
         notes.append(image_note(config.image_max_side))
+    notes.append(client_note(config))
     notes.append(
-        "LMDeploy takes decoding settings (and the image pixel budget) per request: send these "
-        "fields in every chat-completions body (extra_body in the OpenAI client): "
-        + compact_json(request)
+        "LMDeploy takes decoding settings per request: send these fields in every "
+        "chat-completions body (extra_body in the OpenAI client): " + compact_json(request)
     )
     if config.do_sample and None in (config.temperature, config.top_k, config.top_p):
         notes.append(

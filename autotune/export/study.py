@@ -9,8 +9,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.export import Export, render_export
+from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
-from autotune.study.select import find_trial, recommend
+from autotune.study.select import deploy_target, find_trial, recommend
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:
@@ -27,11 +28,15 @@ def export_trial(
     study: optuna.Study,
     *,
     trial_number: int | None,
-    fmt: str,
+    fmt: str | None = None,
     host: str = "0.0.0.0",
     port: int | None = None,
 ) -> tuple[Export, FrozenTrial]:
+    """The command of the recommended (or a chosen) trial for `fmt` (default: the study's
+    deploy target). A trial whose measurement the command does not reproduce is exported
+    with a note saying why, and `exact` false (`--strict` refuses it)."""
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
+    fmt = fmt or deploy_target(study) or "swift"
     model = study.user_attrs.get("model") or study.user_attrs.get("model_path")
     result = render_export(
         trial_config(trial),
@@ -40,7 +45,13 @@ def export_trial(
         host=host,
         port=port,
         engine_args=study_engine_args(study, fmt) if fmt != "yaml" else None,
+        image_geometry=study.user_attrs.get("image_geometry"),
     )
+    if fmt != "yaml":
+        check = reproduction(trial.user_attrs, fmt)
+        if not check.deployable:
+            note = f"trial {trial.number} is a what-if for {fmt}: {check.reason}."
+            result = dataclasses.replace(result, notes=[note, *result.notes], exact=False)
     if study.user_attrs.get("dummy_weights"):
         note = (
             f"measured with random (dummy) weights of {model}'s architecture: speed and memory "

@@ -2,6 +2,13 @@
 
 Checked against ms-swift 4.6.0: the flags are fields of `swift.arguments.DeployArguments`
 (tests/test_export.py parses our argv with ms-swift's own parser when it is installed).
+
+The command carries launch-time values only, so every trial measured on one launch exports
+the same command; decoding, max_tokens and the image size travel in each request. ms-swift's
+image bounds default to 4-16384 tokens where the checkpoint's processor says 64-16384, so the
+command pins the checkpoint's (IMAGE_MIN_TOKEN_NUM / IMAGE_MAX_TOKEN_NUM): with them, the
+in-process transformers engine and `swift deploy` answer alike, item by item
+(tests/test_swift_reproduces.py).
 """
 
 from __future__ import annotations
@@ -10,13 +17,13 @@ from ..engine_args import render_flags
 from ..errors import ExportError
 from ..params import TrialConfig
 from .base import (
-    IMAGE_TOKEN_SIDE,
     Export,
     ServeOptions,
     backend_note,
+    batch_cap,
+    client_note,
     compact_json,
     image_note,
-    image_pixel_budget,
     sampling_request,
 )
 
@@ -43,7 +50,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     note = _backend_note(config)
     if note:
         notes.append(note)
-        exact = False
+        exact = config.backend == "transformers" and not _in_process_gap(config)
 
     argv = ["swift", "deploy", "--model", opts.model]
     argv += ["--model_type", MODEL_TYPE, "--template", MODEL_TYPE, "--infer_backend", engine]
@@ -53,12 +60,10 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--torch_dtype", config.dtype]
     if engine == "transformers":
         argv += ["--attn_impl", config.attn_implementation]
-        argv += ["--max_batch_size", str(config.batch_size)]
-        if config.kv_cache_fraction is not None:
-            notes.append("kv_cache_fraction has no effect on the transformers engine; not set.")
+        argv += ["--max_batch_size", str(batch_cap(config))]
     else:
         # --max_batch_size only drives the transformers engine; vLLM batches by max_num_seqs.
-        argv += ["--vllm_max_num_seqs", str(config.batch_size)]
+        argv += ["--vllm_max_num_seqs", str(batch_cap(config))]
         argv += ["--vllm_limit_mm_per_prompt", compact_json(LIMIT_MM_PER_PROMPT)]
         if config.kv_cache_fraction is not None:
             argv += ["--vllm_gpu_memory_utilization", str(config.kv_cache_fraction)]
@@ -71,17 +76,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
                 f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
                 "which picks its own attention kernels."
             )
-
-    if config.compile_mode != "none" and engine == "transformers":
-        notes.append(
-            f"compile_mode {config.compile_mode!r} (static KV cache + torch.compile) has no "
-            "ms-swift flag: this server runs the model uncompiled and will be slower than "
-            "measured."
-        )
-        exact = False
-
-    argv += ["--max_new_tokens", str(config.max_new_tokens)]
-    argv += _decoding_flags(config)
+    notes.extend(_gap_notes(config))
     argv += render_flags("swift", opts.engine_args)
     argv += ["--host", opts.host]
     if opts.port is not None:
@@ -89,56 +84,58 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if opts.served_model_name is not None:
         argv += ["--served_model_name", opts.served_model_name]
 
-    env: dict[str, str] = {}
+    geometry = opts.image_geometry
+    # What ms-swift's qwen3_vl loader reads (pixels = tokens x 32 x 32): the checkpoint
+    # processor's bounds instead of qwen-vl-utils' own 4-token minimum.
+    env = {
+        "IMAGE_MIN_TOKEN_NUM": str(geometry.min_tokens),
+        "IMAGE_MAX_TOKEN_NUM": str(geometry.max_tokens),
+    }
     if config.image_max_side is not None:
-        budget = image_pixel_budget(config.image_max_side)
-        # IMAGE_MAX_TOKEN_NUM is what ms-swift's qwen3_vl loader reads (max pixels = value x
-        # 32 x 32); it ignores MAX_PIXELS once that is set. MAX_PIXELS carries the same budget
-        # for ms-swift versions that only know the older variable.
-        env["IMAGE_MAX_TOKEN_NUM"] = str(budget // IMAGE_TOKEN_SIDE**2)
-        env["MAX_PIXELS"] = str(budget)
         notes.append(image_note(config.image_max_side))
+    notes.append(client_note(config))
 
     request = sampling_request(config, greedy={"temperature": 0})
-    notes.extend(_decoding_notes(config, request))
+    notes.append(
+        "decoding travels in each request; send these fields in every chat-completions body: "
+        + compact_json(request)
+    )
+    if config.do_sample and config.temperature is None:
+        notes.append(
+            "temperature is left to the checkpoint's generation_config; ms-swift samples only "
+            "if that config has do_sample true (Qwen's has)."
+        )
     return Export(format="swift", argv=argv, env=env, notes=notes, exact=exact, request=request)
+
+
+def _in_process_gap(config: TrialConfig) -> bool:
+    """Whether an in-process transformers trial measured something `swift deploy` cannot do."""
+    return config.compile_mode != "none" or config.do_sample
+
+
+def _gap_notes(config: TrialConfig) -> list[str]:
+    if config.backend != "transformers":
+        return []
+    notes = []
+    if config.compile_mode != "none":
+        notes.append(
+            f"compile_mode {config.compile_mode!r} (static KV cache + torch.compile) has no "
+            "ms-swift flag: this server runs the model uncompiled and will be slower than "
+            "measured."
+        )
+    if config.do_sample:
+        notes.append(
+            "the trial sampled in-process; ms-swift's sampler draws other random numbers, so "
+            "its answers (and their accuracy) are not the trial's."
+        )
+    return notes
 
 
 def _backend_note(config: TrialConfig) -> str | None:
     if config.backend == "transformers":
         return (
             "measured in-process with transformers; swift deploy serves the same transformers "
-            "model behind an HTTP server, whose overhead autotune did not measure."
+            "model with the same image preprocessing (the pinned IMAGE_*_TOKEN_NUM), behind an "
+            "HTTP server whose overhead the trial did not include."
         )
     return backend_note(config, target="ms-swift's vLLM engine", native="swift")
-
-
-def _decoding_flags(config: TrialConfig) -> list[str]:
-    # ms-swift turns a request's temperature 0 into do_sample=False (transformers engine) or
-    # passes it to vLLM, which decodes greedily at temperature 0. The deploy flags are the
-    # defaults of every request that leaves these fields out.
-    flags: list[str] = []
-    if not config.do_sample:
-        flags += ["--temperature", "0"]
-    else:
-        for name in ("temperature", "top_k", "top_p"):
-            value = getattr(config, name)
-            if value is not None:
-                flags += [f"--{name}", str(value)]
-        flags += ["--seed", str(config.seed)]
-    flags += ["--repetition_penalty", str(config.repetition_penalty)]
-    return flags
-
-
-def _decoding_notes(config: TrialConfig, request: dict[str, object]) -> list[str]:
-    notes = [
-        "decoding settings are server defaults: a client that sends its own temperature, "
-        "top_p, top_k or max_tokens overrides them. The measured request fields: "
-        + compact_json(request)
-    ]
-    if config.do_sample and config.temperature is None:
-        notes.append(
-            "temperature is left to the checkpoint's generation_config; ms-swift samples only "
-            "if that config has do_sample true (Qwen's has)."
-        )
-    return notes

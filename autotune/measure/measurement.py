@@ -1,6 +1,7 @@
-"""Measure one configuration: run it, score its answers, and compute every recorded figure.
+"""One configuration's measurement: the figures a trial records, computed from a session result.
 
-The same code serves study trials and `autotune eval`, so a figure means the same in both.
+Study trials, `autotune eval` and `autotune verify` all turn an engine session's result into a
+Measurement here, so a figure means the same in each.
 """
 
 from __future__ import annotations
@@ -11,19 +12,15 @@ from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
-from autotune.engines.endpoint import run_endpoint_trial
-from autotune.engines.inprocess.session import run_worker
-from autotune.engines.inprocess.worker import ScreeningRequest, WorkerRequest
-from autotune.engines.server import run_server_trial
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.timing import RequestTiming, summarize
-from autotune.params import SERVER_BACKENDS, TrialConfig
+from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
 
 @dataclass
 class Measurement:
-    """Everything one run of a configuration produced."""
+    """Everything one trial of a configuration produced."""
 
     config: TrialConfig
     figures: dict[str, float]
@@ -32,6 +29,8 @@ class Measurement:
     memory_source: str
     predictions: dict[str, str] = field(default_factory=dict)
     screened_out: bool = False
+    stop_reason: str = ""
+    time_s: dict[str, float] = field(default_factory=dict)
 
     def user_attrs(self) -> dict[str, Any]:
         """What a trial stores: figures with units in their names, plus provenance."""
@@ -39,6 +38,8 @@ class Measurement:
         attrs["config"] = self.config.model_dump()
         attrs["memory_source"] = self.memory_source
         attrs["environment"] = self.environment
+        attrs["measure_stop_reason"] = self.stop_reason
+        attrs["time_s"] = self.time_s
         attrs["autotune_version"] = __version__
         attrs["schema_version"] = SCHEMA_VERSION
         if self.accuracy is not None:
@@ -48,67 +49,34 @@ class Measurement:
         return attrs
 
 
-def measure(
+def to_measurement(
     space: SearchSpace,
     config: TrialConfig,
+    result: dict[str, Any],
     *,
-    model_path: str,
+    startup_s: float,
     evalset: EvalSet,
-    measure_accuracy: bool = True,
-    on_phase: Callable[[str], None] | None = None,
-    endpoint: str | None = None,
-    server_format: str | None = None,
-    screening: ScreeningRequest | None = None,
+    measure_accuracy: bool,
 ) -> Measurement:
-    """Run `config` and return its measurement (TrialFailure on failure).
-
-    In-process backends run in a fresh worker; server backends (or any config when
-    `server_format` names an export format) run the exported server command; `endpoint`
-    measures an already running server instead.
-    """
-    if endpoint is not None:
-        result = run_endpoint_trial(
-            endpoint,
-            config,
-            space=space,
-            evalset=evalset,
-            measure_accuracy=measure_accuracy,
-            on_phase=on_phase,
-        )
-    elif server_format is not None or config.backend in SERVER_BACKENDS:
-        result = run_server_trial(
-            config,
-            space=space,
-            model_path=model_path,
-            evalset=evalset,
-            fmt=server_format,
-            measure_accuracy=measure_accuracy,
-            on_phase=on_phase,
-        )
-    else:
-        ids = [item.id for item in evalset.items]
-        request = WorkerRequest(
-            config=config,
-            model=model_path,
-            device=space.device,
-            evalset=str(evalset.path),
-            workload_ids=ids,
-            warmup_requests=space.workload.warmup_requests,
-            requests=space.workload.measured_requests(config.batch_size),
-            accuracy_ids=ids if measure_accuracy else None,
-            screening=screening if measure_accuracy else None,
-        )
-        result, _log = run_worker(request, timeout_s=space.trial_timeout_s, on_phase=on_phase)
+    """The figures of one session result (see autotune.engines.session)."""
     timings = [RequestTiming(**t) for t in result["timings"]]
     screened_out = bool(result.get("screened_out"))
-    # A screened-out trial stopped before its load test: it has accuracy figures only.
-    figures = (
-        {} if screened_out else summarize(timings, latency_slo_ms=space.constraints.latency_slo_ms)
-    )
-    figures["startup_s"] = result["startup_s"]
-    figures["compile_s"] = result["compile_s"]
+    figures: dict[str, float] = {}
+    if not screened_out:
+        open_loop = space.workload.request_rate_per_s is not None
+        # An open loop has no batch: blocks of an eighth of the schedule give its interval.
+        block = max(1, len(timings) // 8) if open_loop else config.batch_size
+        figures = summarize(
+            timings,
+            block_size=block,
+            steady=int(result.get("steady", len(timings))),
+            confidence=space.workload.ci_confidence,
+            latency_slo_ms=space.constraints.latency_slo_ms,
+        )
+    figures["startup_s"] = startup_s
+    figures["compile_s"] = result["warmup_s"]
     figures["peak_memory_mib"] = result["peak_memory_mib"]
-    predictions = result["predictions"] or {}
+    predictions = result.get("predictions") or {}
     report = score_predictions(evalset, predictions) if measure_accuracy else None
     return Measurement(
         config=config,
@@ -118,4 +86,59 @@ def measure(
         memory_source=result["memory_source"],
         predictions=predictions,
         screened_out=screened_out,
+        stop_reason=str(result.get("stop_reason", "")),
+        time_s={
+            "warmup": float(result["warmup_s"]),
+            "measuring": float(result.get("measure_s", 0.0)),
+            "accuracy": float(result.get("accuracy_s", 0.0)),
+        },
     )
+
+
+def measure_once(
+    space: SearchSpace,
+    config: TrialConfig,
+    *,
+    model_path: str,
+    evalset: EvalSet,
+    measure_accuracy: bool = True,
+    on_phase: Callable[[str], None] | None = None,
+    endpoint: str | None = None,
+    server_format: str | None = None,
+    image_geometry: dict[str, int] | None = None,
+) -> Measurement:
+    """Launch `config`'s engine fresh, measure it once, stop it (TrialFailure on failure).
+
+    In-process backends run in a new worker; server backends (or any config when
+    `server_format` names an export format) run the exported server command; `endpoint`
+    measures an already running server instead.
+    """
+    from autotune.engines import measure_plan, open_session
+
+    session = open_session(
+        space,
+        config,
+        model_path=model_path,
+        evalset=evalset,
+        endpoint=endpoint,
+        server_format=server_format,
+        image_geometry=image_geometry,
+        on_phase=on_phase,
+    )
+    try:
+        ids = [item.id for item in evalset.items]
+        plan = measure_plan(space, config, accuracy_ids=ids if measure_accuracy else None)
+        result = session.measure(config, plan, on_phase=on_phase)
+    finally:
+        session.close()
+    m = to_measurement(
+        space,
+        config,
+        result,
+        startup_s=session.startup_s,
+        evalset=evalset,
+        measure_accuracy=measure_accuracy,
+    )
+    m.time_s["startup"] = session.startup_s
+    m.environment = {**m.environment, "launch_id": session.launch_id}
+    return m

@@ -24,6 +24,9 @@ class RequestTiming:
     last_token: float
     end: float
     output_tokens: int
+    # Separate arrivals of text (stream chunks); None: one per token. A server that sends a
+    # whole answer in one chunk gives no time per token to measure.
+    chunks: int | None = None
 
     @property
     def ttft_s(self) -> float:
@@ -35,8 +38,9 @@ class RequestTiming:
 
     @property
     def tpot_s(self) -> float | None:
-        """Mean time per output token after the first; None for one-token answers."""
-        if self.output_tokens < 2:
+        """Mean time per output token after the first; None for one-token answers and for
+        answers that arrived in one piece."""
+        if self.output_tokens < 2 or (self.chunks is not None and self.chunks < 2):
             return None
         return (self.last_token - self.first_token) / (self.output_tokens - 1)
 
@@ -56,13 +60,35 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarize(
-    timings: Sequence[RequestTiming], *, latency_slo_ms: float | None = None
+    timings: Sequence[RequestTiming],
+    *,
+    block_size: int = 1,
+    steady: int | None = None,
+    confidence: float = 0.95,
+    latency_slo_ms: float | None = None,
 ) -> dict[str, float]:
-    """Latency percentiles and throughput over the measured window, in ms / per-second units."""
+    """Latency percentiles over every measured request; throughput over whole blocks.
+
+    `steady` is how many requests (in order of completion) had ended when measuring stopped:
+    the ones still in flight then finish at a falling load, so they count for latency but not
+    for throughput. Throughput and its interval come from whole blocks of `block_size`
+    completions (autotune.measure.convergence); with less than one block, from the window.
+    """
+    from autotune.measure.convergence import block_estimate
+
     if not timings:
         raise ValueError("no measured requests")
-    window_s = max(t.end for t in timings) - min(t.start for t in timings)
-    tokens = sum(t.output_tokens for t in timings)
+    ordered = sorted(timings, key=lambda t: t.end)
+    steady_part = ordered[: steady if steady is not None else len(ordered)]
+    estimate = block_estimate(steady_part, block_size, confidence=confidence)
+    if estimate is not None:
+        tokens_per_s, requests_per_s = estimate.tokens_per_s, estimate.requests_per_s
+        ci_rel, window_s, blocks = estimate.ci_rel, estimate.window_s, estimate.blocks
+    else:
+        window_s = max(t.end for t in timings) - min(t.start for t in timings)
+        tokens_per_s = sum(t.output_tokens for t in timings) / window_s
+        requests_per_s = len(timings) / window_s
+        ci_rel, blocks = math.inf, 0
     ttft = [t.ttft_s * 1000 for t in timings]
     e2e = [t.e2e_s * 1000 for t in timings]
     tpot = [t.tpot_s * 1000 for t in timings if t.tpot_s is not None]
@@ -73,13 +99,17 @@ def summarize(
         "tpot_p95_ms": percentile(tpot, 95),
         "e2e_latency_p50_ms": percentile(e2e, 50),
         "e2e_latency_p95_ms": percentile(e2e, 95),
-        "throughput_output_tokens_per_s": tokens / window_s,
-        "throughput_requests_per_s": len(timings) / window_s,
+        "throughput_output_tokens_per_s": tokens_per_s,
+        "throughput_requests_per_s": requests_per_s,
+        # Relative half-width of the throughput's interval (NaN: fewer than two blocks).
+        "throughput_ci_rel": ci_rel if math.isfinite(ci_rel) else math.nan,
+        "throughput_blocks": float(blocks),
         "measured_requests": float(len(timings)),
-        "measured_output_tokens": float(tokens),
+        "measured_output_tokens": float(sum(t.output_tokens for t in timings)),
         "measured_window_s": window_s,
     }
     if latency_slo_ms is not None:
+        # The share of requests within the SLO, at the measured request rate.
         good = sum(1 for value in e2e if value <= latency_slo_ms)
-        figures["goodput_requests_per_s"] = good / window_s
+        figures["goodput_requests_per_s"] = requests_per_s * good / len(e2e)
     return figures

@@ -20,12 +20,15 @@ from autotune.export import Export
 from autotune.export.study import export_trial
 from autotune.params import PARAM_NAMES
 from autotune.study.select import (
+    NoDeployableTrial,
     Recommendation,
+    deploy_target,
     is_feasible,
     objective_names,
     recommend,
     reference_trial,
 )
+from autotune.study.timeshare import TimeShare, study_time_share
 
 TOP_N = 5
 EXPORT_FORMATS = ("swift", "lmdeploy")
@@ -57,7 +60,11 @@ class ReportData:
     study: optuna.Study
     trials: list[FrozenTrial]
     complete: list[FrozenTrial]
-    recommendation: Recommendation
+    recommendation: Recommendation | None  # None: no trial reproduces on the deploy target
+    no_recommendation: str
+    what_ifs: list[tuple[FrozenTrial, str]]
+    deploy_target: str | None
+    time: TimeShare
     reference: FrozenTrial | None
     top: list[TopConfig]
     samples: list[dict[str, Any]]
@@ -84,7 +91,9 @@ def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[st
 
 def _exports(study: optuna.Study, trial: FrozenTrial) -> dict[str, Export | str]:
     out: dict[str, Export | str] = {}
-    for fmt in EXPORT_FORMATS:
+    target = deploy_target(study)
+    formats = [target] if target else []
+    for fmt in [*formats, *(f for f in EXPORT_FORMATS if f != target)]:
         try:
             out[fmt], _ = export_trial(study, trial_number=trial.number, fmt=fmt)
         except AutotuneError as exc:
@@ -94,13 +103,17 @@ def _exports(study: optuna.Study, trial: FrozenTrial) -> dict[str, Export | str]
     return out
 
 
-def top_configs(study: optuna.Study, rec: Recommendation) -> list[TopConfig]:
-    """The recommended trial first, then the feasible front, then other feasible trials."""
+def top_configs(study: optuna.Study, rec: Recommendation | None) -> list[TopConfig]:
+    """The recommended trial first, then the deployable feasible front, then the other
+    deployable feasible trials (what-ifs have their own table)."""
+    if rec is None:
+        return []
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    what_ifs = {t.number for t, _ in rec.what_ifs}
     sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
     front_numbers = {t.number for t in rec.front}
     feasible = sorted(
-        (t for t in complete if is_feasible(t)),
+        (t for t in complete if is_feasible(t) and t.number not in what_ifs),
         key=lambda t: (t.number not in front_numbers, -sign * t.values[0], t.number),
     )
     chosen = [rec.trial, *(t for t in feasible if t.number != rec.trial.number)][:TOP_N]
@@ -198,11 +211,16 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
     """Everything the report shows, read once. `artifact_store` may be None (no artifacts)."""
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    rec = recommend(study)
+    rec: Recommendation | None
+    try:
+        rec, no_rec, what_ifs = recommend(study), "", []
+        what_ifs = rec.what_ifs
+    except NoDeployableTrial as exc:
+        rec, no_rec, what_ifs = None, str(exc), exc.what_ifs
     reference = reference_trial(study)
-    rows = sample_outputs(rec.trial, artifact_store)
+    rows = sample_outputs(rec.trial, artifact_store) if rec is not None else []
     reference_answers: dict[str, str] = {}
-    if reference is not None and reference.number != rec.trial.number:
+    if reference is not None and rec is not None and reference.number != rec.trial.number:
         reference_answers = {
             str(r.get("id")): r.get("answer") or ""
             for r in sample_outputs(reference, artifact_store)
@@ -212,6 +230,10 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         trials=trials,
         complete=complete,
         recommendation=rec,
+        no_recommendation=no_rec,
+        what_ifs=what_ifs,
+        deploy_target=deploy_target(study),
+        time=study_time_share(study),
         reference=reference,
         top=top_configs(study, rec),
         samples=_shown_samples(rows),

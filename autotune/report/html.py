@@ -172,6 +172,8 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
         tags.append("infeasible")
     if top.trial.user_attrs.get("is_reference"):
         tags.append("reference")
+    if top.trial.user_attrs.get("candidate"):
+        tags.append(str(top.trial.user_attrs["candidate"]))
     label = str(top.trial.number) + "".join(f"<span class='tag'>{t}</span>" for t in tags)
     figures = "".join(
         f"<td class='num'>{_fmt(top.trial.user_attrs.get(key), spec)}</td>"
@@ -180,6 +182,63 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
     params = _e(_params_text(changed_params(top.trial, data.reference)))
     css = " class='rec'" if top.recommended else ""
     return f"<tr{css}><td>{label}</td>{figures}<td>{params}</td></tr>"
+
+
+def _what_if_section(data: ReportData) -> str:
+    if not data.what_ifs:
+        return ""
+    head = "<tr><th>trial</th>" + "".join(f"<th>{_e(label)}</th>" for _, label, _, _ in FIGURES[:6])
+    head += "<th>parameters</th><th>why it is not deployable</th></tr>"
+    rows = []
+    for trial, why in data.what_ifs:
+        tag = "<span class='tag'>reference</span>" if trial.user_attrs.get("is_reference") else ""
+        if trial.user_attrs.get("candidate"):
+            tag += f"<span class='tag'>{_e(trial.user_attrs['candidate'])}</span>"
+        figures = "".join(
+            f"<td class='num'>{_fmt(trial.user_attrs.get(key), spec)}</td>"
+            for key, _, spec, _ in FIGURES[:6]
+        )
+        params = _e(_params_text(_set_values(trial.user_attrs.get("config") or {})))
+        rows.append(
+            f"<tr><td>{trial.number}{tag}</td>{figures}<td>{params}</td><td>{_e(why)}</td></tr>"
+        )
+    return (
+        f"<h2 id='what-ifs'>What-ifs and the reference</h2><p>Measured, but no "
+        f"<code>{_e(data.deploy_target)}</code> command reproduces them: they show what the "
+        "deploy target leaves on the table, and are never recommended.</p><table>"
+        + head
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _recommended_section(data: ReportData) -> str:
+    rec, ref = data.recommendation, data.reference
+    if rec is None:
+        return (
+            "<h2 id='recommended'>No recommendation yet</h2>"
+            f"<p class='note'>{_e(data.no_recommendation)}</p>"
+        )
+    feasible_note = "" if rec.feasible else " <span class='tag bad'>best effort</span>"
+    ties = ""
+    if rec.ties:
+        tied = ", ".join(f"trial {t.number}" for t in rec.ties)
+        ties = f"<p class='note'>Tied on throughput (intervals overlap): {_e(tied)}.</p>"
+    ref_line = (
+        f"<p>Reference: trial {ref.number} — "
+        f"{_e(_params_text(_set_values(ref.user_attrs.get('config') or {})))}"
+        "</p>"
+        if ref is not None
+        else "<p class='note'>No completed reference trial.</p>"
+    )
+    params = _e(_params_text(changed_params(rec.trial, ref)))
+    return (
+        f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{feasible_note}</h2>"
+        f"<p>{_e(rec.reason)}. Parameters: <code>{params}</code></p>{ties}"
+        f"<div class='grid'><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}"
+        f"{ref_line}</div><div><h3>Sample outputs of trial {rec.trial.number}</h3>"
+        f"{_samples_table(data)}</div></div>"
+    )
 
 
 def _reason(trial: FrozenTrial) -> str:
@@ -229,25 +288,15 @@ def render(data: ReportData) -> str:
     from plotly.offline import get_plotlyjs
 
     study = data.study
-    rec = data.recommendation
     counts = {s.name.lower(): sum(t.state == s for t in data.trials) for s in TrialState}
     summary = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
     env = data.environment
-    ref = data.reference
-    ref_line = (
-        f"<p>Reference: trial {ref.number} — "
-        f"{_e(_params_text(_set_values(ref.user_attrs.get('config') or {})))}"
-        "</p>"
-        if ref is not None
-        else "<p class='note'>No completed reference trial.</p>"
-    )
     imp = data.importances
     importance = _figure_html(importance_figure(imp), "plot-importance") if imp.by_target else ""
     if imp.message:
         importance += f"<p class='note'>Parameter importances: {_e(imp.message)}.</p>"
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     env_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in env.items())
-    feasible_note = "" if rec.feasible else " <span class='tag bad'>best effort</span>"
     notes = [str(n) for n in study.user_attrs.get("notes") or []]
     if study.user_attrs.get("dummy_weights"):
         notes.insert(
@@ -255,6 +304,9 @@ def render(data: ReportData) -> str:
             "measured with random (dummy) weights: speed and memory only, accuracy "
             "was not measured",
         )
+    notes.append(f"time: {data.time.line()}")
+    if data.deploy_target:
+        notes.append(f"deploy target: {data.deploy_target}")
     notes_html = "".join(f"<p class='note'>note: {_e(n)}</p>" for n in notes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -268,16 +320,14 @@ def render(data: ReportData) -> str:
 generated {generated} by autotune {_e(__version__)}</p>
 {notes_html}
 
-<h2 id="recommended">Recommended: trial {rec.trial.number}{feasible_note}</h2>
-<p>{_e(rec.reason)}. Parameters: <code>{_e(_params_text(changed_params(rec.trial, ref)))}</code></p>
-<div class="grid"><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}{ref_line}</div>
-<div><h3>Sample outputs of trial {rec.trial.number}</h3>{_samples_table(data)}</div></div>
+{_recommended_section(data)}
 
 <h2 id="pareto">Pareto front</h2>
 {_figure_html(pareto_figure(data), "plot-pareto")}
 
 <h2 id="top">Top configurations</h2>
 {_top_section(data)}
+{_what_if_section(data)}
 
 <h2 id="image-side">Accuracy vs image size</h2>
 {_figure_html(accuracy_figure(data), "plot-accuracy")}

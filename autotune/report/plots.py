@@ -71,8 +71,19 @@ def pareto_figure(data: ReportData) -> Any:
     go = _go()
     fig = go.Figure()
     points = _points(data.complete, P95, THROUGHPUT)
-    for feasible, name, symbol in ((True, "feasible", "circle"), (False, "infeasible", "x")):
-        group = [t for t in points if is_feasible(t) == feasible]
+    what_ifs = {t.number for t, _ in data.what_ifs}
+
+    def kind(trial: FrozenTrial) -> str:
+        if not is_feasible(trial):
+            return "infeasible"
+        return "what-if" if trial.number in what_ifs else "feasible"
+
+    for wanted, name, symbol in (
+        ("feasible", "feasible, deployable", "circle"),
+        ("what-if", "what-if (not deployable)", "diamond"),
+        ("infeasible", "infeasible", "x"),
+    ):
+        group = [t for t in points if kind(t) == wanted]
         if not group:
             continue
         fig.add_trace(
@@ -95,8 +106,9 @@ def pareto_figure(data: ReportData) -> Any:
                 },
             )
         )
+    rec = data.recommendation
     front = sorted(
-        _points(data.recommendation.front, P95, THROUGHPUT), key=lambda t: t.user_attrs[P95]
+        _points(rec.front if rec else [], P95, THROUGHPUT), key=lambda t: t.user_attrs[P95]
     )
     if len(front) > 1:
         fig.add_trace(
@@ -109,7 +121,7 @@ def pareto_figure(data: ReportData) -> Any:
                 hoverinfo="skip",
             )
         )
-    marks = [(data.recommendation.trial, "recommended", "circle-open", 26, "#2ca02c")]
+    marks = [(rec.trial, "recommended", "circle-open", 26, "#2ca02c")] if rec else []
     if data.reference is not None:
         marks.append((data.reference, "reference", "star-open", 24, "#ff7f0e"))
     for trial, name, symbol, size, colour in marks:

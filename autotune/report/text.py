@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 import optuna
@@ -10,8 +11,20 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
+from autotune.export.reproduce import COMMANDS
 from autotune.params import PARAM_NAMES
-from autotune.study.select import constraint_values, is_feasible, objective_names, recommend
+from autotune.study.select import (
+    CONSTRAINT_NAMES,
+    NoDeployableTrial,
+    Recommendation,
+    constraint_values,
+    deploy_target,
+    is_feasible,
+    objective_names,
+    recommend,
+    throughput_interval,
+)
+from autotune.study.timeshare import study_time_share
 
 HEADLINE = (
     "throughput_output_tokens_per_s",
@@ -29,32 +42,67 @@ def trial_summary(trial: FrozenTrial) -> dict[str, Any]:
         "trial": trial.number,
         "state": trial.state.name,
         "reference": bool(attrs.get("is_reference")),
+        "candidate": attrs.get("candidate"),
         "feasible": is_feasible(trial),
         "constraints": dict(attrs.get("constraints") or {}),
         "figures": {name: attrs.get(name) for name in HEADLINE},
+        "throughput_interval_tokens_per_s": throughput_interval(trial),
         "config": attrs.get("config"),
+        "launch_id": attrs.get("launch_id"),
+        "time_s": attrs.get("time_s"),
     }
 
 
 def best_json(study: optuna.Study) -> dict[str, Any]:
-    rec = recommend(study)
     states = [t.state for t in study.get_trials(deepcopy=False)]
-    return {
+    data: dict[str, Any] = {
         "study": study.study_name,
         "objectives": dict(
             zip(objective_names(study), [d.name.lower() for d in study.directions], strict=True)
         ),
         "trials": {s.name: states.count(s) for s in TrialState if states.count(s)},
         "dummy_weights": bool(study.user_attrs.get("dummy_weights")),
+        "deploy_target": deploy_target(study),
+        "time": study_time_share(study).to_dict(),
+    }
+    try:
+        rec = recommend(study)
+    except NoDeployableTrial as exc:
+        return {
+            **data,
+            "feasible_found": False,
+            "recommended": None,
+            "reason": str(exc),
+            "pareto_front": [],
+            "ties": [],
+            "what_ifs": [_what_if(t, why) for t, why in exc.what_ifs],
+        }
+    return {
+        **data,
         "feasible_found": rec.feasible,
         "recommended": trial_summary(rec.trial),
         "reason": rec.reason,
         "pareto_front": [trial_summary(t) for t in rec.front],
+        "ties": [t.number for t in rec.ties],
+        "what_ifs": [_what_if(t, why) for t, why in rec.what_ifs],
     }
+
+
+def _what_if(trial: FrozenTrial, why: str) -> dict[str, Any]:
+    return {**trial_summary(trial), "not_deployable_because": why}
 
 
 def _cell(value: Any, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def _throughput_cell(trial: FrozenTrial) -> str:
+    value = trial.user_attrs.get("throughput_output_tokens_per_s")
+    ci = trial.user_attrs.get("throughput_ci_rel")
+    text = _cell(value, ".1f")
+    if isinstance(ci, float) and math.isfinite(ci):
+        text += f" ±{ci:.1%}"
+    return text
 
 
 def _changed_params(trial: FrozenTrial) -> str:
@@ -63,12 +111,11 @@ def _changed_params(trial: FrozenTrial) -> str:
     return " ".join(f"{k}={config.get(k)}" for k in keys)
 
 
-def best_text(study: optuna.Study) -> str:
-    rec = recommend(study)
-    table = Table(title=f"study '{study.study_name}': feasible Pareto front", title_justify="left")
+def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
+    table = Table(title=title, title_justify="left")
     for header in (
         "trial",
-        "tok/s",
+        "tok/s (95% CI)",
         "p95 e2e ms",
         "TTFT p50 ms",
         "TPOT p50 ms",
@@ -77,13 +124,15 @@ def best_text(study: optuna.Study) -> str:
         "parameters",
     ):
         table.add_column(header, overflow="fold")
-    for trial in rec.front:
+    for trial in trials:
         a = trial.user_attrs
-        marker = "*" if trial.number == rec.trial.number else ""
+        marker = "*" if trial.number == marked else ""
         ref = " (ref)" if a.get("is_reference") else ""
+        if a.get("candidate"):
+            ref = f" ({a['candidate']})"
         table.add_row(
             f"{trial.number}{marker}{ref}",
-            _cell(a.get("throughput_output_tokens_per_s"), ".1f"),
+            _throughput_cell(trial),
             _cell(a.get("e2e_latency_p95_ms"), ".0f"),
             _cell(a.get("ttft_p50_ms"), ".0f"),
             _cell(a.get("tpot_p50_ms"), ".1f"),
@@ -91,26 +140,58 @@ def best_text(study: optuna.Study) -> str:
             _cell(a.get("peak_memory_mib"), ".0f"),
             _changed_params(trial),
         )
+    return table
+
+
+def best_text(study: optuna.Study) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=140, highlight=False)
-    if rec.front:
-        console.print(table)
-    else:
-        console.print(f"study '{study.study_name}': no feasible trial")
-        violations = dict(
-            zip(("accuracy", "memory", "latency"), constraint_values(rec.trial), strict=True)
+    target = deploy_target(study)
+    where = f"deployable with {COMMANDS[target]}" if target else "on the endpoint"
+    try:
+        rec: Recommendation | None = recommend(study)
+        what_ifs = rec.what_ifs if rec is not None else []
+    except NoDeployableTrial as exc:
+        rec, what_ifs = None, exc.what_ifs
+        console.print(f"study '{study.study_name}': {exc}")
+    if rec is not None and rec.front:
+        console.print(
+            _table(
+                f"study '{study.study_name}': feasible Pareto front, {where}",
+                rec.front,
+                rec.trial.number,
+            )
         )
+    elif rec is not None:
+        console.print(f"study '{study.study_name}': no feasible trial {where}")
+        violations = dict(zip(CONSTRAINT_NAMES, constraint_values(rec.trial), strict=True))
         console.print(f"  constraint violations of the best effort: {violations}")
+    if what_ifs:
+        console.print(
+            _table(
+                f"what-ifs and the reference: measured, but not deployable to {target}",
+                [t for t, _ in what_ifs],
+                None,
+            )
+        )
+        for trial, why in what_ifs:
+            console.print(f"  trial {trial.number}: {why}")
     if study.user_attrs.get("dummy_weights"):
         console.print(
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
         )
+    console.print(f"time: {study_time_share(study).line()}")
+    if rec is None:
+        return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
+    if rec.ties:
+        tied = ", ".join(f"trial {t.number} ({_throughput_cell(t)} tok/s)" for t in rec.ties)
+        console.print(f"  ties (throughput intervals overlap): {tied}")
     console.print(
-        f"  export: autotune export --study {study.study_name} --trial {rec.trial.number} "
-        "--format swift|lmdeploy|vllm|yaml"
+        f"  export: autotune export --study {study.study_name}"
+        + (f" --format {target}" if target else "")
     )
     return buffer.getvalue().rstrip()
 

@@ -1,5 +1,6 @@
-"""The run-time of a study: planning, the Optuna loop, its trials, progress and storage."""
+"""The run-time of a study: planning, the Optuna loop, launches, budget, progress and storage."""
 
-from autotune.study.loop import StudyPlan, plan_study, run_study
+from autotune.study.loop import counted_trials, open_study, run_study
+from autotune.study.plan import StudyPlan, plan_study
 
-__all__ = ["StudyPlan", "plan_study", "run_study"]
+__all__ = ["StudyPlan", "counted_trials", "open_study", "plan_study", "run_study"]

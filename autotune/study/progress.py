@@ -8,6 +8,7 @@ terminal (CI, a log file) only those lines are written, one per trial, no contro
 
 from __future__ import annotations
 
+import math
 import time
 from types import TracebackType
 
@@ -25,7 +26,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
-from autotune.study.select import is_feasible, recommend
+from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 
 
 def _fmt(value: object, spec: str) -> str:
@@ -38,19 +39,45 @@ def trial_figures(trial: FrozenTrial) -> str:
         reason = trial.user_attrs.get("failure_reason") or trial.state.name.lower()
         return f"{trial.state.name}: {reason}"
     a = trial.user_attrs
+    ci = a.get("throughput_ci_rel")
+    interval = f" ±{ci:.1%}" if isinstance(ci, float) and math.isfinite(ci) else ""
+    tags = "" if is_feasible(trial) else " (infeasible)"
+    if a.get("deployable") is False:
+        tags += " (what-if)"
     return (
-        f"{_fmt(a.get('throughput_output_tokens_per_s'), '.1f')} tok/s, "
+        f"{_fmt(a.get('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s, "
         f"p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms, "
         f"acc {_fmt(a.get('accuracy'), '.3f')}, "
-        f"mem {_fmt(a.get('peak_memory_mib'), '.0f')} MiB"
-        f"{'' if is_feasible(trial) else ' (infeasible)'}"
+        f"mem {_fmt(a.get('peak_memory_mib'), '.0f')} MiB{tags}"
     )
+
+
+def time_line(trial: FrozenTrial) -> str:
+    """Where one trial's seconds went: '(start-up 61 s, warm-up 3 s, measuring 12 s, ...)'."""
+    time_s = trial.user_attrs.get("time_s") or {}
+    parts = [
+        f"{name} {time_s[key]:.0f} s"
+        for key, name in (
+            ("startup", "start-up"),
+            ("warmup", "warm-up"),
+            ("measuring", "measuring"),
+            ("accuracy", "accuracy"),
+        )
+        if time_s.get(key)
+    ]
+    launch = trial.user_attrs.get("launch_id")
+    if launch is not None:
+        how = "new launch" if trial.user_attrs.get("launch_started") else "reused launch"
+        parts.append(f"{how} {launch}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def best_so_far(study: optuna.Study) -> str:
     """'best: trial N (figures)' for the recommended feasible trial, or '' when none yet."""
     try:
         rec = recommend(study)
+    except NoDeployableTrial:
+        return "no deployable trial yet"
     except Exception:  # no completed trial yet: nothing to show
         return ""
     if not rec.feasible:
@@ -126,16 +153,23 @@ class Progress:
         self.bar.update(self.task, description=f"{self.current}: {name}")
         self.bar.refresh()
 
-    def trial_finished(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.done += 1
+    def trial_finished(
+        self, study: optuna.Study, trial: FrozenTrial, *, counted: int | None = None
+    ) -> None:
+        self.done = counted if counted is not None else self.done + 1
         seconds = time.monotonic() - self.trial_started_at
         best = best_so_far(study)
         tag = " (reference)" if trial.user_attrs.get("is_reference") else ""
+        if trial.user_attrs.get("candidate"):
+            tag = f" (candidate {trial.user_attrs['candidate']})"
         if "duplicate_of" in trial.user_attrs:
-            tag = f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run)"
+            tag = (
+                f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run, "
+                "not counted)"
+            )
         self.note(
-            f"[{self.done}/{self.total}] trial {trial.number}{tag} {seconds:.0f} s: "
-            f"{trial_figures(trial)}{' | ' + best if best else ''}"
+            f"[{self.done}/{self.total}] trial {trial.number}{tag} {seconds:.0f} s"
+            f"{time_line(trial)}: {trial_figures(trial)}{' | ' + best if best else ''}"
         )
         if self.bar is not None and self.task is not None:
             self.bar.update(

@@ -1,19 +1,27 @@
-"""Reading results back: feasibility, the Pareto front and the recommended trial.
+"""Reading results back: feasibility, deployability, the Pareto front and the recommendation.
 
 Feasibility is read from the constraint values each trial stored (Optuna's convention: a trial
-is feasible when every value is <= 0), so `best`, `export`, `report` and `verify` agree.
+is feasible when every value is <= 0), so `best`, `export`, `report` and `verify` agree. Only
+trials whose export to the study's deploy target reproduces their measurement can be
+recommended (autotune.export.reproduce); the others are what-ifs, listed apart with the reason.
+Two trials whose throughput intervals overlap are a tie, decided by the next objective.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
+from autotune.export.reproduce import Reproduction, reproduction
 
+# The constraints that decide feasibility. Trials also carry a "deployable" constraint for the
+# sampler (so it learns where deployable configurations are); it is not a feasibility limit.
 CONSTRAINT_NAMES = ("accuracy", "memory", "latency")
+DEPLOYABLE = "deployable"
 
 
 def constraint_values(trial: FrozenTrial) -> list[float]:
@@ -34,6 +42,18 @@ def objective_names(study: optuna.Study) -> list[str]:
     ]
 
 
+def deploy_target(study: optuna.Study) -> str | None:
+    """The study's deploy target; None for an endpoint study (and "swift" for old studies)."""
+    if study.user_attrs.get("endpoint"):
+        return None
+    space = study.user_attrs.get("space") or {}
+    return study.user_attrs.get("deploy_target") or space.get("deploy") or "swift"
+
+
+def trial_reproduction(study: optuna.Study, trial: FrozenTrial) -> Reproduction:
+    return reproduction(trial.user_attrs, deploy_target(study))
+
+
 def _dominates(a: list[float], b: list[float], signs: list[float]) -> bool:
     better_or_equal = all(sa * x >= sa * y for x, y, sa in zip(a, b, signs, strict=True))
     strictly = any(sa * x > sa * y for x, y, sa in zip(a, b, signs, strict=True))
@@ -51,12 +71,42 @@ def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[Froze
     return sorted(front, key=lambda t: t.number)
 
 
+def throughput_interval(trial: FrozenTrial) -> tuple[float, float] | None:
+    """The trial's throughput interval (tokens/s), when it recorded one."""
+    value = trial.user_attrs.get("throughput_output_tokens_per_s")
+    rel = trial.user_attrs.get("throughput_ci_rel")
+    if not isinstance(value, (int, float)) or not isinstance(rel, (int, float)):
+        return None
+    if not math.isfinite(rel):
+        return None
+    return value * (1 - rel), value * (1 + rel)
+
+
+def tied(a: FrozenTrial, b: FrozenTrial) -> bool:
+    """Whether two trials' throughput intervals overlap: neither is known to be faster."""
+    ia, ib = throughput_interval(a), throughput_interval(b)
+    if ia is None or ib is None:
+        return False
+    return ia[0] <= ib[1] and ib[0] <= ia[1]
+
+
 @dataclass
 class Recommendation:
     trial: FrozenTrial
     feasible: bool
     reason: str
     front: list[FrozenTrial]
+    target: str | None = None
+    ties: list[FrozenTrial] = field(default_factory=list)
+    what_ifs: list[tuple[FrozenTrial, str]] = field(default_factory=list)
+
+
+class NoDeployableTrial(StudyError):
+    """Completed trials exist, but none reproduces on the deploy target."""
+
+    def __init__(self, message: str, what_ifs: list[tuple[FrozenTrial, str]]) -> None:
+        super().__init__(message)
+        self.what_ifs = what_ifs
 
 
 def _direction_names(study: optuna.Study) -> list[str]:
@@ -67,33 +117,76 @@ def has_completed_trial(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
+def split_deployable(
+    study: optuna.Study, trials: list[FrozenTrial]
+) -> tuple[list[FrozenTrial], list[tuple[FrozenTrial, str]]]:
+    """(trials that reproduce on the deploy target, [(what-if, why not)])."""
+    deployable, what_ifs = [], []
+    for trial in trials:
+        check = trial_reproduction(study, trial)
+        if check.deployable:
+            deployable.append(trial)
+        else:
+            what_ifs.append((trial, check.reason))
+    return deployable, what_ifs
+
+
 def recommend(study: optuna.Study) -> Recommendation:
-    """The feasible Pareto trial best on the first objective; else the least-violating trial."""
+    """The best deployable trial: on the feasible Pareto front, best on the first objective
+    (a tie inside the intervals goes to the next objective); without a feasible one, the
+    deployable trial that violates the constraints least."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         raise StudyError(f"study '{study.study_name}' has no completed trial yet")
+    target = deploy_target(study)
+    # A repeated proposal carries its twin's figures: the twin alone stands for them.
+    measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
+    candidates, what_ifs = split_deployable(study, measured)
+    if not candidates:
+        raise NoDeployableTrial(
+            f"no completed trial of study '{study.study_name}' reproduces on its deploy "
+            f"target {target} yet ({len(what_ifs)} what-if(s): `autotune best` lists them); "
+            "run more trials, or pick one with --trial N",
+            what_ifs,
+        )
     directions = _direction_names(study)
     names = objective_names(study)
-    feasible = [t for t in complete if is_feasible(t)]
-    primary_sign = 1.0 if directions[0] == "maximize" else -1.0
+    feasible = [t for t in candidates if is_feasible(t)]
+    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
     if feasible:
         front = pareto_front(feasible, directions)
-        best = max(front, key=lambda t: (primary_sign * t.values[0], -t.number))
+        top = max(front, key=lambda t: (signs[0] * t.values[0], -t.number))
+        ties = [t for t in front if t is not top and tied(t, top)]
+        best = top
+        reason = f"best {names[0]} on the feasible Pareto front"
+        if ties and len(signs) > 1:
+            best = max([top, *ties], key=lambda t: (signs[1] * t.values[1], -t.number))
+            if best is not top:
+                reason = (
+                    f"tied on {names[0]} with trial {top.number} (intervals overlap), better "
+                    f"{names[1]}"
+                )
         return Recommendation(
             trial=best,
             feasible=True,
-            reason=f"best {names[0]} on the feasible Pareto front",
+            reason=reason,
             front=front,
+            target=target,
+            ties=[t for t in [top, *ties] if t is not best],
+            what_ifs=what_ifs,
         )
     least = min(
-        complete,
-        key=lambda t: (sum(max(v, 0.0) for v in constraint_values(t)), -primary_sign * t.values[0]),
+        candidates,
+        key=lambda t: (sum(max(v, 0.0) for v in constraint_values(t)), -signs[0] * t.values[0]),
     )
     return Recommendation(
         trial=least,
         feasible=False,
-        reason="no trial meets every constraint; this one violates them least (best effort)",
+        reason="no deployable trial meets every constraint; this one violates them least "
+        "(best effort)",
         front=[],
+        target=target,
+        what_ifs=what_ifs,
     )
 
 

@@ -2,19 +2,26 @@
 # Run autotune's GPU measurements on an offline H200 machine (python 3.12, torch 2.11,
 # transformers 5.17; no lmdeploy, no optuna, no network). Adapt the variables below.
 #
-#   bash bench/gpu/fetch_wheels.sh           # once, on a machine with network: fills .whl/
-#   bash bench/gpu/run_h200.sh bench          # on the GPU: side-by-side table (~6 min)
-#   bash bench/gpu/run_h200.sh rows ROW...    # on the GPU: only these transformers rows
-#   bash bench/gpu/run_h200.sh study [N]      # on the GPU: a short dummy-weights study (~5 min)
-#   python3 bench/gpu/collect_results.py ...  # here: merge the outputs into bench/results/
+#   bash bench/gpu/fetch_wheels.sh             # once, on a machine with network: fills .whl/
+#   bash bench/gpu/run_h200.sh setup           # on the GPU: install the wheels, build dummy weights
+#   bash bench/gpu/run_h200.sh study [BUDGET] [TIMEOUT_S]
+#                                              # `autotune run --space default --dummy-weights
+#                                              # --budget BUDGET` (9m); resumes $RESUME_DB if set
+#   bash bench/gpu/run_h200.sh grid            # the exhaustive LMDeploy grid, engines reused
+#   bash bench/gpu/run_h200.sh verify          # relaunch the study's recommendation, compare
+#   bash bench/gpu/run_h200.sh issue10-a       # 2 GPUs: grid on GPU 1 beside the study on GPU 0
+#   bash bench/gpu/run_h200.sh issue10-b       # the study resumed to its budget, then verify
+#   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-MODE=${1:-bench}
+MODE=${1:-study}
 OUT=${OUT:-bench/out}
 SITE=${AUTOTUNE_SITE:-/tmp/autotune-site}          # wheels install here, not into the image
 export AUTOTUNE_DUMMY_DIR=${AUTOTUNE_DUMMY_DIR:-/tmp/autotune-dummy}   # 4.3 GB checkpoint
+STUDY=${STUDY:-h200-default}
+DB="sqlite:///$OUT/$STUDY.db"
 mkdir -p "$OUT"
 
 if [ ! -f "$SITE/.installed" ]; then
@@ -27,43 +34,77 @@ fi
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$PATH"        # the `lmdeploy` command the server runner starts
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# Multi-GPU machines of this workplace: NVLink multicast stays off (device/KINDS.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+autotune() { python3 -m autotune.cli "$@"; }
+# Pin a job to a set of cores where taskset exists (two jobs side by side on one host).
+pinned() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
-python3 -c "import lmdeploy.serve.openai.api_server, lmdeploy; print('lmdeploy', lmdeploy.__version__, 'imports')" \
-  2>&1 | tail -3
+setup() {
+  nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total,clocks.max.sm \
+    --format=csv
+  python3 -c "import lmdeploy, optuna; print('lmdeploy', lmdeploy.__version__, 'optuna', optuna.__version__)"
+  python3 - <<'EOF' 2>&1 | tail -2
+import time
+from autotune.checkpoints.dummy import dummy_checkpoint
+started = time.perf_counter()
+path = dummy_checkpoint("Qwen/Qwen3-VL-2B-Instruct", device="cuda")
+print(f"dummy checkpoint ready in {time.perf_counter() - started:.1f} s: {path}")
+EOF
+}
+
+study() {
+  local budget=${1:-9m} timeout=${2:-}
+  if [ -n "${RESUME_DB:-}" ] && [ ! -f "$OUT/$STUDY.db" ]; then
+    cp "$RESUME_DB" "$OUT/$STUDY.db"
+  fi
+  autotune run --space default --dummy-weights --budget "$budget" \
+    ${timeout:+--timeout "$timeout"} --study "$STUDY" --storage "$DB" 2>&1 | tee -a "$OUT/study.log"
+  autotune best --study "$STUDY" --storage "$DB" >"$OUT/best.txt" 2>&1
+  autotune best --study "$STUDY" --storage "$DB" --json >"$OUT/best.json" 2>&1
+  autotune export --study "$STUDY" --storage "$DB" --json >"$OUT/export.json" 2>&1
+  cat "$OUT/best.txt"
+}
+
+grid() {
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" \
+    --deadline-s "${GRID_DEADLINE_S:-480}" \
+    --launch '{"backend": "lmdeploy", "dtype": "bfloat16", "compile_mode": "default", "kv_cache_fraction": 0.3}' \
+    --launch '{"backend": "lmdeploy", "dtype": "bfloat16", "compile_mode": "none", "kv_cache_fraction": 0.3}' \
+    --request '{"batch_size": [1, 16, 64], "image_max_side": [null, 768]}' 2>&1 | tee "$OUT/grid.log"
+}
+
+verify() {
+  # A fresh launch of the recommended command, measured again: throughput must agree within
+  # 5% (--tolerance 0.05: worse by more fails; the JSON keeps the exact difference).
+  autotune verify --study "$STUDY" --storage "$DB" --json --tolerance 0.05 \
+    >"$OUT/verify.json" 2>"$OUT/verify.log"
+  echo "verify exit status $?"
+  python3 -c "import json; r = json.load(open('$OUT/verify.json')); print('verify passed:', r['passed'], r['failure']); [print(' ', c['metric'], c['recorded'], c['measured'], c['passed']) for c in r['checks']]"
+}
 
 case "$MODE" in
-  bench)
-    python3 bench/gpu/side_by_side.py --out "$OUT" --deadline-s "${BENCH_DEADLINE_S:-360}" \
-      2>&1 | tee "$OUT/bench.log"
+  setup) setup ;;
+  study) setup >/dev/null; shift; study "$@" ;;
+  grid) setup >/dev/null; grid ;;
+  verify) setup >/dev/null; verify ;;
+  issue10-a)
+    setup
+    # Half the cores each, so the two engines and their clients do not compete for CPU.
+    (CUDA_VISIBLE_DEVICES=1 pinned 16-31 bash "$0" grid >/dev/null 2>&1) &
+    CUDA_VISIBLE_DEVICES=0 pinned 0-15 bash "$0" study 9m "${STUDY_TIMEOUT_S:-380}" \
+      >/dev/null 2>&1
+    wait
+    tail -5 "$OUT/grid.log"; tail -25 "$OUT/study.log"
     ;;
-  install)
-    ;;
-  rows)
-    shift
-    python3 bench/gpu/side_by_side.py --out "$OUT" --deadline-s "${BENCH_DEADLINE_S:-360}" \
-      --no-server --rows "$@" 2>&1 | tee "$OUT/bench.log"
-    ;;
-  study)
-    TRIALS=${2:-5}
-    STUDY=${STUDY:-h200-quick}
-    DB="sqlite:///$OUT/$STUDY.db"
-    # One full-HD image size for every request: static-cache compile then compiles once per
-    # batch size instead of once per image shape (the bundled set has 60+ sizes).
-    python3 bench/gpu/bench_evalset.py /tmp/bench-evalset >/dev/null
-    python3 -m autotune.cli run --space search_spaces/default-gpu-quick.yaml --dummy-weights \
-      --evalset /tmp/bench-evalset --trials "$TRIALS" --timeout "${STUDY_TIMEOUT_S:-180}" \
-      --study "$STUDY" --storage "$DB" 2>&1 | tee "$OUT/study.log"
-    python3 -m autotune.cli best --study "$STUDY" --storage "$DB" >"$OUT/best.txt" 2>&1
-    python3 -m autotune.cli best --study "$STUDY" --storage "$DB" --json >"$OUT/best.json" 2>&1
-    python3 -m autotune.cli export --study "$STUDY" --storage "$DB" --format lmdeploy \
-      >"$OUT/export-lmdeploy.txt" 2>&1
-    python3 -m autotune.cli export --study "$STUDY" --storage "$DB" --format lmdeploy --json \
-      >"$OUT/export-lmdeploy.json" 2>&1
-    cat "$OUT/best.txt" "$OUT/export-lmdeploy.txt"
+  issue10-b)
+    setup
+    CUDA_VISIBLE_DEVICES=0 study 9m "${STUDY_TIMEOUT_S:-}" >/dev/null
+    CUDA_VISIBLE_DEVICES=0 verify
+    tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 install|bench|rows ROW...|study [TRIALS]" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b" >&2
     exit 2
     ;;
 esac

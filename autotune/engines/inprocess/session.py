@@ -1,4 +1,9 @@
-"""Run the in-process engines in a worker process, with a time limit and contained failures."""
+"""The parent side of a worker process: one model load, many trials, contained failures.
+
+The worker loads the model once (`startup_s`) and then measures each trial it is sent. A trial
+that crashes the worker, runs out of memory or outlives its time limit fails alone: the worker's
+process group is stopped and the next trial starts a new one.
+"""
 
 from __future__ import annotations
 
@@ -9,85 +14,155 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.engines.inprocess.worker import WorkerRequest
+from autotune.engines.inprocess.worker import LaunchRequest, MeasureCommand
 from autotune.engines.process import ManagedProcess
+from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
-
-PhaseCallback = Callable[[str], None]
-
-
-def run_worker(
-    request: WorkerRequest,
-    *,
-    timeout_s: float,
-    on_phase: PhaseCallback | None = None,
-    log_dir: Path | None = None,
-) -> tuple[dict[str, Any], str]:
-    """Measure one configuration in a fresh process; returns (result, log tail).
-
-    Raises TrialFailure for a crash, an out-of-memory error or a time-out; the process group is
-    stopped in every case, Ctrl-C included.
-    """
-    workdir = Path(tempfile.mkdtemp(prefix="autotune-trial-", dir=log_dir))
-    request_path = workdir / "request.json"
-    request_path.write_text(request.model_dump_json(), encoding="utf-8")
-    worker = ManagedProcess(
-        [sys.executable, "-m", "autotune.engines.inprocess.worker", str(request_path)],
-        log_path=workdir / "worker.log",
-        capture_stdout=True,
-    )
-    try:
-        with worker:
-            return _follow(worker, timeout_s, on_phase)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+from autotune.params import TrialConfig
 
 
-def _follow(
-    worker: ManagedProcess, timeout_s: float, on_phase: PhaseCallback | None
-) -> tuple[dict[str, Any], str]:
-    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    threading.Thread(target=_read_events, args=(worker, events), daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TrialFailure(
-                f"timed out after {timeout_s:.0f} s", kind="timeout", log_tail=worker.log_tail()
-            )
+class WorkerSession:
+    """A worker process holding one loaded model (one launch)."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        device: str,
+        evalset: str,
+        launch: TrialConfig,
+        trial_timeout_s: float,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.launch_id = new_launch_id()
+        self.launch_key = launch.launch_key()
+        self.startup_s = 0.0
+        self.load_s = 0.0
+        self.pid: int | None = None
+        self.trial_timeout_s = trial_timeout_s
+        self._workdir = Path(tempfile.mkdtemp(prefix="autotune-worker-", dir=log_dir))
+        request = LaunchRequest(model=model, device=device, evalset=evalset, launch=launch)
+        request_path = self._workdir / "launch.json"
+        request_path.write_text(request.model_dump_json(), encoding="utf-8")
+        self.process = ManagedProcess(
+            [sys.executable, "-m", "autotune.engines.inprocess.worker", str(request_path)],
+            log_path=self._workdir / "worker.log",
+            capture_stdout=True,
+            capture_stdin=True,
+        )
+        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._broken = False
+
+    def start(self, *, on_phase: PhaseCallback | None = None) -> WorkerSession:
+        """Start the worker and wait until its model is loaded.
+
+        `startup_s` runs from the process start to ready (interpreter, imports, model load),
+        as a server's start-up runs from its launch to its first answer.
+        """
+        started = time.perf_counter()
+        self.process.start()
+        threading.Thread(target=self._read_events, daemon=True).start()
         try:
-            event = events.get(timeout=min(remaining, 1.0))
-        except queue.Empty:
-            continue
-        if event is None:
-            worker.proc.wait(timeout=30)  # type: ignore[union-attr]
-            raise TrialFailure(
-                _exit_reason(worker.poll()), kind="crash", log_tail=worker.log_tail()
-            )
-        if "phase" in event and on_phase is not None:
-            on_phase(event["phase"])
-        elif "error" in event:
-            raise TrialFailure(
-                event["error"]["reason"],
-                kind=event["error"]["kind"],
-                log_tail=worker.log_tail(),
-            )
-        elif "result" in event:
-            return event["result"], worker.log_tail()
+            ready = self._follow("ready", self.trial_timeout_s, on_phase)
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.perf_counter() - started
+        self.load_s = float(ready["startup_s"])  # the model load alone, inside the worker
+        self.pid = int(ready["pid"])
+        return self
 
-
-def _read_events(worker: ManagedProcess, events: queue.Queue[dict[str, Any] | None]) -> None:
-    assert worker.proc is not None and worker.proc.stdout is not None
-    for line in worker.proc.stdout:
+    def measure(
+        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+    ) -> dict[str, Any]:
+        command = MeasureCommand(config=config, plan=plan)
         try:
-            events.put(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    events.put(None)  # end of stream: the worker exited
+            stdin = self.process.proc.stdin  # type: ignore[union-attr]
+            assert stdin is not None
+            stdin.write(json.dumps({"measure": command.model_dump(mode="json")}) + "\n")
+            stdin.flush()
+            result = self._follow("result", self.trial_timeout_s, on_phase)
+        except BrokenPipeError:
+            self.close()
+            raise TrialFailure(
+                "the worker exited before the trial started", kind="crash", log_tail=self.log_tail()
+            ) from None
+        except BaseException:
+            # A failed or interrupted trial leaves the engine in an unknown state.
+            self.close()
+            raise
+        result["environment"] = {
+            **result["environment"],
+            "runner": "inprocess",
+            "worker_pid": str(self.pid),
+        }
+        return result
+
+    def alive(self) -> bool:
+        return not self._broken and self.process.poll() is None
+
+    def close(self) -> None:
+        self._broken = True
+        proc = self.process.proc
+        if proc is not None and proc.poll() is None and proc.stdin is not None:
+            try:  # ask first: a worker that quits by itself frees its GPU memory cleanly
+                proc.stdin.write(json.dumps({"quit": True}) + "\n")
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except Exception:
+                pass
+        self.process.stop()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def log_tail(self) -> str:
+        return self.process.log_tail()
+
+    def _read_events(self) -> None:
+        proc = self.process.proc
+        assert proc is not None and proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                try:
+                    self._events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        except ValueError:  # the pipe was closed under us by stop()
+            pass
+        self._events.put(None)  # end of stream: the worker exited
+
+    def _follow(
+        self, wanted: str, timeout_s: float, on_phase: PhaseCallback | None
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TrialFailure(
+                    f"timed out after {timeout_s:.0f} s", kind="timeout", log_tail=self.log_tail()
+                )
+            try:
+                event = self._events.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if event is None:
+                proc = self.process.proc
+                assert proc is not None
+                proc.wait(timeout=30)
+                raise TrialFailure(
+                    _exit_reason(proc.poll()), kind="crash", log_tail=self.log_tail()
+                )
+            if "phase" in event:
+                if on_phase is not None:
+                    on_phase(event["phase"])
+            elif "error" in event:
+                raise TrialFailure(
+                    event["error"]["reason"], kind=event["error"]["kind"], log_tail=self.log_tail()
+                )
+            elif wanted in event:
+                return dict(event[wanted])
 
 
 def _exit_reason(code: int | None) -> str:

@@ -1,7 +1,12 @@
 """In-process Hugging Face transformers engine: static batches, optional static cache + compile.
 
 Runs inside the worker process only (it imports torch), so a crash or an out-of-memory error here
-fails one trial and never the study.
+fails one trial and never the study. The model is loaded once per launch (dtype, attention,
+compile mode); every `generate` call takes the request-time settings of its trial.
+
+Images are put on the processor's grid the way qwen-vl-utils does (autotune.checkpoints.
+geometry), so the processor resizes nothing: `swift deploy`, which preprocesses with
+qwen-vl-utils, then sees the very pixels this engine saw (tests/test_swift_reproduces.py).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
+from autotune.checkpoints.geometry import ImageGeometry
 from autotune.engines.inprocess.base import Completion, Request, resize_to_max_side
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
@@ -49,24 +55,35 @@ def resolve_device(device: str) -> str:
 
 
 class TransformersEngine:
-    """AutoModelForImageTextToText + AutoProcessor, generating static batches."""
+    """AutoModelForImageTextToText + AutoProcessor, generating static batches.
 
-    def __init__(self, model_path: str, config: TrialConfig, *, device: str = "auto") -> None:
+    `launch` holds the load-time values (dtype, attention, compile mode); each `generate`
+    call takes its trial's own configuration for everything chosen per request.
+    """
+
+    def __init__(self, model_path: str, launch: TrialConfig, *, device: str = "auto") -> None:
         self.model_path = model_path
-        self.config = config
+        self.launch = launch
         self.device = resolve_device(device)
         self.model: Any = None
         self.processor: Any = None
+        self.geometry = ImageGeometry()
         self.eos_ids: set[int] = set()
 
     def load(self) -> None:
-        kwargs: dict[str, Any] = {"attn_implementation": self.config.attn_implementation}
-        if self.config.dtype != "auto":
-            kwargs["dtype"] = _DTYPES[self.config.dtype]
+        kwargs: dict[str, Any] = {"attn_implementation": self.launch.attn_implementation}
+        if self.launch.dtype != "auto":
+            kwargs["dtype"] = _DTYPES[self.launch.dtype]
         else:
             kwargs["dtype"] = "auto"
         self.processor = AutoProcessor.from_pretrained(self.model_path)
         self.processor.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        image_processor = self.processor.image_processor
+        self.geometry = ImageGeometry(
+            factor=int(image_processor.patch_size) * int(image_processor.merge_size),
+            min_pixels=int(image_processor.size["shortest_edge"]),
+            max_pixels=int(image_processor.size["longest_edge"]),
+        )
         model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
         self.model = model.to(self.device).eval()
         eos = self.model.generation_config.eos_token_id
@@ -75,8 +92,7 @@ class TransformersEngine:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
 
-    def _generation_config(self) -> GenerationConfig:
-        cfg = self.config
+    def _generation_config(self, cfg: TrialConfig) -> GenerationConfig:
         base = self.model.generation_config
         values: dict[str, Any] = {
             "max_new_tokens": cfg.max_new_tokens,
@@ -93,19 +109,28 @@ class TransformersEngine:
         else:
             # The checkpoint's own sampling defaults must not leak into greedy decoding.
             values.update(temperature=None, top_k=None, top_p=None)
-        if cfg.compile_mode != "none":
+        if self.launch.compile_mode != "none":
             from transformers import CompileConfig
 
-            compile_config = CompileConfig(mode=cfg.compile_mode)
+            compile_config = CompileConfig(mode=self.launch.compile_mode)
             # generate() compiles automatically only on accelerators; the flag lets the smoke
             # space exercise the same path on a CPU.
             compile_config._compile_all_devices = True
             values.update(cache_implementation="static", compile_config=compile_config)
         return GenerationConfig(**values)
 
-    def generate(self, batch: list[Request]) -> list[Completion]:
+    def reset_peak_memory(self) -> None:
+        """Start a new peak: each trial on a launch reports its own."""
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+
+    def generate(self, batch: list[Request], config: TrialConfig) -> list[Completion]:
         start = time.perf_counter()
-        images = [resize_to_max_side(r.image, self.config.image_max_side) for r in batch]
+        images = [
+            self.geometry.fit(resize_to_max_side(r.image, config.image_max_side)) for r in batch
+        ]
         # Render the template to text, then call the processor: the same two steps on every
         # transformers 5.x (keyword routing inside apply_chat_template changed between them).
         texts = [
@@ -121,15 +146,20 @@ class TransformersEngine:
             )
             for r in batch
         ]
-        inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt").to(
-            self.device
-        )
+        # The images are on the grid already: the processor must not resample them again.
+        inputs = self.processor(
+            text=texts,
+            images=images,
+            padding=True,
+            return_tensors="pt",
+            images_kwargs={"do_resize": False},
+        ).to(self.device)
         clock = _StepClock()
-        if self.config.do_sample:
-            torch.manual_seed(self.config.seed)
+        if config.do_sample:
+            torch.manual_seed(config.seed)
         with torch.inference_mode():
             self.model.generate(
-                **inputs, generation_config=self._generation_config(), streamer=clock
+                **inputs, generation_config=self._generation_config(config), streamer=clock
             )
         end = time.perf_counter()
         return [

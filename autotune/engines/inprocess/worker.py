@@ -1,8 +1,13 @@
-"""The worker process: loads one engine, measures it, reports JSON events, exits.
+"""The worker process: loads one engine once, then measures trial after trial.
 
 Started by autotune.engines.inprocess.session as
-`python -m autotune.engines.inprocess.worker REQUEST.json`. Events go to the original stdout, one JSON object per line; everything libraries print goes to stderr (the log),
-so stray output can never corrupt the event stream.
+`python -m autotune.engines.inprocess.worker LAUNCH.json`. It loads the model described there
+and sends `{"ready": ...}`; then it reads one command per line on stdin (`{"measure": ...}` or
+`{"quit": true}`) and answers each measurement with phase events and one `result` or `error`.
+
+Events go to the original stdout, one JSON object per line; everything libraries print goes to
+stderr (the log), so stray output can never corrupt the event stream. After an error the worker
+exits: an engine that failed (out of memory, say) is not trusted with the next trial.
 """
 
 from __future__ import annotations
@@ -12,34 +17,26 @@ import os
 import sys
 import time
 import traceback
-from itertools import cycle, islice
 from typing import IO, Any
 
 from pydantic import BaseModel
 
+from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
 from autotune.params import TrialConfig
 
 
-class ScreeningRequest(BaseModel):
-    """Answer `ids` first and stop early when already worse than the floor with confidence."""
+class LaunchRequest(BaseModel):
+    """What the worker loads: the model, where, and the launch-time configuration."""
 
-    ids: list[str]
-    reference_scores: dict[str, float]
-    reference_passed: dict[str, bool]
-    max_drop: float
-    confidence: float
-
-
-class WorkerRequest(BaseModel):
-    config: TrialConfig
     model: str
     device: str = "auto"
     evalset: str
-    workload_ids: list[str]
-    warmup_requests: int
-    requests: int
-    accuracy_ids: list[str] | None = None
-    screening: ScreeningRequest | None = None
+    launch: TrialConfig
+
+
+class MeasureCommand(BaseModel):
+    config: TrialConfig
+    plan: MeasurePlan
 
 
 class _Events:
@@ -55,77 +52,115 @@ def _batches(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def run(request: WorkerRequest, events: _Events) -> dict[str, Any]:
-    from autotune.engines.inprocess.base import Engine, Request
-    from autotune.engines.inprocess.transformers import TransformersEngine
-    from autotune.evalset.dataset import load_evalset
+class Worker:
+    """The loaded engine and the eval set's images, kept across trials."""
 
-    evalset = load_evalset(request.evalset)
-    by_id = {item.id: item for item in evalset.items}
-    images: dict[str, Any] = {}
+    def __init__(self, launch: LaunchRequest) -> None:
+        from autotune.engines.inprocess.transformers import TransformersEngine
+        from autotune.evalset.dataset import load_evalset
 
-    def to_request(item_id: str) -> Request:
-        if item_id not in images:
-            images[item_id] = by_id[item_id].load_image()
-        return Request(item_id=item_id, image=images[item_id], prompt=by_id[item_id].prompt)
+        self.evalset = load_evalset(launch.evalset)
+        self.by_id = {item.id: item for item in self.evalset.items}
+        self.ids = [item.id for item in self.evalset.items]
+        self.images: dict[str, Any] = {}
+        self.engine = TransformersEngine(launch.model, launch.launch, device=launch.device)
+        self.launch = launch.launch
 
-    config = request.config
-    engine: Engine = TransformersEngine(request.model, config, device=request.device)
-    events.send(phase="loading")
-    t0 = time.perf_counter()
-    engine.load()
-    startup_s = time.perf_counter() - t0
+    def load(self) -> float:
+        started = time.perf_counter()
+        self.engine.load()
+        return time.perf_counter() - started
 
-    batch = config.batch_size
-    workload = [to_request(i) for i in islice(cycle(request.workload_ids), request.requests)]
-    # Static cache + compile recompiles for every new shape: warm up on the whole workload so
-    # compilation lands in compile_s and never in the measured latency.
-    if config.compile_mode != "none":
-        warmup = workload
-    else:
-        n_warm = -(-request.warmup_requests // batch) * batch
-        warmup = [to_request(i) for i in islice(cycle(request.workload_ids), n_warm)]
-    events.send(phase="warm-up")
-    t0 = time.perf_counter()
-    for group in _batches(warmup, batch):
-        engine.generate(group)
-    compile_s = time.perf_counter() - t0
+    def _request(self, item_id: str) -> Any:
+        from autotune.engines.inprocess.base import Request
 
-    predictions: dict[str, str] = {}
+        if item_id not in self.images:
+            self.images[item_id] = self.by_id[item_id].load_image()
+        item = self.by_id[item_id]
+        return Request(item_id=item_id, image=self.images[item_id], prompt=item.prompt)
 
-    def answer(ids: list[str]) -> None:
-        for group in _batches([to_request(i) for i in ids if i not in predictions], batch):
-            for completion in engine.generate(group):
-                predictions[completion.item_id] = completion.text
+    def measure(self, config: TrialConfig, plan: MeasurePlan, events: _Events) -> dict[str, Any]:
+        if config.launch_key() != self.launch.launch_key():
+            raise RuntimeError("trial configuration does not match this worker's launch")
+        from autotune.engines.memory import MemorySampler
 
-    screened_out = False
-    if request.screening is not None:
-        events.send(phase="screening")
-        answer(request.screening.ids)
-        screened_out = _screened_out(evalset, predictions, request.screening)
+        engine = self.engine
+        engine.reset_peak_memory()
+        # On a CPU the process's lifetime peak (ru_maxrss) would carry earlier trials' peaks
+        # into this one: sample this trial's own RSS instead.
+        rss = MemorySampler(os.getpid(), use_gpu=False, interval_s=0.05)
+        if engine.device != "cuda":
+            rss.start()
+        batch = config.batch_size
+        workload = [self._request(i) for i in cycled(self.ids, plan.workload_requests)]
+        # Static cache + compile recompiles for every new shape: warm up on the whole workload
+        # (the load test repeats exactly these batches), so compilation lands in warm-up and
+        # never in the measured latency.
+        if config.compile_mode != "none":
+            warmup = workload
+        else:
+            n_warm = -(-plan.warmup_requests // batch) * batch
+            warmup = [self._request(i) for i in cycled(self.ids, n_warm)]
+        events.send(phase="warm-up")
+        started = time.perf_counter()
+        for group in _batches(warmup, batch):
+            engine.generate(group, config)
+        warmup_s = time.perf_counter() - started
 
-    timings = []
-    if not screened_out:
-        events.send(phase="load test")
-        for group in _batches(workload, batch):
-            timings.extend(completion.timing.to_dict() for completion in engine.generate(group))
-        if request.accuracy_ids is not None:
-            events.send(phase="accuracy")
-            answer(request.accuracy_ids)
+        predictions: dict[str, str] = {}
 
-    peak_mib, memory_source = engine.peak_memory_mib()
-    info = engine.describe()
-    engine.close()
-    return {
-        "startup_s": startup_s,
-        "compile_s": compile_s,
-        "timings": timings,
-        "predictions": predictions,
-        "screened_out": screened_out,
-        "peak_memory_mib": peak_mib,
-        "memory_source": memory_source,
-        "environment": info,
-    }
+        def answer(ids: list[str], size: int) -> None:
+            pending = [self._request(i) for i in ids if i not in predictions]
+            for group in _batches(pending, size):
+                for completion in engine.generate(group, config):
+                    predictions[completion.item_id] = completion.text
+
+        screened_out = False
+        if plan.screening is not None:
+            events.send(phase="screening")
+            answer(plan.screening.ids, batch)
+            screened_out = _screened_out(self.evalset, predictions, plan.screening)
+
+        timings: list[Any] = []
+        stop_reason = "screened out"
+        measure_s = accuracy_s = 0.0
+        if not screened_out:
+            events.send(phase="load test")
+            rule = plan.stop_rule(block_size=batch)
+            groups = _batches(workload, batch)
+            started = time.perf_counter()
+            stop: str | None = None
+            index = 0
+            while stop is None:
+                group = groups[index % len(groups)]
+                index += 1
+                timings.extend(c.timing for c in engine.generate(group, config))
+                stop = rule.reason_to_stop(timings, time.perf_counter() - started)
+            stop_reason = stop
+            measure_s = time.perf_counter() - started
+            if plan.accuracy_ids is not None:
+                events.send(phase="accuracy")
+                started = time.perf_counter()
+                answer(plan.accuracy_ids, plan.accuracy_batch_size)
+                accuracy_s = time.perf_counter() - started
+
+        if engine.device == "cuda":
+            peak_mib, memory_source = engine.peak_memory_mib()
+        else:
+            peak_mib, memory_source = rss.stop()[0], "rss"
+        return {
+            "warmup_s": warmup_s,
+            "measure_s": measure_s,
+            "accuracy_s": accuracy_s,
+            "timings": [t.to_dict() for t in timings],
+            "steady": len(timings),
+            "stop_reason": stop_reason,
+            "predictions": predictions,
+            "screened_out": screened_out,
+            "peak_memory_mib": peak_mib,
+            "memory_source": memory_source,
+            "environment": engine.describe(),
+        }
 
 
 def _screened_out(evalset: Any, predictions: dict[str, str], screening: ScreeningRequest) -> bool:
@@ -151,6 +186,15 @@ def _failure_kind(exc: BaseException) -> str:
     return "error"
 
 
+def _serve(worker: Worker, commands: IO[str], events: _Events) -> None:
+    for line in commands:
+        message = json.loads(line)
+        if message.get("quit"):
+            return
+        command = MeasureCommand.model_validate(message["measure"])
+        events.send(result=worker.measure(command.config, command.plan, events))
+
+
 def main(argv: list[str]) -> int:
     # Keep the real stdout for events; send everything else (C-level prints too) to stderr.
     events = _Events(os.fdopen(os.dup(1), "w"))
@@ -158,13 +202,16 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     try:
         with open(argv[0], encoding="utf-8") as handle:
-            request = WorkerRequest.model_validate_json(handle.read())
-        result = run(request, events)
+            launch = LaunchRequest.model_validate_json(handle.read())
+        worker = Worker(launch)
+        events.send(phase="loading")
+        startup_s = worker.load()
+        events.send(ready={"startup_s": startup_s, "pid": os.getpid()})
+        _serve(worker, sys.stdin, events)
     except BaseException as exc:  # report every failure as an event: the parent records it
         traceback.print_exc()
         events.send(error={"kind": _failure_kind(exc), "reason": f"{type(exc).__name__}: {exc}"})
         return 1
-    events.send(result=result)
     return 0
 
 

@@ -1,8 +1,8 @@
-"""Search-space files: loading, validation, and turning an Optuna trial into a TrialConfig.
+"""A validated space: its parameters, and turning an Optuna trial into a TrialConfig.
 
 A space file (YAML under `search_spaces/`, or any path) declares the model, the evaluation set,
-the objectives, the constraints, the reference configuration and each searched parameter with
-its range or choices and the condition under which it applies.
+the deploy target, the objectives, the constraints, the workload, the reference configuration
+and each searched parameter with its range or choices and the condition under which it applies.
 """
 
 from __future__ import annotations
@@ -11,138 +11,38 @@ from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from autotune.engine_args import EngineArgs
 from autotune.errors import SpaceError, did_you_mean
-from autotune.measure.registry import METRICS, Direction
 from autotune.params import (
     BACKEND_PARAMS,
+    DEPLOY_TARGETS,
+    DEPLOYABLE_BACKENDS,
     PARAM_NAMES,
     REQUEST_PARAMS,
     SAMPLING_PARAMS,
+    SERVER_BACKENDS,
     TrialConfig,
+)
+from autotune.space.settings import (
+    Candidate,
+    Constraints,
+    LaunchSettings,
+    Objective,
+    ParamSpec,
+    SamplerSettings,
+    Screening,
+    Workload,
+    _default_objectives,
+    _Strict,
+    parse_duration,
 )
 
 if TYPE_CHECKING:
     import optuna
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILTIN_SPACES_DIR = REPO_ROOT / "search_spaces"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ParamSpec(_Strict):
-    """How one parameter is searched: a list of choices or a numeric range."""
-
-    choices: list[Any] | None = Field(None, description="Values to choose from.")
-    low: float | None = Field(None, description="Lower bound of a numeric range.")
-    high: float | None = Field(None, description="Upper bound of a numeric range.")
-    step: float | None = Field(None, gt=0, description="Grid step of a numeric range.")
-    log: bool = Field(False, description="Sample the range on a log scale.")
-    when: dict[str, list[Any]] = Field(
-        default_factory=dict,
-        description="Applies only when each named parameter takes one of the listed values.",
-    )
-
-    @model_validator(mode="after")
-    def _choices_or_range(self) -> ParamSpec:
-        has_range = self.low is not None or self.high is not None
-        if (self.choices is None) == (not has_range):
-            raise ValueError("give either 'choices' or both 'low' and 'high'")
-        if has_range and (self.low is None or self.high is None):
-            raise ValueError("a range needs both 'low' and 'high'")
-        if has_range and self.low > self.high:  # type: ignore[operator]
-            raise ValueError(f"low ({self.low}) is above high ({self.high})")
-        if self.choices is not None and not self.choices:
-            raise ValueError("'choices' is empty")
-        return self
-
-
-class AccuracyConstraint(_Strict):
-    """The accuracy floor: absolute, or relative to the reference trial."""
-
-    mode: Literal["relative", "absolute"] = Field("relative", description="Kind of floor.")
-    max_drop: float = Field(
-        0.05, ge=0.0, le=1.0, description="relative: allowed drop below the reference (0-1)."
-    )
-    min: float = Field(0.0, ge=0.0, le=1.0, description="absolute: lowest allowed accuracy.")
-    test: Literal["bootstrap", "point"] = Field(
-        "bootstrap",
-        description="relative: 'bootstrap' needs the lower bound of the paired difference's "
-        "confidence interval above -max_drop (non-inferiority); 'point' compares means only.",
-    )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Interval confidence level.")
-    enabled: bool = Field(True, description="Switch the floor off (for ablations only).")
-
-
-class Screening(_Strict):
-    """Answer a fixed subset first; prune a trial already worse than the floor with confidence."""
-
-    items: int = Field(0, ge=0, description="Subset size; 0 switches screening off.")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence to prune.")
-
-
-class Constraints(_Strict):
-    accuracy: AccuracyConstraint = Field(default_factory=AccuracyConstraint)
-    memory_budget_mib: float | None = Field(None, gt=0, description="Peak memory budget.")
-    latency_slo_ms: float | None = Field(None, gt=0, description="p95 end-to-end latency SLO.")
-
-
-class Objective(_Strict):
-    metric: str = Field(description="A metric name from autotune.measure.registry.")
-    direction: Direction | None = Field(None, description="Defaults to the metric's own.")
-
-    @model_validator(mode="after")
-    def _known_metric(self) -> Objective:
-        if self.metric not in METRICS:
-            raise ValueError(
-                f"unknown metric '{self.metric}': {did_you_mean(self.metric, METRICS)}"
-                f"known: {', '.join(METRICS)}"
-            )
-        if self.direction is None:
-            self.direction = METRICS[self.metric].direction
-        return self
-
-
-class Workload(_Strict):
-    """The measured load: how many requests, after how many warm-up requests."""
-
-    warmup_requests: int = Field(2, ge=1, description="Requests run first and not measured.")
-    requests: int = Field(32, ge=4, description="Measured requests for the latency figures.")
-    request_rate_per_s: float | None = Field(
-        None,
-        gt=0,
-        description="Server backends: open-loop Poisson arrivals at this rate; None = closed "
-        "loop with batch_size requests in flight.",
-    )
-    startup_timeout_s: float = Field(
-        600, gt=0, description="Server backends: time allowed until /v1/models answers."
-    )
-
-    def measured_requests(self, batch_size: int) -> int:
-        """Requests to measure: at least two full batches, so a batch of 64 is really tested
-        with 64 requests in flight and not with the few a small workload would send."""
-        return max(self.requests, 2 * batch_size)
-
-
-class SamplerSettings(_Strict):
-    """Optuna's TPE sampler: how many seeded random trials come before it models the results."""
-
-    n_startup_trials: int | None = Field(
-        None, ge=1, description="Random trials first; default: a third of the trials (2-10)."
-    )
-
-
-def _default_objectives() -> list[Objective]:
-    return [
-        Objective(metric="throughput_output_tokens_per_s"),
-        Objective(metric="e2e_latency_p95_ms"),
-    ]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class SearchSpace(_Strict):
@@ -152,6 +52,16 @@ class SearchSpace(_Strict):
     description: str = ""
     model: str = Field(description="Hub id or local path (relative paths: to the space file).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where engines run.")
+    deploy: Literal["swift", "lmdeploy", "vllm"] = Field(
+        "swift",
+        description="The deploy target: `best`, `export` and `verify` recommend only trials "
+        "whose command for it reproduces what was measured (autotune.export.reproduce).",
+    )
+    budget: float | None = Field(
+        None,
+        description="Wall-clock budget of the study's trials (start-ups included), e.g. 30m; "
+        "no trial is started that cannot finish inside it.",
+    )
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
     trials: int = Field(20, ge=1, description="Trials to run (the reference included).")
     trial_timeout_s: float = Field(900, gt=0, description="A trial running longer fails.")
@@ -161,8 +71,14 @@ class SearchSpace(_Strict):
     constraints: Constraints = Field(default_factory=Constraints)
     screening: Screening = Field(default_factory=Screening)
     sampler: SamplerSettings = Field(default_factory=SamplerSettings)
+    launches: LaunchSettings = Field(default_factory=LaunchSettings)
     reference: dict[str, Any] = Field(
         default_factory=dict, description="TrialConfig values of the reference trial."
+    )
+    candidates: list[Candidate] = Field(
+        default_factory=list,
+        description="Named configurations measured right after the reference, through "
+        "Optuna's enqueue_trial (known recipes to compare the search with).",
     )
     params: dict[str, ParamSpec] = Field(default_factory=dict)
     engine_args: EngineArgs = Field(
@@ -192,21 +108,52 @@ class SearchSpace(_Strict):
                 for value in values:
                     _validate_value(other, value, f"params.{name}.when.{other}")
         try:
-            reference = self.reference_config().model_dump()
+            self.reference_config()
         except ValidationError as exc:
             raise ValueError(f"reference: {_first_error(exc)}") from None
-        # The reference is enqueued as an ordinary trial, so its values must be searchable.
-        for name in PARAM_NAMES:
-            if self.applies(name, reference) and not _contains(self.params[name], reference[name]):
-                raise ValueError(
-                    f"reference.{name}: {reference[name]!r} lies outside params.{name}; add it "
-                    f"to the choices or range (the reference trial must be part of the search)"
-                )
+        names = [candidate.name for candidate in self.candidates]
+        for index, candidate in enumerate(self.candidates):
+            if names.index(candidate.name) != index:
+                raise ValueError(f"candidates[{index}]: name '{candidate.name}' is used twice")
+            try:
+                self.candidate_config(candidate.name)
+            except ValidationError as exc:
+                raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
+        # The reference is measured first and need not be a candidate (an in-process baseline
+        # beside server candidates); only the values it shares with the search are recorded as
+        # its trial parameters.
         return self
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
 
     def reference_config(self) -> TrialConfig:
         """The configuration every other trial is compared with."""
         return TrialConfig(**self.reference)
+
+    def candidate_config(self, name: str) -> TrialConfig:
+        """A named candidate: its values over the reference's (sampling knobs only if set)."""
+        candidate = next(c for c in self.candidates if c.name == name)
+        values = self.reference_config().model_dump()
+        if not candidate.config.get("do_sample", values["do_sample"]):
+            values.update(temperature=None, top_k=None, top_p=None)
+        values.update(candidate.config)
+        if values["backend"] in SERVER_BACKENDS and values.get("max_batch_size") is None:
+            values["max_batch_size"] = self.server_max_batch_size()
+        if values["backend"] not in ("lmdeploy", "vllm"):
+            values["kv_cache_fraction"] = None
+        return TrialConfig(**values)
+
+    def fixed_params(self, config: TrialConfig) -> dict[str, Any]:
+        """The values of `config` that lie inside the search, for `study.enqueue_trial`."""
+        values = config.model_dump()
+        return {
+            name: values[name]
+            for name in PARAM_NAMES
+            if self.applies(name, values) and _contains(self.params[name], values[name])
+        }
 
     def applies(self, name: str, decided: dict[str, Any]) -> bool:
         """Whether parameter `name` is searched, given the values decided so far."""
@@ -220,13 +167,22 @@ class SearchSpace(_Strict):
             return False
         return all(decided.get(other) in values for other, values in spec.when.items())
 
-    def suggest(self, trial: optuna.trial.BaseTrial) -> TrialConfig:
-        """Ask the trial for each applicable parameter and build the configuration."""
-        values = self.reference_config().model_dump()
-        for name in SAMPLING_PARAMS:
-            values[name] = None  # a reference that samples must not leak into greedy trials
+    def suggest(
+        self, trial: optuna.trial.BaseTrial, *, fixed: TrialConfig | None = None
+    ) -> TrialConfig:
+        """Ask the trial for each applicable parameter and build the configuration.
+
+        With `fixed` (the reference), the trial is asked only for the values that lie inside
+        the search (enqueued, so the sampler returns them); the others are kept as given.
+        """
+        values = (fixed or self.reference_config()).model_dump()
+        if fixed is None:
+            for name in SAMPLING_PARAMS:
+                values[name] = None  # a reference that samples must not leak into greedy trials
         for name in PARAM_NAMES:
             if not self.applies(name, values):
+                continue
+            if fixed is not None and not _contains(self.params[name], values[name]):
                 continue
             values[name] = _suggest_one(trial, name, self.params[name])
         if not values["do_sample"]:
@@ -234,16 +190,33 @@ class SearchSpace(_Strict):
                 values[name] = None
         if values["backend"] not in ("lmdeploy", "vllm"):
             values["kv_cache_fraction"] = None
+        if values["backend"] not in SERVER_BACKENDS:
+            values["max_batch_size"] = None
+        elif values["max_batch_size"] is None or not self.applies("max_batch_size", values):
+            values["max_batch_size"] = self.server_max_batch_size()
         return TrialConfig(**values)
 
+    def server_max_batch_size(self) -> int:
+        """A server's batch cap when max_batch_size is not searched: the largest batch_size the
+        space can ask for, so every concurrency it measures fits in one launch."""
+        sizes = [self.reference_config().batch_size]
+        spec = self.params.get("batch_size")
+        if spec is not None and spec.choices is not None:
+            sizes += [int(v) for v in spec.choices]
+        elif spec is not None and spec.high is not None:
+            sizes.append(int(spec.high))
+        return max(sizes)
+
     def reference_params(self) -> dict[str, Any]:
-        """The reference as Optuna trial params, for `study.enqueue_trial`."""
-        ref = self.reference_config().model_dump()
-        params: dict[str, Any] = {}
-        for name in PARAM_NAMES:
-            if self.applies(name, ref):
-                params[name] = ref[name]
-        return params
+        """The reference's values that lie inside the search, for `study.enqueue_trial`."""
+        return self.fixed_params(self.reference_config())
+
+    def deployable_backends(self) -> set[str]:
+        """The backends this space can measure that reproduce on its deploy target."""
+        spec = self.params.get("backend")
+        backends = set(spec.choices or []) if spec is not None else set()
+        backends.add(self.reference_config().backend)
+        return backends & DEPLOYABLE_BACKENDS[self.deploy]
 
     def for_endpoint(self) -> SearchSpace:
         """This space for a server that is already running: request-side parameters only.
@@ -281,10 +254,23 @@ class SearchSpace(_Strict):
             if spec.choices is None:
                 continue
             keep = [value for value in spec.choices if missing_reason(name, value) is None]
-            dropped += [r for v in spec.choices if (r := missing_reason(name, v)) is not None]
+            reasons = [r for v in spec.choices if (r := missing_reason(name, v)) is not None]
+            if not keep:
+                raise SpaceError(
+                    f"{self.source or self.name}: no choice of params.{name} can run here: "
+                    + "; ".join(reasons)
+                )
+            dropped += reasons
             if len(keep) != len(spec.choices):
                 params[name] = spec.model_copy(update={"choices": keep})
         restricted = self.model_copy(update={"params": params})
+        if not restricted.deployable_backends():
+            why = "; ".join(dropped) or "the space searches no backend that serves it"
+            raise SpaceError(
+                f"{self.source or self.name}: deploy target {self.deploy}: no backend this "
+                f"space can run here reproduces on it ({why}); install the engine, or set "
+                f"deploy: to one of {', '.join(DEPLOY_TARGETS)}"
+            )
         return restricted, [f"dropped from the search: {reason}" for reason in dropped]
 
     def directions(self) -> list[str]:
@@ -367,51 +353,6 @@ def _first_error(exc: ValidationError, *, top_level: bool = False) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     return f"{loc}: {message}" if loc else message
-
-
-def builtin_spaces() -> list[str]:
-    return sorted(path.stem for path in BUILTIN_SPACES_DIR.glob("*.yaml"))
-
-
-def find_space_file(name_or_path: str) -> Path:
-    """A space name (file under search_spaces/) or a path to a YAML file."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise SpaceError(f"space file '{name_or_path}' does not exist")
-        return path
-    builtin = BUILTIN_SPACES_DIR / f"{name_or_path}.yaml"
-    if builtin.is_file():
-        return builtin
-    known = builtin_spaces()
-    raise SpaceError(
-        f"unknown space '{name_or_path}': {did_you_mean(name_or_path, known)}"
-        f"built-in spaces: {', '.join(known)} "
-        "(or give a path to a .yaml file)"
-    )
-
-
-def load_space(name_or_path: str) -> SearchSpace:
-    """Load and validate a space; every problem is one SpaceError line naming file and field."""
-    path = find_space_file(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise SpaceError(f"{path}: malformed YAML{where}: {problem}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpaceError(f"{path}: cannot read the file: {exc}") from None
-    if not isinstance(data, dict):
-        raise SpaceError(f"{path}: a space file must be a YAML mapping of fields")
-    data.setdefault("name", path.stem)
-    try:
-        space = SearchSpace.model_validate(data)
-    except ValidationError as exc:
-        raise SpaceError(f"{path}: {_first_error(exc, top_level=True)}") from None
-    space.source = path.resolve()
-    return space
 
 
 def _contains(spec: ParamSpec, value: Any) -> bool:

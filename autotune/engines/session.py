@@ -1,0 +1,122 @@
+"""One running engine that measures trial after trial: the shape every runner shares.
+
+A session is one launch: a worker process holding a loaded model, a server command, or an
+endpoint someone else runs. `measure` runs one trial's request-time settings on it (warm-up,
+a load test until throughput is known, the accuracy pass) and returns the same result fields
+whatever the engine, so a figure means the same for every backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from autotune.measure.convergence import StopRule
+from autotune.params import TrialConfig
+from autotune.space import SearchSpace
+
+PhaseCallback = Callable[[str], None]
+
+
+class ScreeningRequest(BaseModel):
+    """Answer `ids` first and stop early when already worse than the floor with confidence."""
+
+    ids: list[str]
+    reference_scores: dict[str, float]
+    reference_passed: dict[str, bool]
+    max_drop: float
+    confidence: float
+
+
+class MeasurePlan(BaseModel):
+    """What one trial measures on a running engine (sent as JSON to worker processes)."""
+
+    warmup_requests: int
+    workload_requests: int  # the measured load cycles this many requests of the eval set
+    min_requests: int
+    max_requests: int
+    max_seconds: float
+    target_ci_rel: float
+    confidence: float
+    request_rate_per_s: float | None = None
+    accuracy_ids: list[str] | None = None  # None: no accuracy pass
+    accuracy_batch_size: int = 1
+    screening: ScreeningRequest | None = None
+
+    def stop_rule(self, block_size: int) -> StopRule:
+        return StopRule(
+            block_size=block_size,
+            min_requests=self.min_requests,
+            max_requests=self.max_requests,
+            max_seconds=self.max_seconds,
+            target_ci_rel=self.target_ci_rel,
+            confidence=self.confidence,
+        )
+
+
+def measure_plan(
+    space: SearchSpace,
+    config: TrialConfig,
+    *,
+    accuracy_ids: list[str] | None,
+    screening: ScreeningRequest | None = None,
+    max_seconds: float | None = None,
+) -> MeasurePlan:
+    """The plan for `config` under the space's workload; `max_seconds` may shorten it (budget)."""
+    workload = space.workload
+    minimum = workload.measured_requests(config.batch_size)
+    # Answers depend on the batch only when sampling or when a compiled engine would compile
+    # the accuracy pass's new batch shape; otherwise the larger batch only saves time.
+    accuracy_batch = workload.accuracy_batch_size or config.batch_size
+    if config.do_sample or config.compile_mode != "none":
+        accuracy_batch = config.batch_size
+    return MeasurePlan(
+        warmup_requests=workload.warmup_requests,
+        workload_requests=minimum,
+        min_requests=minimum,
+        max_requests=workload.most_requests(config.batch_size),
+        max_seconds=min(workload.max_measure_s, max_seconds or workload.max_measure_s),
+        target_ci_rel=workload.target_ci_rel,
+        confidence=workload.ci_confidence,
+        request_rate_per_s=workload.request_rate_per_s,
+        accuracy_ids=accuracy_ids,
+        accuracy_batch_size=accuracy_batch,
+        screening=screening,
+    )
+
+
+class EngineSession(Protocol):
+    """One launch of an engine, measured trial after trial."""
+
+    launch_id: str
+    launch_key: tuple[Any, ...]
+    startup_s: float
+
+    def measure(
+        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None
+    ) -> dict[str, Any]:
+        """One trial's result fields; TrialFailure when it cannot complete."""
+
+    def alive(self) -> bool:
+        """Whether the engine can measure another trial."""
+
+    def close(self) -> None:
+        """Stop the engine and everything it started; safe to call twice."""
+
+
+_process_tag = uuid.uuid4().hex[:8]
+_launch_numbers = itertools.count(1)
+
+
+def new_launch_id() -> str:
+    """Unique across processes sharing a study: this process's tag and a counter."""
+    return f"{_process_tag}-{next(_launch_numbers)}"
+
+
+def cycled(ids: list[str], count: int) -> list[str]:
+    """The first `count` ids of the eval set repeated: every runner sends the same sequence."""
+    return list(itertools.islice(itertools.cycle(ids), count))

@@ -1,0 +1,77 @@
+"""Whether a trial's export to a deploy target reproduces what the trial measured.
+
+A recommendation must be a command that, launched as printed, gives the recorded figures: the
+same engine, the same flags, the same request fields. That holds for a trial measured through
+the target's own server command. It also holds for an in-process transformers trial exported
+to `swift deploy`, which serves the same transformers model with the same image preprocessing,
+when the trial neither compiled (no ms-swift flag applies torch.compile) nor sampled (another
+random stream): tests/test_swift_reproduces.py launches the export and compares the answers
+item by item. Every other trial is a what-if, shown apart with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.params import SERVER_BACKENDS, TrialConfig
+
+COMMANDS = {
+    "swift": "swift deploy",
+    "lmdeploy": "lmdeploy serve api_server",
+    "vllm": "vllm serve",
+}
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    deployable: bool
+    reason: str
+
+
+def measured_via(attrs: dict[str, Any]) -> str:
+    """ "server:<format>", "inprocess" or "endpoint", from a trial's recorded environment."""
+    env = attrs.get("environment") or {}
+    runner = env.get("runner")
+    if runner == "endpoint":
+        return "endpoint"
+    config = attrs.get("config") or {}
+    if runner == "server" or (runner is None and config.get("backend") in SERVER_BACKENDS):
+        return f"server:{env.get('server_format') or config.get('backend')}"
+    return "inprocess"
+
+
+def reproduction(attrs: dict[str, Any], target: str | None) -> Reproduction:
+    """Whether the trial with user attributes `attrs` reproduces on `target` (None: an
+    endpoint study, whose trials are request settings for that very server)."""
+    via = measured_via(attrs)
+    if target is None or via == "endpoint":
+        return Reproduction(True, "measured on the endpoint itself")
+    if via.startswith("server:"):
+        fmt = via.removeprefix("server:")
+        if fmt == target:
+            return Reproduction(True, f"measured through this very `{COMMANDS[target]}` command")
+        return Reproduction(
+            False, f"measured through `{COMMANDS.get(fmt, fmt)}`, not the deploy target {target}"
+        )
+    config = TrialConfig(**(attrs.get("config") or {}))
+    if target != "swift":
+        return Reproduction(
+            False,
+            f"measured in-process with {config.backend}; `{COMMANDS[target]}` runs another engine",
+        )
+    if config.compile_mode != "none":
+        return Reproduction(
+            False,
+            f"static cache + torch.compile ({config.compile_mode}): no swift deploy flag "
+            "applies torch.compile",
+        )
+    if config.do_sample:
+        return Reproduction(
+            False, "sampled in-process: ms-swift's sampler draws other random numbers"
+        )
+    return Reproduction(
+        True,
+        "measured in-process; swift deploy serves the same transformers model with the same "
+        "image preprocessing (its HTTP overhead was not part of the measurement)",
+    )

@@ -1,0 +1,226 @@
+"""The parts of a space file besides its parameters: constraints, workload, sampler, launches.
+
+Each is a strict pydantic model: an unknown key or a value out of range is refused with the
+field's name, so a typo in a space file never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune.errors import did_you_mean
+from autotune.measure.registry import METRICS, Direction
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ParamSpec(_Strict):
+    """How one parameter is searched: a list of choices or a numeric range."""
+
+    choices: list[Any] | None = Field(None, description="Values to choose from.")
+    low: float | None = Field(None, description="Lower bound of a numeric range.")
+    high: float | None = Field(None, description="Upper bound of a numeric range.")
+    step: float | None = Field(None, gt=0, description="Grid step of a numeric range.")
+    log: bool = Field(False, description="Sample the range on a log scale.")
+    when: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="Applies only when each named parameter takes one of the listed values.",
+    )
+
+    @model_validator(mode="after")
+    def _choices_or_range(self) -> ParamSpec:
+        has_range = self.low is not None or self.high is not None
+        if (self.choices is None) == (not has_range):
+            raise ValueError("give either 'choices' or both 'low' and 'high'")
+        if has_range and (self.low is None or self.high is None):
+            raise ValueError("a range needs both 'low' and 'high'")
+        if has_range and self.low > self.high:  # type: ignore[operator]
+            raise ValueError(f"low ({self.low}) is above high ({self.high})")
+        if self.choices is not None and not self.choices:
+            raise ValueError("'choices' is empty")
+        return self
+
+
+class AccuracyConstraint(_Strict):
+    """The accuracy floor: absolute, or relative to the reference trial."""
+
+    mode: Literal["relative", "absolute"] = Field("relative", description="Kind of floor.")
+    max_drop: float = Field(
+        0.05, ge=0.0, le=1.0, description="relative: allowed drop below the reference (0-1)."
+    )
+    min: float = Field(0.0, ge=0.0, le=1.0, description="absolute: lowest allowed accuracy.")
+    test: Literal["bootstrap", "point"] = Field(
+        "bootstrap",
+        description="relative: 'bootstrap' needs the lower bound of the paired difference's "
+        "confidence interval above -max_drop (non-inferiority); 'point' compares means only.",
+    )
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Interval confidence level.")
+    enabled: bool = Field(True, description="Switch the floor off (for ablations only).")
+
+
+class Screening(_Strict):
+    """Answer a fixed subset first; prune a trial already worse than the floor with confidence."""
+
+    items: int = Field(0, ge=0, description="Subset size; 0 switches screening off.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence to prune.")
+
+
+class Constraints(_Strict):
+    accuracy: AccuracyConstraint = Field(default_factory=AccuracyConstraint)
+    memory_budget_mib: float | None = Field(None, gt=0, description="Peak memory budget.")
+    latency_slo_ms: float | None = Field(None, gt=0, description="p95 end-to-end latency SLO.")
+
+
+class Objective(_Strict):
+    metric: str = Field(description="A metric name from autotune.measure.registry.")
+    direction: Direction | None = Field(None, description="Defaults to the metric's own.")
+
+    @model_validator(mode="after")
+    def _known_metric(self) -> Objective:
+        if self.metric not in METRICS:
+            raise ValueError(
+                f"unknown metric '{self.metric}': {did_you_mean(self.metric, METRICS)}"
+                f"known: {', '.join(METRICS)}"
+            )
+        if self.direction is None:
+            self.direction = METRICS[self.metric].direction
+        return self
+
+
+class Workload(_Strict):
+    """The measured load: warm-up, then measured requests until throughput is known.
+
+    A trial measures at least `requests` requests and two full batches, then goes on until the
+    `ci_confidence` interval of its throughput lies within +-`target_ci_rel` of the value, or
+    until `max_requests` or `max_measure_s` is reached (autotune.measure.convergence).
+    """
+
+    warmup_requests: int = Field(2, ge=1, description="Requests run first and not measured.")
+    requests: int = Field(
+        32, ge=4, description="Fewest measured requests (never fewer than two full batches)."
+    )
+    max_requests: int = Field(1024, ge=4, description="Most measured requests of one trial.")
+    max_measure_s: float = Field(
+        60,
+        gt=0,
+        description="Most seconds of measured requests in one trial (a full batch "
+        "already in flight is always finished).",
+    )
+    target_ci_rel: float = Field(
+        0.03,
+        gt=0,
+        lt=1,
+        description="Stop once the throughput's interval is within +- this share of the value.",
+    )
+    ci_confidence: float = Field(0.95, gt=0.5, lt=1, description="Confidence of that interval.")
+    accuracy_batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Batch (requests in flight) of the accuracy pass; None = the trial's own. "
+        "Greedy answers do not depend on it (tests/test_output_neutral.py), so a larger one "
+        "only makes the pass faster.",
+    )
+    request_rate_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="Server backends: open-loop Poisson arrivals at this rate; None = closed "
+        "loop with batch_size requests in flight.",
+    )
+    startup_timeout_s: float = Field(
+        600, gt=0, description="Server backends: time allowed until /v1/models answers."
+    )
+
+    @model_validator(mode="after")
+    def _max_not_below_min(self) -> Workload:
+        if self.max_requests < self.requests:
+            raise ValueError(
+                f"max_requests ({self.max_requests}) is below requests ({self.requests})"
+            )
+        return self
+
+    def measured_requests(self, batch_size: int) -> int:
+        """Fewest requests to measure: at least two full batches, so a batch of 64 is really
+        tested with 64 requests in flight and not with the few a small workload would send."""
+        return max(self.requests, 2 * batch_size)
+
+    def most_requests(self, batch_size: int) -> int:
+        return max(self.max_requests, self.measured_requests(batch_size))
+
+
+class SamplerSettings(_Strict):
+    """Optuna's TPE sampler: how many seeded random trials come before it models the results."""
+
+    n_startup_trials: int | None = Field(
+        None, ge=1, description="Random trials first; default: a third of the trials (2-10)."
+    )
+
+
+def _default_objectives() -> list[Objective]:
+    return [
+        Objective(metric="throughput_output_tokens_per_s"),
+        Objective(metric="e2e_latency_p95_ms"),
+    ]
+
+
+class LaunchSettings(_Strict):
+    """How long one engine launch is kept for request-time trials (autotune.study.launches)."""
+
+    trials_per_launch: int = Field(
+        4,
+        ge=1,
+        description="Trials measured on one launch (request-time settings proposed by the "
+        "sampler with the launch parameters fixed) before the sampler chooses freely again.",
+    )
+    max_repeated_proposals: int = Field(
+        3,
+        ge=1,
+        description="Proposals of already-measured configurations in a row that end a launch "
+        "early: the sampler has little left to try on it.",
+    )
+    random_launches: int = Field(
+        2,
+        ge=0,
+        description="Launches whose parameters are drawn at random (Optuna's RandomSampler) "
+        "before TPE models them: TPE has nothing to compare until it has seen more than one "
+        "launch, and would keep the first one forever.",
+    )
+
+
+class Candidate(_Strict):
+    """A named configuration measured right after the reference (a known recipe)."""
+
+    name: str = Field(min_length=1, max_length=80, description="Label in `best` and the report.")
+    config: dict[str, Any] = Field(description="TrialConfig values; unset ones: the reference's.")
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 90, "90", "90s", "30m", "1h" or "1h30m"; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            match = _DURATION.match(text)
+            if not text or match is None or not any(match.groups()):
+                raise ValueError(
+                    f"{value!r} is not a duration; write e.g. 90s, 30m, 1h or 1h30m"
+                ) from None
+            hours, minutes, secs = (float(part or 0) for part in match.groups())
+            seconds = hours * 3600 + minutes * 60 + secs
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{value!r} is not a positive duration")
+    return seconds

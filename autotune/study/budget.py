@@ -1,0 +1,82 @@
+"""A wall-clock budget for a study's trials: start nothing that cannot finish inside it.
+
+The budget counts trial time (start-ups, warm-up, measuring, accuracy), summed over every run of
+the study, so a resumed study goes on with what is left. Before each trial the study estimates
+what it will cost from the trials it has already run: the median start-up of its launches
+(only when the next trial needs a new one) plus the median of the rest of a trial. A trial that
+does not fit is not started; a trial that is started is measured whole (its load test is
+shortened to the time left, never below its minimum).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.study.timeshare import trial_seconds
+
+# Start-up guesses before a study has launched anything of its own, in seconds.
+STARTUP_GUESS_S = {"transformers": 20.0, "swift": 30.0, "lmdeploy": 90.0, "vllm": 120.0}
+# A guess of one trial's measured part before any trial has run.
+FIRST_TRIAL_GUESS_S = 30.0
+
+
+def _finished(study: optuna.Study) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+
+
+class Budget:
+    """The study's remaining trial time, and whether a next trial fits in it."""
+
+    def __init__(self, total_s: float | None) -> None:
+        self.total_s = total_s
+
+    def spent(self, study: optuna.Study) -> float:
+        return sum(trial_seconds(t) for t in _finished(study))
+
+    def remaining(self, study: optuna.Study) -> float | None:
+        if self.total_s is None:
+            return None
+        return self.total_s - self.spent(study)
+
+    def estimate(self, study: optuna.Study, *, launch_backends: set[str] | None) -> float:
+        """Seconds the next trial should take. `launch_backends`: None when it reuses the
+        running launch, else the backends its new launch may have (the slowest counts)."""
+        trials = [t for t in _finished(study) if t.user_attrs.get("time_s")]
+        work = [
+            trial_seconds(t) - float(t.user_attrs["time_s"].get("startup", 0.0))
+            for t in trials
+            if "duplicate_of" not in t.user_attrs
+        ]
+        estimate = statistics.median(work) if work else FIRST_TRIAL_GUESS_S
+        if launch_backends:
+            estimate += max(self._startup(trials, backend) for backend in launch_backends)
+        return estimate
+
+    def overhead(self, study: optuna.Study) -> float:
+        """The median warm-up + accuracy of a trial: what follows its load test."""
+        parts = [
+            float(t.user_attrs["time_s"].get("warmup", 0.0))
+            + float(t.user_attrs["time_s"].get("accuracy", 0.0))
+            for t in _finished(study)
+            if t.user_attrs.get("time_s") and "duplicate_of" not in t.user_attrs
+        ]
+        return statistics.median(parts) if parts else 0.0
+
+    @staticmethod
+    def _startup(trials: list[FrozenTrial], backend: str) -> float:
+        same = [
+            float(t.user_attrs["time_s"]["startup"])
+            for t in trials
+            if t.user_attrs["time_s"].get("startup")
+            and (t.user_attrs.get("config") or {}).get("backend") == backend
+        ]
+        return statistics.median(same) if same else STARTUP_GUESS_S.get(backend, 60.0)
+
+    def fits(self, study: optuna.Study, *, launch_backends: set[str] | None) -> bool:
+        left = self.remaining(study)
+        if left is None:
+            return True
+        return left >= self.estimate(study, launch_backends=launch_backends)

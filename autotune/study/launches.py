@@ -1,0 +1,109 @@
+"""One engine launch, many trials: which launch is up, and what the sampler may propose next.
+
+Starting an engine (a server, a model load, a compile) costs far more than one measurement,
+so a launch is kept for several trials. After each trial the scheduler tells Optuna what
+comes next: while the launch has trials left (`launches.trials_per_launch`), the study's own
+TPE sampler proposes only request-time settings, through Optuna's PartialFixedSampler with
+the launch-time parameters fixed; then the sampler chooses freely again. Every trial is an
+ordinary Optuna trial, so the search stays Optuna's. The first launches the sampler chooses
+itself are drawn at random (`launches.random_launches`, Optuna's RandomSampler): TPE has
+nothing to compare launches by until it has seen several, and would stay on the first.
+
+A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
+one engine at a time) and starts its own. A failed trial ends its launch.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.engines import EngineSession, PhaseCallback, open_session
+from autotune.params import LAUNCH_PARAMS, TrialConfig
+from autotune.study.plan import StudyPlan
+
+
+class LaunchScheduler:
+    """Holds the running launch of this process and steers the sampler between launches."""
+
+    def __init__(self, plan: StudyPlan, base_sampler: optuna.samplers.BaseSampler) -> None:
+        self.plan = plan
+        self.base_sampler = base_sampler
+        self.settings = plan.space.launches
+        self.session: EngineSession | None = None
+        self.trials_on_session = 0
+        self.repeats_in_a_row = 0
+        self.fixed: dict[str, object] | None = None
+        self.free_launches = 0  # launches started by the sampler's own proposals
+
+    def session_for(
+        self, config: TrialConfig, on_phase: PhaseCallback | None
+    ) -> tuple[EngineSession, bool]:
+        """The running launch when it serves `config`, else a new one; (session, started)."""
+        current = self.session
+        if current is not None and current.launch_key == config.launch_key() and current.alive():
+            self.trials_on_session += 1
+            return current, False
+        self.close()
+        plan = self.plan
+        self.session = open_session(
+            plan.space,
+            config,
+            model_path=plan.model_path,
+            evalset=plan.evalset,
+            endpoint=plan.endpoint,
+            image_geometry=plan.image_geometry,
+            on_phase=on_phase,
+        )
+        self.trials_on_session = 1
+        return self.session, True
+
+    def keeps_launch(self) -> bool:
+        """Whether the next trial is to run on the launch that is up."""
+        return self.fixed is not None
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Fix the next proposal's launch parameters to this trial's, or free them."""
+        duplicate = "duplicate_of" in trial.user_attrs
+        self.repeats_in_a_row = self.repeats_in_a_row + 1 if duplicate else 0
+        session = self.session
+        on_this_launch = (
+            session is not None
+            and session.alive()
+            and trial.user_attrs.get("launch_id") in (session.launch_id, None)
+            and trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        )
+        keep = (
+            on_this_launch
+            and self.trials_on_session < self.settings.trials_per_launch
+            and self.repeats_in_a_row < self.settings.max_repeated_proposals
+            and (self.fixed is not None or self._fixable(trial))
+        )
+        if keep and self.fixed is None:
+            self.fixed = {
+                name: trial.params[name] for name in LAUNCH_PARAMS if name in trial.params
+            }
+        elif not keep:
+            self.fixed = None
+        if self.fixed is None:
+            study.sampler = self.base_sampler
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.sampler = optuna.samplers.PartialFixedSampler(self.fixed, self.base_sampler)
+
+    def _fixable(self, trial: FrozenTrial) -> bool:
+        """Whether fixing this trial's parameters pins its whole launch: not so for a reference
+        whose launch values lie outside the search (they are not trial parameters)."""
+        config = trial.user_attrs.get("config") or {}
+        return bool(config) and all(
+            name in trial.params for name in LAUNCH_PARAMS if self.plan.space.applies(name, config)
+        )
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.session = None
+        self.trials_on_session = 0

@@ -1,0 +1,269 @@
+"""One Optuna trial: propose, measure on the right launch, judge, record.
+
+Each trial runs its request-time settings on the launch the scheduler provides
+(autotune.study.launches), records its figures as user attributes, its constraint values, how
+its time was spent and whether its export reproduces on the deploy target. A failed trial is a
+FAIL with its reason, and the study goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.accuracy.paired import PairedComparison, compare
+from autotune.accuracy.reuse import (
+    accuracy_key,
+    find_reusable,
+    screening_request,
+    stored_accuracy,
+)
+from autotune.accuracy.scoring import AccuracyReport
+from autotune.engines import measure_plan
+from autotune.errors import TrialFailure
+from autotune.export.reproduce import reproduction
+from autotune.measure.measurement import Measurement, to_measurement
+from autotune.params import TrialConfig
+from autotune.space import SearchSpace
+from autotune.study.artifacts import ArtifactRecorder
+from autotune.study.budget import Budget
+from autotune.study.launches import LaunchScheduler
+from autotune.study.plan import StudyPlan
+from autotune.study.progress import Progress
+from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+
+# A load test is never cut below this many seconds by the budget: it still measures its
+# minimum number of requests, this only stops it asking for more.
+MIN_MEASURE_S = 5.0
+
+
+def constraint_values(
+    space: SearchSpace, m: Measurement, paired: PairedComparison | None
+) -> dict[str, float]:
+    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order."""
+    c = space.constraints
+    values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
+    if c.accuracy.enabled and m.accuracy is not None:
+        if c.accuracy.mode == "absolute":
+            values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
+        elif paired is not None:
+            diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
+            values["accuracy"] = -c.accuracy.max_drop - diff
+    if c.memory_budget_mib is not None and "peak_memory_mib" in m.figures:
+        values["memory"] = m.figures["peak_memory_mib"] - c.memory_budget_mib
+    if c.latency_slo_ms is not None and "e2e_latency_p95_ms" in m.figures:
+        values["latency"] = m.figures["e2e_latency_p95_ms"] - c.latency_slo_ms
+    return values
+
+
+def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
+    """Constraint values for the sampler (Optuna's set_constraint) and for our own readers.
+
+    "deployable" (0 or 1) is given to the sampler too, so TPE learns where configurations
+    that reproduce on the deploy target lie; feasibility reads the other three only.
+    """
+    trial.set_user_attr("constraints", values)
+    for name, value in values.items():
+        trial.set_constraint(name, value)
+
+
+def judge(
+    trial: optuna.Trial, accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace
+) -> PairedComparison:
+    """Compare a candidate's answers with the reference's, item by item, and record it."""
+    ref_accuracy = stored_accuracy(reference)
+    paired = compare(
+        accuracy.item_scores,
+        ref_accuracy.item_scores,
+        candidate_passed=accuracy.item_passed,
+        reference_passed=ref_accuracy.item_passed,
+        confidence=space.constraints.accuracy.confidence,
+    )
+    trial.set_user_attr("paired_vs_reference", paired.to_dict())
+    return paired
+
+
+# Attributes that describe a trial's own run, not its configuration's figures.
+_NOT_INHERITED = frozenset(
+    {
+        "is_reference",
+        "candidate",
+        "sample_outputs_artifact",
+        "accuracy_reused_from",
+        "answers_computed",
+        "time_s",
+        "launch_id",
+        "launch_started",
+    }
+)
+
+
+def identical_trial(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+    wanted = config.model_dump()
+    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if other.user_attrs.get("config") == wanted and "constraints" in other.user_attrs:
+            return other
+    return None
+
+
+def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
+    """The completed reference; waits while another process (a shared study) still runs it.
+
+    Without it a relative floor cannot be judged, and a candidate must never pass unjudged.
+    """
+    accuracy = space.constraints.accuracy
+    needs_reference = accuracy.enabled and accuracy.mode == "relative"
+    deadline = time.monotonic() + space.trial_timeout_s
+    while True:
+        reference = reference_trial(study)
+        if reference is not None or not needs_reference:
+            return reference
+        pending = [
+            t
+            for t in study.get_trials(
+                deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
+            )
+            if t.user_attrs.get("is_reference")
+        ]
+        if not pending or time.monotonic() > deadline:
+            raise TrialFailure(
+                "no completed reference trial to compare with (it failed or is missing); "
+                "run the study again to retry the reference",
+                kind="no-reference",
+            )
+        time.sleep(5)
+
+
+class Objective:
+    """What study.optimize calls for each trial."""
+
+    def __init__(
+        self, plan: StudyPlan, progress: Progress, launches: LaunchScheduler, budget: Budget
+    ) -> None:
+        self.plan = plan
+        self.progress = progress
+        self.launches = launches
+        self.budget = budget
+        self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        self.started = time.perf_counter()
+        time_s: dict[str, float] = {"startup": 0.0}
+        try:
+            return self._run(trial, time_s)
+        finally:
+            time_s["total"] = time.perf_counter() - self.started
+            trial.set_user_attr("time_s", time_s)
+
+    def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
+        plan, space = self.plan, self.plan.space
+        is_reference = bool(trial.user_attrs.get("is_reference"))
+        candidate = trial.user_attrs.get("candidate")
+        fixed = None
+        if is_reference:
+            fixed = space.reference_config()
+        elif candidate:
+            fixed = space.candidate_config(str(candidate))
+        config = space.suggest(trial, fixed=fixed)
+        output_key = accuracy_key(config, plan.evalset)
+        trial.set_user_attr("config", config.model_dump())
+        trial.set_user_attr("output_key", output_key)
+        self.progress.trial_started(trial.number, config)
+        twin = None if is_reference or candidate else identical_trial(trial.study, config)
+        if twin is not None:
+            return self._copy_twin(trial, twin)
+        reference = None if is_reference else await_reference(trial.study, space)
+        cached = find_reusable(trial.study, output_key)
+        measure_accuracy = cached is None and not plan.dummy_weights
+        ids = [item.id for item in plan.evalset.items]
+        try:
+            session, launched = self.launches.session_for(config, self.progress.phase)
+            trial.set_user_attr("launch_id", session.launch_id)
+            trial.set_user_attr("launch_started", launched)
+            if launched:
+                time_s["startup"] = session.startup_s
+            measure = measure_plan(
+                space,
+                config,
+                accuracy_ids=ids if measure_accuracy else None,
+                # Random weights answer noise: no accuracy pass, no screening (dummy_weights).
+                screening=None
+                if cached or plan.dummy_weights
+                else screening_request(space, plan.evalset, reference),
+                max_seconds=self._measure_seconds(trial.study),
+            )
+            result = session.measure(config, measure, on_phase=self.progress.phase)
+        except TrialFailure as failure:
+            trial.set_user_attr("failure_kind", failure.kind)
+            trial.set_user_attr("failure_reason", failure.reason)
+            trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+            self.artifacts.log_tail(trial, failure.log_tail)
+            raise
+        m = to_measurement(
+            space,
+            config,
+            result,
+            startup_s=session.startup_s,
+            evalset=plan.evalset,
+            measure_accuracy=measure_accuracy,
+        )
+        time_s.update(m.time_s)
+        m.environment = {**m.environment, "launch_id": session.launch_id}
+        if cached is not None:
+            m.accuracy = stored_accuracy(cached)
+            m.predictions = dict(cached.user_attrs.get("predictions") or {})
+            trial.set_user_attr("accuracy_reused_from", cached.number)
+        trial.set_user_attr("answers_computed", 0 if cached else len(m.predictions))
+        for key, value in m.user_attrs().items():
+            if key != "time_s":
+                trial.set_user_attr(key, value)
+        paired = None
+        if reference is not None and m.accuracy is not None:
+            paired = judge(trial, m.accuracy, reference, space)
+        self._record(trial, constraint_values(space, m, paired))
+        self.artifacts.sample_outputs(trial, plan.evalset, m)
+        if m.screened_out:
+            raise optuna.TrialPruned(
+                f"screening: accuracy already below the floor on {len(m.predictions)} items"
+            )
+        return [float(m.user_attrs()[o.metric]) for o in space.objectives]
+
+    def _record(self, trial: optuna.Trial, values: dict[str, float]) -> None:
+        attrs: dict[str, Any] = {
+            "config": trial.user_attrs["config"],
+            "environment": trial.user_attrs.get("environment") or {},
+        }
+        check = reproduction(attrs, None if self.plan.endpoint else self.plan.space.deploy)
+        trial.set_user_attr("deployable", check.deployable)
+        trial.set_user_attr("deployability", check.reason)
+        record_constraints(trial, {**values, DEPLOYABLE: 0.0 if check.deployable else 1.0})
+
+    def _measure_seconds(self, study: optuna.Study) -> float | None:
+        """How long the load test may run so the trial ends inside the budget."""
+        left = self.budget.remaining(study)
+        if left is None:
+            return None
+        used = time.perf_counter() - self.started  # this trial's start-up, so far
+        return max(MIN_MEASURE_S, left - used - self.budget.overhead(study))
+
+    def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> list[float]:
+        """The sampler proposed a configuration already measured: record it, don't re-run it.
+
+        GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
+        came from, and the trial does not count towards --trials.
+        """
+        for key, value in twin.user_attrs.items():
+            if key not in _NOT_INHERITED:
+                trial.set_user_attr(key, value)
+        trial.set_user_attr("duplicate_of", twin.number)
+        trial.set_user_attr("answers_computed", 0)
+        constraints = dict(twin.user_attrs["constraints"])
+        if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
+            # The reference's twin is still a candidate: judged like every other one (a zero
+            # difference), not left without a comparison.
+            judge(trial, stored_accuracy(twin), twin, self.plan.space)
+        record_constraints(trial, constraints)
+        return list(twin.values)

@@ -1,0 +1,82 @@
+"""Where a study's time went: start-up, warm-up (compile), measuring, accuracy, the rest.
+
+Every trial records `time_s` (autotune.study.objective): the start-up it paid (zero when it
+reused a running launch), its warm-up, its measured requests, its accuracy pass and its wall
+time. Summed over the study, the shares say how much of the trial time bought measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial
+
+PARTS = ("startup", "warmup", "measuring", "accuracy")
+
+
+@dataclass(frozen=True)
+class TimeShare:
+    total_s: float
+    parts_s: dict[str, float]
+    launches: int
+    trials: int
+
+    @property
+    def other_s(self) -> float:
+        return max(0.0, self.total_s - sum(self.parts_s.values()))
+
+    def share(self, part: str) -> float:
+        value = self.other_s if part == "other" else self.parts_s.get(part, 0.0)
+        return value / self.total_s if self.total_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "total_s": self.total_s,
+            **{f"{part}_s": self.parts_s[part] for part in PARTS},
+            "other_s": self.other_s,
+            "measuring_share": self.share("measuring"),
+            "launches": self.launches,
+            "trials": self.trials,
+        }
+
+    def line(self) -> str:
+        if self.total_s <= 0:
+            return "no trial time recorded yet"
+        parts = ", ".join(
+            f"{name} {self.share(key):.0%}"
+            for key, name in (
+                ("startup", "start-up"),
+                ("warmup", "warm-up/compile"),
+                ("measuring", "measuring"),
+                ("accuracy", "accuracy"),
+                ("other", "other"),
+            )
+        )
+        return f"{self.total_s:.0f} s in {self.trials} trials on {self.launches} launches: {parts}"
+
+
+def trial_seconds(trial: FrozenTrial) -> float:
+    return float((trial.user_attrs.get("time_s") or {}).get("total", 0.0))
+
+
+def time_share(trials: list[FrozenTrial]) -> TimeShare:
+    parts = dict.fromkeys(PARTS, 0.0)
+    total = 0.0
+    launches: set[str] = set()
+    counted = 0
+    for trial in trials:
+        time_s = trial.user_attrs.get("time_s") or {}
+        if not time_s:
+            continue
+        counted += 1
+        total += float(time_s.get("total", 0.0))
+        for part in PARTS:
+            parts[part] += float(time_s.get(part, 0.0))
+        if trial.user_attrs.get("launch_id"):
+            launches.add(str(trial.user_attrs["launch_id"]))
+    return TimeShare(total_s=total, parts_s=parts, launches=len(launches), trials=counted)
+
+
+def study_time_share(study: optuna.Study) -> TimeShare:
+    return time_share([t for t in study.get_trials(deepcopy=False) if t.state.is_finished()])
