@@ -153,6 +153,7 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         "accuracy_s",
         "timings",
         "steady",
+        "block_size",
         "stop_reason",
         "screened_out",
         "predictions",

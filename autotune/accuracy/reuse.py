@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
-from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
@@ -55,21 +53,7 @@ def stored_accuracy(trial: FrozenTrial) -> AccuracyReport:
 
 def screening_ids(evalset: EvalSet, n: int) -> list[str]:
     """A fixed subset of `n` items, drawn round-robin over categories so each is represented."""
-    by_category: dict[str, list[str]] = defaultdict(list)
-    for item in evalset.items:
-        by_category[item.category].append(item.id)
-    rng = random.Random(0)
-    queues = []
-    for name in sorted(by_category):
-        ids = by_category[name][:]
-        rng.shuffle(ids)
-        queues.append(ids)
-    chosen: list[str] = []
-    while len(chosen) < n and any(queues):
-        for queue in queues:
-            if queue and len(chosen) < n:
-                chosen.append(queue.pop())
-    return chosen
+    return evalset.balanced_ids()[:n]
 
 
 def screening_request(

@@ -68,7 +68,8 @@ async def run_passes(
         workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
         t0 = time.perf_counter()
         if plan.request_rate_per_s is None:
-            rule = plan.stop_rule(block_size=batch)
+            # A block is one pass over the workload (see autotune.engines.inprocess.worker).
+            rule = plan.stop_rule(block_size=plan.workload_requests)
             replies, steady, stop_reason = await closed_loop_until(chat.send, workload, batch, rule)
         else:
             # An offered load is a fixed schedule: its length is part of what is measured.
@@ -94,6 +95,7 @@ async def run_passes(
         "accuracy_s": accuracy_s,
         "timings": [reply.timing.to_dict() for reply in replies],
         "steady": steady,
+        "block_size": plan.workload_requests,
         "stop_reason": stop_reason,
         "predictions": predictions or {},
         "screened_out": False,

@@ -44,7 +44,9 @@ Render = Callable[[TrialConfig, int | None], Export]
 
 
 def chat_prompts(evalset: EvalSet) -> list[ChatPrompt]:
-    return [ChatPrompt(item.id, item.load_image(), item.prompt) for item in evalset.items]
+    """Every item as a prompt, in the order load tests cycle (EvalSet.balanced_ids)."""
+    by_id = {item.id: item for item in evalset.items}
+    return [ChatPrompt(i, by_id[i].load_image(), by_id[i].prompt) for i in evalset.balanced_ids()]
 
 
 def drive_passes(

@@ -13,7 +13,8 @@ broken set fails before any model is loaded rather than halfway through a study.
 from __future__ import annotations
 
 import json
-from collections import Counter
+import random
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,26 @@ class EvalSet(BaseModel):
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def balanced_ids(self) -> list[str]:
+        """Every item id, drawn round-robin over the categories (each shuffled with a fixed
+        seed): any prefix is a fair mix. Load tests cycle this order, so a short workload is
+        not all one category, and a screening subset represents every category."""
+        by_category: dict[str, list[str]] = defaultdict(list)
+        for item in self.items:
+            by_category[item.category].append(item.id)
+        rng = random.Random(0)
+        queues = []
+        for name in sorted(by_category):
+            ids = by_category[name][:]
+            rng.shuffle(ids)
+            queues.append(ids)
+        ordered: list[str] = []
+        while any(queues):
+            for queue in queues:
+                if queue:
+                    ordered.append(queue.pop())
+        return ordered
 
 
 def available_evalsets() -> list[str]:

@@ -64,8 +64,8 @@ def to_measurement(
     figures: dict[str, float] = {}
     if not screened_out:
         open_loop = space.workload.request_rate_per_s is not None
-        # An open loop has no batch: blocks of an eighth of the schedule give its interval.
-        block = max(1, len(timings) // 8) if open_loop else config.batch_size
+        # An open loop has no passes: blocks of an eighth of the schedule give its interval.
+        block = max(1, len(timings) // 8) if open_loop else int(result["block_size"])
         figures = summarize(
             timings,
             block_size=block,

@@ -61,7 +61,7 @@ class Worker:
 
         self.evalset = load_evalset(launch.evalset)
         self.by_id = {item.id: item for item in self.evalset.items}
-        self.ids = [item.id for item in self.evalset.items]
+        self.ids = self.evalset.balanced_ids()  # the order load tests cycle
         self.images: dict[str, Any] = {}
         self.engine = TransformersEngine(launch.model, launch.launch, device=launch.device)
         self.launch = launch.launch
@@ -126,7 +126,9 @@ class Worker:
         measure_s = accuracy_s = 0.0
         if not screened_out:
             events.send(phase="load test")
-            rule = plan.stop_rule(block_size=batch)
+            # A block is one pass over the workload: every block holds the same requests, so
+            # block throughputs differ by the engine's noise only, not by the items' mix.
+            rule = plan.stop_rule(block_size=plan.workload_requests)
             groups = _batches(workload, batch)
             started = time.perf_counter()
             stop: str | None = None
@@ -154,6 +156,7 @@ class Worker:
             "accuracy_s": accuracy_s,
             "timings": [t.to_dict() for t in timings],
             "steady": len(timings),
+            "block_size": plan.workload_requests,
             "stop_reason": stop_reason,
             "predictions": predictions,
             "screened_out": screened_out,
