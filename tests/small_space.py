@@ -40,7 +40,7 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     data["model"] = str(MODEL)
     data["evalset"] = str(small_evalset(tmp_path))
     # Load tests stop after 3 s at most: these tests are about the loop, not the figures.
-    data["workload"] = {"warmup_requests": 1, "requests": 4, "max_measure_s": 3}
+    data["workload"] = {"warmup_requests": 1, "requests": 2, "max_measure_s": 3}
     data["screening"] = {"items": 0}
     data.update(overrides)
     path = tmp_path / f"{data.get('name', 'small')}.yaml"

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.client.chat import ChatPrompt, ChatReply
 from autotune.client.load import closed_loop_until
-from autotune.measure.convergence import StopRule, block_estimate
+from autotune.measure.convergence import MAX_BLOCKS, StopRule, block_estimate
 from autotune.measure.timing import RequestTiming, summarize
 
 
@@ -114,3 +114,22 @@ def test_closed_loop_keeps_the_concurrency_until_the_rule_stops_it() -> None:
     assert reason == "max_requests"
     assert len(replies) == 40 == steady
     assert {r.item_id for r in replies} == {"i0", "i1", "i2"}  # the workload cycles
+
+
+def test_passes_are_grouped_into_at_most_ten_blocks_using_every_pass() -> None:
+    estimate = block_estimate(batches([100.0] * 19, size=4), 4)
+    assert estimate is not None
+    assert estimate.blocks == MAX_BLOCKS
+    assert estimate.requests == 19 * 4  # no pass left out
+    assert estimate.tokens_per_s == pytest.approx(100.0)
+
+
+def test_a_rate_swinging_within_blocks_averages_out_as_blocks_grow() -> None:
+    # A server at saturation alternates slow and fast passes (prefill waves, then decode):
+    # one pass per block sees the swing, ten passes per block average it out.
+    swinging = batches([60.0, 140.0] * 50, size=4)
+    short = block_estimate(swinging[:40], 4)
+    long = block_estimate(swinging, 4)
+    assert short is not None and long is not None
+    assert short.ci_rel > 0.2
+    assert long.ci_rel < 0.03

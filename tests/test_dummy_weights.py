@@ -53,7 +53,7 @@ def quick_space(tmp_path: Path) -> Path:
         model=str(TINY),
         evalset=str(target),
         trials=2,
-        workload={"warmup_requests": 1, "requests": 4, "max_requests": 4},
+        workload={"warmup_requests": 1, "requests": 2, "max_requests": 4},
         params={"batch_size": {"choices": [1, 2]}},
     )
     path = tmp_path / "quick.yaml"

@@ -46,7 +46,7 @@ def space(**workload: float) -> SearchSpace:
     base = load_space("smoke")
     values = {
         "warmup_requests": 1,
-        "requests": 6,
+        "requests": 3,  # passes of 3: six requests, two passes
         "max_requests": 6,  # a fixed count: these tests are about the runner, not convergence
         "startup_timeout_s": 20.0,
         **workload,

@@ -72,9 +72,11 @@ async def run_passes(
             rule = plan.stop_rule(block_size=plan.workload_requests)
             replies, steady, stop_reason = await closed_loop_until(chat.send, workload, batch, rule)
         else:
-            # An offered load is a fixed schedule: its length is part of what is measured.
+            # An offered load is a fixed schedule of two passes: its length is part of what is
+            # measured, so it does not stretch until the interval closes.
+            schedule = [by_id[i] for i in cycled(ids, plan.min_requests)]
             replies = await open_loop(
-                chat.send, workload, plan.request_rate_per_s, seed=config.seed
+                chat.send, schedule, plan.request_rate_per_s, seed=config.seed
             )
             steady, stop_reason = len(replies), "fixed schedule (open loop)"
         measure_s = time.perf_counter() - t0

@@ -36,8 +36,8 @@ class MeasurePlan(BaseModel):
     """What one trial measures on a running engine (sent as JSON to worker processes)."""
 
     warmup_requests: int
-    workload_requests: int  # the measured load cycles this many requests of the eval set
-    min_requests: int
+    workload_requests: int  # one pass: the measured load cycles this many requests
+    min_requests: int  # two passes
     max_requests: int
     max_seconds: float
     target_ci_rel: float
@@ -68,7 +68,7 @@ def measure_plan(
 ) -> MeasurePlan:
     """The plan for `config` under the space's workload; `max_seconds` may shorten it (budget)."""
     workload = space.workload
-    minimum = workload.measured_requests(config.batch_size)
+    one_pass = workload.pass_requests(config.batch_size)
     # Answers depend on the batch only when sampling or when a compiled engine would compile
     # the accuracy pass's new batch shape; otherwise the larger batch only saves time.
     accuracy_batch = workload.accuracy_batch_size or config.batch_size
@@ -76,8 +76,8 @@ def measure_plan(
         accuracy_batch = config.batch_size
     return MeasurePlan(
         warmup_requests=workload.warmup_requests,
-        workload_requests=minimum,
-        min_requests=minimum,
+        workload_requests=one_pass,
+        min_requests=2 * one_pass,
         max_requests=workload.most_requests(config.batch_size),
         max_seconds=min(workload.max_measure_s, max_seconds or workload.max_measure_s),
         target_ci_rel=workload.target_ci_rel,

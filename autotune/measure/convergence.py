@@ -1,16 +1,20 @@
 """Measuring until throughput is known: batch means, their interval, and when to stop.
 
-Requests are measured in blocks of `block_size` consecutive completions (one static batch
-in-process; one turnover of the requests in flight on a server). Each block gives one
-throughput sample, tokens over the time since the previous block ended; the samples of a
-steady load are close to independent, so the mean's Student-t interval (the batch-means
-method of simulation output analysis) says how well the throughput is known. A trial stops
-once that interval lies within +-`target_ci_rel` of the value, and never before two blocks
-and its minimum number of requests; `max_requests` and `max_seconds` bound it.
+Requests are measured in passes of `block_size` completions (one pass over the workload: the
+same requests every time). Passes are grouped into at most MAX_BLOCKS equal blocks, each
+block's throughput is its tokens over the time since the previous block ended, and the mean's
+Student-t interval says how well the throughput is known: the fixed-number-of-batch-means
+method of simulation output analysis. Keeping the number of blocks fixed makes each block
+longer as measuring goes on, so a load whose rate swings over several seconds (a server
+at saturation prefills a wave of requests, then decodes) still gives blocks that are close to
+independent. A trial stops once the interval lies within +-`target_ci_rel` of the value, and
+never before two passes and its minimum number of requests; `max_requests` and `max_seconds`
+bound it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -19,6 +23,9 @@ from dataclasses import dataclass
 from scipy import stats
 
 from autotune.measure.timing import RequestTiming
+
+# Blocks the passes are grouped into (fewer while there are fewer passes).
+MAX_BLOCKS = 10
 
 
 @dataclass(frozen=True)
@@ -44,17 +51,22 @@ class ThroughputEstimate:
 def block_estimate(
     timings: Sequence[RequestTiming], block_size: int, *, confidence: float = 0.95
 ) -> ThroughputEstimate | None:
-    """The estimate over the whole blocks in `timings`; None before the first block ends."""
+    """The estimate over the whole passes of `block_size` requests in `timings`, grouped into
+    at most MAX_BLOCKS blocks; None before the first pass ends."""
     if block_size < 1 or len(timings) < block_size:
         return None
     ordered = sorted(timings, key=lambda t: t.end)
-    blocks = len(ordered) // block_size
+    passes = len(ordered) // block_size
+    blocks = min(passes, MAX_BLOCKS)
+    # Block i holds passes [i*P/k, (i+1)*P/k): every whole pass is used, block sizes differ
+    # by one pass at most.
+    bounds = [index * passes // blocks * block_size for index in range(blocks + 1)]
     begin = min(t.start for t in timings)
     previous_end = begin
     rates: list[float] = []
     tokens = 0
-    for index in range(blocks):
-        block = ordered[index * block_size : (index + 1) * block_size]
+    for low, high in itertools.pairwise(bounds):
+        block = ordered[low:high]
         end = block[-1].end
         block_tokens = sum(t.output_tokens for t in block)
         rates.append(block_tokens / max(end - previous_end, 1e-9))
@@ -63,10 +75,10 @@ def block_estimate(
     window = max(previous_end - begin, 1e-9)
     return ThroughputEstimate(
         tokens_per_s=tokens / window,
-        requests_per_s=blocks * block_size / window,
+        requests_per_s=bounds[-1] / window,
         ci_rel=_relative_half_width(rates, confidence),
         blocks=blocks,
-        requests=blocks * block_size,
+        requests=bounds[-1],
         window_s=window,
     )
 

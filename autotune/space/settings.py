@@ -94,23 +94,25 @@ class Objective(_Strict):
 
 
 class Workload(_Strict):
-    """The measured load: warm-up, then measured requests until throughput is known.
+    """The measured load: warm-up, then passes over the workload until throughput is known.
 
-    A trial measures at least `requests` requests and two full batches, then goes on until the
+    A pass is `requests` requests of the eval set (at least one full batch), cycled in a
+    category-balanced order; every pass holds the same requests, so pass throughputs differ
+    by the engine's noise only. A trial measures at least two passes, then goes on until the
     `ci_confidence` interval of its throughput lies within +-`target_ci_rel` of the value, or
     until `max_requests` or `max_measure_s` is reached (autotune.measure.convergence).
     """
 
     warmup_requests: int = Field(2, ge=1, description="Requests run first and not measured.")
     requests: int = Field(
-        32, ge=4, description="Fewest measured requests (never fewer than two full batches)."
+        32, ge=1, description="Requests in one measured pass (never fewer than one batch)."
     )
-    max_requests: int = Field(1024, ge=4, description="Most measured requests of one trial.")
+    max_requests: int = Field(1024, ge=2, description="Most measured requests of one trial.")
     max_measure_s: float = Field(
         60,
         gt=0,
-        description="Most seconds of measured requests in one trial (a full batch "
-        "already in flight is always finished).",
+        description="Most seconds of measured requests in one trial (two passes are always "
+        "finished).",
     )
     target_ci_rel: float = Field(
         0.03,
@@ -138,20 +140,21 @@ class Workload(_Strict):
     )
 
     @model_validator(mode="after")
-    def _max_not_below_min(self) -> Workload:
-        if self.max_requests < self.requests:
+    def _max_not_below_two_passes(self) -> Workload:
+        if self.max_requests < 2 * self.requests:
             raise ValueError(
-                f"max_requests ({self.max_requests}) is below requests ({self.requests})"
+                f"max_requests ({self.max_requests}) is below two passes of requests "
+                f"({self.requests})"
             )
         return self
 
-    def measured_requests(self, batch_size: int) -> int:
-        """Fewest requests to measure: at least two full batches, so a batch of 64 is really
-        tested with 64 requests in flight and not with the few a small workload would send."""
-        return max(self.requests, 2 * batch_size)
+    def pass_requests(self, batch_size: int) -> int:
+        """Requests in one pass: at least one full batch, so a batch of 64 is really tested
+        with 64 requests in flight and not with the few a small workload would send."""
+        return max(self.requests, batch_size)
 
     def most_requests(self, batch_size: int) -> int:
-        return max(self.max_requests, self.measured_requests(batch_size))
+        return max(self.max_requests, 2 * self.pass_requests(batch_size))
 
 
 class SamplerSettings(_Strict):
