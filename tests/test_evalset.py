@@ -16,6 +16,7 @@ from autotune.errors import EvalsetError
 from autotune.evalset import synth
 from autotune.evalset.dataset import EVALSETS_DIR, load_evalset, summary
 from autotune.evalset.metrics import get_metric
+from autotune.evalset.synth import SAFE_UPPER
 
 GOOD = {
     "id": "line-0001",
@@ -152,7 +153,14 @@ def test_smoke_set() -> None:
     for it in evalset.items:
         # One short answer per item keeps the tiny model's generations short.
         assert len(it.answers[0].split()) == 1
-        assert max(it.meta["width"], it.meta["height"]) <= 512
+        assert max(it.meta["width"], it.meta["height"]) <= 720
+        if it.category == "text_line":
+            # The recipe the tiny model learns (issue 13): 2-4 upper-case letters and digits,
+            # 28-48 px, whose glyphs shrink to 2.5-5.5 px at image max side 64.
+            assert 2 <= len(it.answers[0]) <= 4 and set(it.answers[0]) <= set(SAFE_UPPER)
+            assert 28 <= it.meta["font_px"] <= 48
+        else:  # small objects, 1.4-3.2 px at image max side 64
+            assert 16 <= it.meta["min_object_px"] <= 28
 
 
 def test_ocr_caption_set() -> None:

@@ -55,6 +55,7 @@ def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.
     workdir = tmp_path_factory.mktemp("smoke")
     result = autotune("run", "--space", "smoke", "--trials", "6", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
+    (workdir / "run.log").write_text(result.stderr, encoding="utf-8")
     db = workdir / "studies" / "smoke.db"
     assert db.is_file()
     study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{db}")
@@ -115,6 +116,28 @@ def test_best_shows_the_recommendation(smoke_study: tuple[Path, optuna.Study]) -
     as_json = json.loads(autotune("best", "--json", cwd=workdir).stdout)
     assert as_json["study"] == "smoke"
     assert as_json["recommended"]["trial"] in {t.number for t in study.trials}
+    # The floor explains itself: 32 items at the reference's 0.188 cannot show a 0.05 margin.
+    assert "32 items cannot show non-inferiority" in as_json["floor_warning"]
+    assert "32 items cannot show non-inferiority" in result.stdout
+
+
+def test_every_infeasible_trial_says_why(smoke_study: tuple[Path, optuna.Study]) -> None:
+    workdir, study = smoke_study
+    as_json = json.loads(autotune("best", "--json", cwd=workdir).stdout)
+    infeasible = [
+        t
+        for t in study.get_trials(states=(TrialState.COMPLETE,))
+        if any(v > 0 for k, v in t.user_attrs["constraints"].items() if k != "deployable")
+        and "duplicate_of" not in t.user_attrs
+    ]
+    assert set(as_json["infeasible"]) == {str(t.number) for t in infeasible}
+    progress = (workdir / "run.log").read_text(encoding="utf-8")
+    for trial in infeasible:
+        reasons = trial.user_attrs["infeasible_because"]
+        assert reasons and as_json["infeasible"][str(trial.number)] == reasons
+        line = next(x for x in progress.splitlines() if f"] trial {trial.number} " in x)
+        assert f"(infeasible: {reasons[0]}" in line
+        assert all(("interval" in r or "memory" in r or "floor" in r) for r in reasons)
 
 
 def test_export_swift_and_lmdeploy(smoke_study: tuple[Path, optuna.Study]) -> None:

@@ -4,10 +4,12 @@ Usage (from the repository root; needs Debian's tesseract-ocr, -eng and -chi-sim
 
     python -m tools.calibrate_evalset ocr-caption                 # print the table
     python -m tools.calibrate_evalset ocr-caption --write-readme  # and put it in README.md
+    python -m tools.calibrate_evalset smoke --sides 0,256,128,64 --write-readme
 
 Every item that has a ``font_px`` (text lines, documents, receipts, charts, Chinese) is shrunk
-with LANCZOS to 1, 1/2, 1/4, ... of its pixel area, then enlarged back to twice its original
-size before OCR: the enlargement adds no detail, it only keeps tesseract's own minimum glyph
+with LANCZOS to 1, 1/2, 1/4, ... of its pixel area (or, with --sides, to the image max sides a
+space searches, as autotune's client resizes), then enlarged back to twice its original size
+before OCR: the enlargement adds no detail, it only keeps tesseract's own minimum glyph
 height from counting as illegibility. Tesseract is a proxy for the model: the point is that
 each font-size bucket loses legibility somewhere in the range the tuner explores.
 """
@@ -35,7 +37,7 @@ from autotune.evalset.metrics import cer, normalize
 from tools.make_evalset import CALIBRATION_BEGIN, CALIBRATION_END
 
 AREAS = tuple(Fraction(1, 2**k) for k in range(6))  # full size down to 1/32
-BUCKETS = ((10, 12), (13, 15), (16, 19), (20, 23), (24, 28))
+BUCKETS = ((10, 12), (13, 15), (16, 19), (20, 23), (24, 28), (29, 36), (37, 48))
 # Whole-text items count as legible at 1 - CER >= 0.8; question items when the answer appears
 # in the OCR output with at most about one character in ten wrong.
 LINE_CER_PASS = 0.8
@@ -68,10 +70,16 @@ def ocr(img: Image.Image, *, psm: str, lang: str) -> str:
     return done.stdout.decode("utf-8", errors="replace")
 
 
-def shrink(img: Image.Image, area: Fraction) -> Image.Image:
-    side = float(area) ** 0.5
+Step = Fraction | int  # a share of the pixel area, or an image max side in pixels (0: full)
+
+
+def shrink(img: Image.Image, step: Step) -> Image.Image:
+    if isinstance(step, Fraction):
+        scale = float(step) ** 0.5
+    else:  # an image max side, as autotune's client resizes (never enlarging)
+        scale = min(1.0, step / max(img.size)) if step else 1.0
     small = img.resize(
-        (max(1, round(img.width * side)), max(1, round(img.height * side))), Image.LANCZOS
+        (max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.LANCZOS
     )
     return small.resize((img.width * 2, img.height * 2), Image.LANCZOS)
 
@@ -90,11 +98,11 @@ def _squeeze(text: str) -> str:
     return re.sub(r"\s+", "", normalize(text))
 
 
-def check(item: EvalItem, area: Fraction) -> bool:
+def check(item: EvalItem, step: Step) -> bool:
     psm, lang = _psm_and_lang(item)
     with Image.open(item.image_path) as img:
         pixels = img.convert("L")
-    return legible(item, ocr(shrink(pixels, area), psm=psm, lang=lang))
+    return legible(item, ocr(shrink(pixels, step), psm=psm, lang=lang))
 
 
 def bucket_of(font_px: int) -> str:
@@ -104,7 +112,7 @@ def bucket_of(font_px: int) -> str:
     return f"<{BUCKETS[0][0]}" if font_px < BUCKETS[0][0] else f">{BUCKETS[-1][1]}"
 
 
-def calibrate(set_name: str, *, areas: Sequence[Fraction], jobs: int) -> dict[str, dict]:
+def calibrate(set_name: str, *, areas: Sequence[Step], jobs: int) -> dict[str, dict]:
     """item id -> {"bucket", "category", "detail", "legible": [bool per area]}."""
     items = [i for i in load_evalset(set_name).items if "font_px" in i.meta]
     tasks = [(item, area) for item in items for area in areas]
@@ -129,8 +137,14 @@ def calibrate(set_name: str, *, areas: Sequence[Fraction], jobs: int) -> dict[st
     return results
 
 
-def _table(groups: dict[str, list[list[bool]]], label: str, areas: Sequence[Fraction]) -> list[str]:
-    header = f"| {label} | items | " + " | ".join(f"{a} area" for a in areas) + " |"
+def _step_label(step: Step) -> str:
+    if isinstance(step, Fraction):
+        return f"{step} area"
+    return f"side {step}" if step else "full size"
+
+
+def _table(groups: dict[str, list[list[bool]]], label: str, areas: Sequence[Step]) -> list[str]:
+    header = f"| {label} | items | " + " | ".join(_step_label(a) for a in areas) + " |"
     lines = [header, "|---|---|" + "---|" * len(areas)]
     for name, rows in groups.items():
         cells = [f"{sum(r[k] for r in rows) / len(rows):.0%}" for k in range(len(areas))]
@@ -138,7 +152,7 @@ def _table(groups: dict[str, list[list[bool]]], label: str, areas: Sequence[Frac
     return lines
 
 
-def render(results: dict[str, dict], areas: Sequence[Fraction]) -> str:
+def render(results: dict[str, dict], areas: Sequence[Step], set_name: str) -> str:
     by_bucket: dict[str, list[list[bool]]] = defaultdict(list)
     by_category: dict[str, list[list[bool]]] = defaultdict(list)
     for entry in results.values():
@@ -148,13 +162,20 @@ def render(results: dict[str, dict], areas: Sequence[Fraction]) -> str:
     by_bucket = dict(sorted(by_bucket.items(), key=lambda kv: order.index(kv[0])))
     unread = sorted(item_id for item_id, e in results.items() if not e["legible"][0])
     version = subprocess.run(["tesseract", "--version"], capture_output=True, text=True).stdout
+    sides = not isinstance(areas[0], Fraction)
+    how = (
+        "image max side (shrunk as autotune's client does: LANCZOS, never enlarged)"
+        if sides
+        else "share of the original pixel area (each halving shrinks the sides by 0.71)"
+    )
+    option = f" --sides {','.join(str(a) for a in areas)}" if sides else ""
     lines = [
-        f"Fraction of OCR items that tesseract ({version.splitlines()[0]}) reads at each share "
-        "of the original pixel area (each halving shrinks the sides by 0.71), by rendered font "
-        "size. "
+        f"Fraction of OCR items that tesseract ({version.splitlines()[0]}) reads at each {how}, "
+        "by rendered font size. "
         f"Legible: 1 - CER >= {LINE_CER_PASS} for lines and transcriptions; the answer found "
         f"in the OCR text (fuzzy partial match >= {ANSWER_MATCH_PASS:g}) for questions. "
-        "Regenerate with `python -m tools.calibrate_evalset ocr-caption --write-readme`.",
+        f"Regenerate with `python -m tools.calibrate_evalset {set_name}{option} "
+        "--write-readme`.",
         "",
         *_table(by_bucket, "font px", areas),
         "",
@@ -189,6 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(str(a) for a in AREAS),
         help="comma-separated shares of the pixel area, e.g. 1,1/2,1/4",
     )
+    parser.add_argument(
+        "--sides",
+        default=None,
+        help="comma-separated image max sides instead of areas (0: full size), e.g. 0,256,64",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
     parser.add_argument("--write-readme", action="store_true", help="update the set's README.md")
     parser.add_argument("--items", action="store_true", help="also print one line per item")
@@ -198,13 +224,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tesseract not found: apt-get install tesseract-ocr tesseract-ocr-eng "
             "tesseract-ocr-chi-sim"
         )
-    areas = [Fraction(a) for a in args.areas.split(",")]
+    areas: list[Step] = (
+        [int(side) for side in args.sides.split(",")]
+        if args.sides
+        else [Fraction(a) for a in args.areas.split(",")]
+    )
     results = calibrate(args.set, areas=areas, jobs=args.jobs)
     if args.items:
         for item_id, e in results.items():
             marks = "".join("+" if ok else "." for ok in e["legible"])
             print(f"{item_id:14} {e['category']:10} {e['bucket']:6} {marks}")
-    table = render(results, areas)
+    table = render(results, areas, args.set)
     print(table)
     if args.write_readme:
         write_readme(load_evalset(args.set).path.parent / "README.md", table)

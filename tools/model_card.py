@@ -221,11 +221,20 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
         f"(torch {log['versions']['torch']}, transformers {log['versions']['transformers']})",
         "- data: the smoke set's own item makers (`tools/make_evalset.py` `_smoke_line`, "
         f"`_smoke_scene`) with seeds `train-{args['seed']}/<index>` (the evaluation sets use "
-        f"`<set>/<category>/<index>`): {log['text_share']:.0%} text lines (4-8 letters and "
-        "digits, fonts 14-42 px), the rest shape scenes with count and colour questions, "
-        "the smoke prompts",
+        f"`<set>/<category>/<index>`): {log['text_share']:.0%} text lines "
+        f"({_lines(log)}), the rest shape scenes with count and colour questions "
+        f"({_scenes(log)}), the smoke prompts"
+        + (
+            f"; text lines of one character in the first {args['one_char_steps']} steps"
+            if args.get("one_char_steps")
+            else ""
+        ),
         "- images reach the model as in autotune's engine: shrunk with LANCZOS to an image max "
-        "side, then resized by the processor; max side "
+        + (
+            "side, then put on the processor's grid; max side "
+            if log.get("data")
+            else "side, then resized by the processor; max side "
+        )
         + ", ".join(f"{'full' if s is None else s}: {p:.0%}" for s, p in log["max_side_mix"])
         + f" (the first {train.get('clean_steps', 0)} steps full size only); never 64",
         "- loss: cross-entropy on the answer tokens and `<|im_end|>`, so greedy decoding stops",
@@ -245,6 +254,24 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _lines(log: dict[str, Any]) -> str:
+    data = log.get("data")
+    if not data:  # runs before the data recipe was logged
+        return "4-8 letters and digits, fonts 14-42 px"
+    low, high = data["line_length"]
+    return (
+        f"{low}-{high} of the {len(data['line_alphabet'])} characters {data['line_alphabet']}, "
+        f"fonts {data['font_px'][0]}-{data['font_px'][1]} px"
+    )
+
+
+def _scenes(log: dict[str, Any]) -> str:
+    data = log.get("data")
+    if not data:
+        return "shapes filling their grid cells"
+    return f"objects of {data['object_px'][0]}-{data['object_px'][1]} px"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,9 @@ import torch
 from PIL import Image
 from transformers import Qwen3VLModel
 
+from autotune.checkpoints.geometry import DEFAULT_GEOMETRY
 from autotune.engines.inprocess.base import resize_to_max_side
+from autotune.evalset import synth
 from tools import make_evalset
 
 IM_END = "<|im_end|>"
@@ -35,24 +37,42 @@ class Example:
     max_side: int | None
 
 
-def training_example(seed: int, index: int, *, downscale: bool = True) -> Example:
+def training_example(
+    seed: int, index: int, *, downscale: bool = True, one_char: bool = False
+) -> Example:
     """Example `index` of the stream; it depends on (seed, index) only, not on worker layout.
 
     Without `downscale` the image keeps its full size (the first steps learn to read on
-    clean images; shrunken ones only add noise before the model can read at all).
+    clean images; shrunken ones only add noise before the model can read at all). With
+    `one_char` text lines hold one character (the curriculum of the first steps).
     """
     rng = random.Random(f"train-{seed}/{index}")
     # The smoke set's own item makers, so training follows any change to that set; only the
-    # font size is drawn (a little wider than the smoke set's 16-40 px spread).
+    # font size is drawn, over the smoke set's whole range.
     if rng.random() < TEXT_SHARE:
-        item = make_evalset._smoke_line(rng, font_px=rng.randint(14, 42))
+        font_px = rng.randint(*make_evalset.SMOKE_FONT_PX)
+        item = make_evalset._smoke_line(rng, font_px=font_px, length=1 if one_char else None)
     else:
         item = make_evalset._smoke_scene(rng, question=rng.choice(("count", "colour")))
     sides, weights = zip(*MAX_SIDE_MIX, strict=True)
     max_side = rng.choices(sides, weights)[0] if downscale else None
-    image = resize_to_max_side(item.image.convert("RGB"), max_side)
+    # As autotune's engine prepares images: the client-side resize, then the processor's grid
+    # (qwen-vl-utils' bicubic resize), so training sees the pixels serving will.
+    image = DEFAULT_GEOMETRY.fit(resize_to_max_side(item.image.convert("RGB"), max_side))
     # answers[0] is the canonical form: the digit for counts, the first colour name.
     return Example(image, item.prompt, item.answers[0], max_side)
+
+
+def data_recipe() -> dict[str, Any]:
+    """What the training items are made of, for the run's log and the model card."""
+    return {
+        "line_length": make_evalset.SMOKE_LINE_LENGTH,
+        "line_alphabet": synth.SAFE_UPPER,
+        "font_px": make_evalset.SMOKE_FONT_PX,
+        "line_canvas": make_evalset.SMOKE_LINE_CANVAS,
+        "scene_canvas": make_evalset.SMOKE_SCENE_CANVAS,
+        "object_px": make_evalset.SMOKE_OBJECT_PX,
+    }
 
 
 def prompt_text(processor: Any, prompt: str) -> str:
@@ -77,23 +97,32 @@ class TrainBatches(torch.utils.data.Dataset):
         batch_size: int,
         steps: int,
         clean_steps: int = 0,
+        one_char_steps: int = 0,
+        start: int = 0,
     ):
         self.processor = processor
         self.config = config
         self.seed = seed
         self.clean_steps = clean_steps
+        self.one_char_steps = one_char_steps
         self.batch_size = batch_size
         self.steps = steps
+        self.start = start  # a resumed run goes on from its data position
         self._rope: Qwen3VLModel | None = None
 
     def __len__(self) -> int:
-        return self.steps
+        return max(0, self.steps - self.start)
 
-    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        step = self.start + index  # counts from 0 here
         first = step * self.batch_size
-        downscale = step >= self.clean_steps  # step counts from 0 here
         examples = [
-            training_example(self.seed, first + i, downscale=downscale)
+            training_example(
+                self.seed,
+                first + i,
+                downscale=step >= self.clean_steps,
+                one_char=step < self.one_char_steps,
+            )
             for i in range(self.batch_size)
         ]
         return self.encode(examples)

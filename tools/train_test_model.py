@@ -18,6 +18,16 @@ Usage (from the repository root; one command trains, saves and evaluates)::
     python -m tools.train_test_model --out /tmp/m --overwrite --steps 3 --batch-size 4  # CPU try
     python -m tools.train_test_model --eval-only models/tiny-qwen3-vl --device cpu
 
+A run longer than one sitting (a GPU command is limited to 10 minutes) saves and resumes:
+
+    python -m tools.train_test_model --out OUT --steps 5900 --state STATE --stop-after 540
+
+trains until 540 s have passed in this call, writes STATE/training_state.pt (weights,
+optimizer, step, log, counters; the schedule and the data position follow from the step) and
+exits with status 3; the same command again resumes there, and the call that reaches step
+5900 saves and evaluates the checkpoint. A resumed run equals an uninterrupted one
+(tests/test_train_resume.py).
+
 With --time-budget the step count is fixed after a short calibration (the log records it); pass
 --steps N to repeat a run's schedule. The data and the initial weights depend only on --seed;
 GPU kernels are not bitwise deterministic, so a repeat matches closely, not exactly.
@@ -49,6 +59,7 @@ from tools.train_data import (
     TEXT_SHARE,
     Example,
     TrainBatches,
+    data_recipe,
     finish_pixels,
     prompt_text,
     training_example,
@@ -217,6 +228,48 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+# --- saving and resuming -------------------------------------------------------------------------
+
+STATE_FILE = "training_state.pt"
+EXIT_RESUME = 3  # stopped by --stop-after: run the same command again to go on
+# Arguments a resumed run must share with the run it continues.
+SCHEDULE_ARGS = (
+    "seed",
+    "steps",
+    "batch_size",
+    "lr",
+    "warmup",
+    "clean_steps",
+    "one_char_steps",
+    "weight_decay",
+    "clip",
+)
+
+
+def schedule_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in SCHEDULE_ARGS}
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    """Written to a temporary file and renamed: a run killed mid-save keeps the last state."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, path)
+
+
+def load_state(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state["schedule"] != schedule_of(args):
+        raise SystemExit(
+            f"{path} was saved by a run with {state['schedule']}; resume with the same "
+            "arguments, or pass another --state"
+        )
+    return state
+
+
 # --- training -----------------------------------------------------------------------------------
 
 
@@ -229,7 +282,10 @@ def resolve_device(name: str) -> str:
 def train(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     out_dir: Path = args.out
-    base._prepare_out_dir(out_dir, args.overwrite)
+    state_path = args.state / STATE_FILE if args.state else None
+    resumed = load_state(state_path, args) if state_path else None
+    if resumed is None:  # a resumed run writes into the folder its first call prepared
+        base._prepare_out_dir(out_dir, args.overwrite)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = base.build_tokenizer()
     # The processor is read from the files the checkpoint ships, so training sees exactly the
@@ -242,6 +298,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     auto_steps = args.steps is None
     planned = args.max_steps if auto_steps else args.steps
+    first_step = resumed["step"] if resumed else 0
     dataset = TrainBatches(
         processor,
         config,
@@ -249,6 +306,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=args.batch_size,
         steps=planned,
         clean_steps=args.clean_steps,
+        one_char_steps=args.one_char_steps,
+        start=first_step,
     )
     workers = args.workers if args.workers >= 0 else max(1, len(os.sched_getaffinity(0)) - 2)
     loader = torch.utils.data.DataLoader(
@@ -257,7 +316,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         shuffle=False,
         num_workers=workers,
         worker_init_fn=worker_init if workers else None,
-        prefetch_factor=4 if workers else None,
+        prefetch_factor=8 if workers else None,  # keep the GPU fed: the data sets the pace
         pin_memory=device == "cuda",
         multiprocessing_context="fork" if workers else None,
     )
@@ -275,25 +334,54 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     model.train()
 
     optimizer = optimizer_for(model, lr=args.lr, weight_decay=args.weight_decay)
+    if resumed:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        torch.set_rng_state(resumed["torch_rng"])
+        print(f"resumed at step {first_step} of {args.steps} from {state_path}", flush=True)
     warmup = min(args.warmup, max(1, planned // 10))
     total = None if auto_steps else args.steps
     use_bf16 = device == "cuda"
-    history: list[dict[str, float]] = []
+    history: list[dict[str, float]] = list(resumed["history"]) if resumed else []
     keys = ("loss", "token_hits", "rows_right", "grad_norm", "skipped")
     sums = {k: torch.zeros((), device=device) for k in keys}
     skipped_total = torch.zeros((), device=device)
     params = [p for p in model.parameters() if p.requires_grad]
     counts = {"tokens": 0.0, "rows": 0.0, "steps": 0}
+    earlier_seconds = data_wait_before = 0.0
+    if resumed:  # the log interval in progress goes on where it stopped
+        for key in keys:
+            sums[key] = resumed["sums"][key].to(device)
+        skipped_total = resumed["skipped_total"].to(device)
+        counts = dict(resumed["counts"])
+        earlier_seconds = resumed["train_seconds"]
+        data_wait_before = resumed["data_wait"]
     # Time steps only once the batches the workers prefetched are used up, or the rate (and so
     # the step count) would be overestimated.
     calibrate_from = args.calibration_steps // 3
     start = time.perf_counter()
     t_calibrate = start
-    data_wait = 0.0
-    stopped_early = False
+    data_wait = data_wait_before
+    stopped_early = paused = False
     snapshot: dict[str, torch.Tensor] | None = None
     snapshot_step = restored_from = 0
-    step = 0
+    step = first_step
+
+    def training_state() -> dict[str, Any]:
+        return {
+            "schedule": schedule_of(args),
+            "step": step,
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "optimizer": optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "history": history,
+            "sums": {k: v.detach().cpu() for k, v in sums.items()},
+            "counts": counts,
+            "skipped_total": skipped_total.detach().cpu(),
+            "train_seconds": earlier_seconds + time.perf_counter() - start,
+            "data_wait": data_wait,
+        }
+
     while total is None or step < total:
         waited = time.perf_counter()
         batch = next(batches, None)
@@ -338,7 +426,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             remaining = args.time_budget - (now - start)
             total = min(args.max_steps, max(2 * warmup, step + int(rate * remaining)))
             print(f"calibrated: {rate:.2f} steps/s -> {total} steps in total", flush=True)
-        elapsed = time.perf_counter() - start
+        elapsed = earlier_seconds + time.perf_counter() - start
         # A safety stop: the schedule assumed the calibrated rate, but the run must end.
         stopped_early = auto_steps and elapsed > args.time_budget + args.grace
         if step % args.log_every == 0 or step == total or stopped_early:
@@ -380,10 +468,29 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         if stopped_early:
             print(f"time budget exceeded: stopping at step {step} of {total}", flush=True)
             break
+        # After the step is logged: the state holds everything up to and including it.
+        if (
+            state_path is not None
+            and step < total
+            and (step % args.save_every == 0 or time.perf_counter() - start > args.stop_after)
+        ):
+            save_state(state_path, training_state())
+            if time.perf_counter() - start > args.stop_after:
+                paused = True
+                print(
+                    f"stopped after {args.stop_after:g} s in this call at step {step} of "
+                    f"{total}; state in {state_path}: run the same command again to resume",
+                    flush=True,
+                )
+                break
     if device == "cuda":
         torch.cuda.synchronize()
-    train_seconds = time.perf_counter() - start
+    train_seconds = earlier_seconds + time.perf_counter() - start
     del batches  # stops the workers
+    if paused:
+        return {"paused": True, "steps": step, "planned_steps": total}
+    if state_path is not None:
+        save_state(state_path, training_state())  # step == total: a rerun only re-saves
 
     model.eval()
     save_trained(model, tokenizer, out_dir)
@@ -438,13 +545,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=300,
         help="with --time-budget: the step at which the step count is fixed (timed from a third)",
     )
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=1e-3, help="peak (2e-3 diverged in bf16)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--lr", type=float, default=1.4e-3, help="peak (2e-3 diverged in bf16)")
     parser.add_argument(
-        "--clean-steps", type=int, default=600, help="first steps on full-size images only"
+        "--clean-steps", type=int, default=1000, help="first steps on full-size images only"
+    )
+    parser.add_argument(
+        "--one-char-steps",
+        type=int,
+        default=300,
+        help="first steps whose text lines hold one character (a curriculum)",
     )
     parser.add_argument(
         "--warmup", type=int, default=300, help="warm-up steps (at most a tenth of --steps)"
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        help="folder for the training state: saved every --save-every steps and at "
+        "--stop-after, resumed from when present (needs --steps)",
+    )
+    parser.add_argument("--save-every", type=int, default=500, help="steps between saved states")
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        default=math.inf,
+        help="with --state: seconds of training in this call before saving and exiting "
+        f"(status {EXIT_RESUME})",
     )
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--clip", type=float, default=1.0, help="gradient norm clip")
@@ -471,6 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "arch": ARCH,
         "text_share": TEXT_SHARE,
         "max_side_mix": MAX_SIDE_MIX,
+        "data": data_recipe(),
         "versions": {
             "torch": torch.__version__,
             "transformers": __import__("transformers").__version__,
@@ -487,8 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.eval_only is None:  # the checkpoint keeps its own provenance
             (model_dir / TRAINING_LOG).write_text(text, encoding="utf-8")
 
+    if args.state is not None and args.steps is None:
+        build_parser().error("--state needs --steps: a resumed run keeps one fixed schedule")
     if args.eval_only is None:
         log["train"] = train(args)
+        if log["train"].get("paused"):
+            return EXIT_RESUME
         write_log()  # kept even if the evaluation below fails
         print(
             f"trained {log['train']['steps']} steps in {log['train']['train_seconds']} s; "

@@ -69,6 +69,9 @@ CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
 # Letters and digits that no font confuses: 0/O, 1/l/I and 5/S are left out so that a wrong
 # answer means the text was illegible, not that the glyphs were ambiguous.
 SAFE_CHARS = "ABCDEFGHJKLMNPQRTUVWXYZabcdefghijkmnpqrtuvwxyz2346789"
+# The 30 upper-case letters and digits of SAFE_CHARS: what the bundled test model learns to
+# read (a tiny model that learned lower case too needed far longer to read anything).
+SAFE_UPPER = "ABCDEFGHJKLMNPQRTUVWXYZ2346789"
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,8 @@ def load_font(name: str, px: int) -> ImageFont.FreeTypeFont:
 # --- text content ---------------------------------------------------------------------------
 
 
-def random_code(rng: random.Random, length: int) -> str:
-    return "".join(rng.choice(SAFE_CHARS) for _ in range(length))
+def random_code(rng: random.Random, length: int, alphabet: str = SAFE_CHARS) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(length))
 
 
 def random_date(rng: random.Random) -> str:
@@ -151,10 +154,12 @@ def random_words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(vocab.WORDS) for _ in range(n))
 
 
-def line_text(rng: random.Random, content: str, length: int | None = None) -> str:
-    """Text for one line: "code" (letters+digits), "words", "id" or "date"."""
+def line_text(
+    rng: random.Random, content: str, length: int | None = None, alphabet: str = SAFE_CHARS
+) -> str:
+    """Text for one line: "code" (letters+digits of `alphabet`), "words", "id" or "date"."""
     if content == "code":
-        return random_code(rng, length or rng.randint(5, 10))
+        return random_code(rng, length or rng.randint(5, 10), alphabet)
     if content == "words":
         return random_words(rng, length or rng.randint(2, 4))
     if content == "id":
@@ -220,6 +225,7 @@ def text_line(
     max_rotate: float = 2.0,
     max_blur: float = 0.8,
     max_noise: float = 8.0,
+    alphabet: str = SAFE_CHARS,
 ) -> SynthItem:
     """One line of Latin text (letters+digits, words, an ID or a date) on a wide canvas.
 
@@ -227,7 +233,7 @@ def text_line(
     `max_rotate` degrees; half the lines are blurred and about a third get grain.
     """
     content = content or rng.choice(("code", "words", "id", "date"))
-    text = line_text(rng, content, length)
+    text = line_text(rng, content, length, alphabet)
     font = font or rng.choice(latin_fonts())
     font_px = font_px or rng.randint(10, 28)
     canvas = canvas or (rng.choice((768, 1024, 1280)), rng.choice((192, 256, 320)))
@@ -607,12 +613,19 @@ def _draw_shape(draw: ImageDraw.ImageDraw, s: Shape, scale: int) -> None:
         draw.polygon(star, fill=fill)
 
 
-def _scene(rng: random.Random, *, canvas: int, grid: int, n_objects: int) -> list[Shape]:
+def _scene(
+    rng: random.Random,
+    *,
+    canvas: int,
+    grid: int,
+    n_objects: int,
+    object_px: tuple[int, int] | None = None,
+) -> list[Shape]:
     cell = canvas / grid
     cells = rng.sample(range(grid * grid), k=n_objects)
     shapes = []
     for c in cells:
-        size = cell * rng.uniform(0.45, 0.75)
+        size = rng.uniform(*object_px) if object_px else cell * rng.uniform(0.45, 0.75)
         slack = (cell - size) / 2
         shapes.append(
             Shape(
@@ -664,8 +677,13 @@ def shapes_scene(
     canvas: int | None = None,
     grid: int | None = None,
     n_objects: int | None = None,
+    object_px: tuple[int, int] | None = None,
 ) -> SynthItem:
-    """Coloured shapes on a grid, with a count, colour, left/right or caption question."""
+    """Coloured shapes on a grid, with a count, colour, left/right or caption question.
+
+    Objects fill half to three quarters of their grid cell, or measure `object_px` (low,
+    high) pixels across: small objects that vanish when the image is shrunk far enough.
+    """
     metrics = {
         "count": "exact_match",
         "colour": "exact_match",
@@ -678,7 +696,7 @@ def shapes_scene(
     grid = grid or rng.choice((3, 4))
     for _ in range(1000):
         n = n_objects or rng.randint(3, min(8, grid * grid - 1))
-        shapes = _scene(rng, canvas=canvas, grid=grid, n_objects=n)
+        shapes = _scene(rng, canvas=canvas, grid=grid, n_objects=n, object_px=object_px)
         posed = _question(rng, shapes, question)
         if posed:
             break

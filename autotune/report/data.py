@@ -23,6 +23,7 @@ from autotune.study.select import (
     NoDeployableTrial,
     Recommendation,
     deploy_target,
+    infeasibility,
     is_feasible,
     objective_names,
     recommend,
@@ -65,6 +66,7 @@ class ReportData:
     what_ifs: list[tuple[FrozenTrial, str]]
     deploy_target: str | None
     time: TimeShare
+    infeasible: dict[int, list[str]]
     reference: FrozenTrial | None
     top: list[TopConfig]
     samples: list[dict[str, Any]]
@@ -234,6 +236,11 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         what_ifs=what_ifs,
         deploy_target=deploy_target(study),
         time=study_time_share(study),
+        infeasible={
+            t.number: reasons
+            for t in complete
+            if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
+        },
         reference=reference,
         top=top_configs(study, rec),
         samples=_shown_samples(rows),

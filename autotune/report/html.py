@@ -212,6 +212,20 @@ def _what_if_section(data: ReportData) -> str:
     )
 
 
+def _infeasible_section(data: ReportData) -> str:
+    if not data.infeasible:
+        return ""
+    rows = "".join(
+        f"<tr><td>{number}</td><td>{_e('; '.join(reasons))}</td></tr>"
+        for number, reasons in data.infeasible.items()
+    )
+    return (
+        "<h2 id='infeasible'>Infeasible trials</h2><p>Measured, but outside a constraint; "
+        "never recommended while a feasible trial exists.</p><table><tr><th>trial</th>"
+        f"<th>why</th></tr>{rows}</table>"
+    )
+
+
 def _recommended_section(data: ReportData) -> str:
     rec, ref = data.recommendation, data.reference
     if rec is None:
@@ -305,6 +319,8 @@ def render(data: ReportData) -> str:
             "was not measured",
         )
     notes.append(f"time: {data.time.line()}")
+    if study.user_attrs.get("floor_warning"):
+        notes.append(str(study.user_attrs["floor_warning"]))
     if data.deploy_target:
         notes.append(f"deploy target: {data.deploy_target}")
     notes_html = "".join(f"<p class='note'>note: {_e(n)}</p>" for n in notes)
@@ -328,6 +344,7 @@ generated {generated} by autotune {_e(__version__)}</p>
 <h2 id="top">Top configurations</h2>
 {_top_section(data)}
 {_what_if_section(data)}
+{_infeasible_section(data)}
 
 <h2 id="image-side">Accuracy vs image size</h2>
 {_figure_html(accuracy_figure(data), "plot-accuracy")}

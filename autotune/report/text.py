@@ -19,6 +19,7 @@ from autotune.study.select import (
     Recommendation,
     constraint_values,
     deploy_target,
+    infeasibility,
     is_feasible,
     objective_names,
     recommend,
@@ -64,6 +65,8 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "dummy_weights": bool(study.user_attrs.get("dummy_weights")),
         "deploy_target": deploy_target(study),
         "time": study_time_share(study).to_dict(),
+        "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
+        "floor_warning": study.user_attrs.get("floor_warning"),
     }
     try:
         rec = recommend(study)
@@ -85,6 +88,15 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "pareto_front": [trial_summary(t) for t in rec.front],
         "ties": [t.number for t in rec.ties],
         "what_ifs": [_what_if(t, why) for t, why in rec.what_ifs],
+    }
+
+
+def _infeasible(study: optuna.Study) -> dict[int, list[str]]:
+    """Every completed, measured, infeasible trial and why, by trial number."""
+    return {
+        t.number: reasons
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
     }
 
 
@@ -166,6 +178,13 @@ def best_text(study: optuna.Study) -> str:
         console.print(f"study '{study.study_name}': no feasible trial {where}")
         violations = dict(zip(CONSTRAINT_NAMES, constraint_values(rec.trial), strict=True))
         console.print(f"  constraint violations of the best effort: {violations}")
+    infeasible = _infeasible(study)
+    if infeasible:
+        console.print("infeasible trials (never recommended while a feasible one exists):")
+        for number, reasons in infeasible.items():
+            console.print(f"  trial {number}: {'; '.join(reasons)}", markup=False)
+    if study.user_attrs.get("floor_warning"):
+        console.print(f"note: {study.user_attrs['floor_warning']}", markup=False)
     if what_ifs:
         console.print(
             _table(

@@ -13,6 +13,7 @@ import warnings
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.floor import floor_warning
 from autotune.errors import StudyError, TrialFailure
 from autotune.study.budget import Budget
 from autotune.study.launches import LaunchScheduler
@@ -116,6 +117,20 @@ def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int
     )
 
 
+def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
+    """Once the reference's accuracy is known: say so when the set is too small for the floor."""
+    reference = reference_trial(study)
+    if reference is None or "accuracy" not in reference.user_attrs:
+        return
+    warning = floor_warning(
+        len(plan.evalset.items), float(reference.user_attrs["accuracy"]), plan.space.constraints
+    )
+    if warning is not None:
+        progress.note(f"warning: {warning}")
+        if study.user_attrs.get("floor_warning") != warning:
+            study.set_user_attr("floor_warning", warning)
+
+
 def _launch_backends(plan: StudyPlan) -> set[str]:
     """The backends a freely proposed trial may launch (for the budget's start-up estimate)."""
     spec = plan.space.params.get("backend")
@@ -147,6 +162,8 @@ class _AfterTrial:
         self.progress.trial_finished(study, trial, counted=counted)
         self.launches.after_trial(study, trial)
         self.repeats = self.repeats + 1 if "duplicate_of" in trial.user_attrs else 0
+        if trial.user_attrs.get("is_reference") and trial.state == TrialState.COMPLETE:
+            warn_if_set_too_small(study, self.plan, self.progress)
         if trial.user_attrs.get("is_reference") and trial.state != TrialState.COMPLETE:
             accuracy = self.plan.space.constraints.accuracy
             if accuracy.mode == "relative" and accuracy.enabled:
@@ -196,6 +213,7 @@ def run_study(
     if done >= target:
         progress.note(f"study '{plan.study_name}' already has {done} counted trials")
         return study
+    warn_if_set_too_small(study, plan, progress)
     launches = LaunchScheduler(plan, base_sampler)
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget)

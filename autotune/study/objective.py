@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.paired import PairedComparison, compare
 from autotune.accuracy.reuse import (
     accuracy_key,
@@ -41,14 +42,24 @@ MIN_MEASURE_S = 5.0
 
 
 def constraint_values(
-    space: SearchSpace, m: Measurement, paired: PairedComparison | None
+    space: SearchSpace,
+    m: Measurement,
+    paired: PairedComparison | None,
+    *,
+    same_answers: bool = False,
 ) -> dict[str, float]:
-    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order."""
+    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order.
+
+    `same_answers`: every answer is the reference's, word for word; such a trial loses no
+    accuracy whatever a small set's interval would allow, so it is never infeasible on it.
+    """
     c = space.constraints
     values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
     if c.accuracy.enabled and m.accuracy is not None:
         if c.accuracy.mode == "absolute":
             values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
+        elif same_answers:
+            values["accuracy"] = -c.accuracy.max_drop
         elif paired is not None:
             diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
             values["accuracy"] = -c.accuracy.max_drop - diff
@@ -221,9 +232,18 @@ class Objective:
             if key != "time_s":
                 trial.set_user_attr(key, value)
         paired = None
+        same_answers = False
         if reference is not None and m.accuracy is not None:
             paired = judge(trial, m.accuracy, reference, space)
-        self._record(trial, constraint_values(space, m, paired))
+            same_answers = m.predictions == (reference.user_attrs.get("predictions") or {})
+        values = constraint_values(space, m, paired, same_answers=same_answers)
+        self._record(trial, values)
+        reasons = infeasible_because(
+            {**m.figures, **(m.accuracy.user_attrs() if m.accuracy else {}), "constraints": values,
+             "paired_vs_reference": paired.to_dict() if paired else {}},
+            space.constraints,
+        )  # fmt: skip
+        trial.set_user_attr("infeasible_because", reasons)
         self.artifacts.sample_outputs(trial, plan.evalset, m)
         if m.screened_out:
             raise optuna.TrialPruned(

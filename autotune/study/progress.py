@@ -41,7 +41,8 @@ def trial_figures(trial: FrozenTrial) -> str:
     a = trial.user_attrs
     ci = a.get("throughput_ci_rel")
     interval = f" ±{ci:.1%}" if isinstance(ci, float) and math.isfinite(ci) else ""
-    tags = "" if is_feasible(trial) else " (infeasible)"
+    reasons = trial.user_attrs.get("infeasible_because") or []
+    tags = "" if is_feasible(trial) else f" (infeasible: {'; '.join(reasons) or 'see best'})"
     if a.get("deployable") is False:
         tags += " (what-if)"
     return (

@@ -42,6 +42,21 @@ def objective_names(study: optuna.Study) -> list[str]:
     ]
 
 
+def infeasibility(study: optuna.Study, trial: FrozenTrial) -> list[str]:
+    """Why a completed trial is infeasible, in words ([] when it is feasible)."""
+    if trial.state != TrialState.COMPLETE or is_feasible(trial):
+        return []
+    stored = trial.user_attrs.get("infeasible_because")
+    if stored:
+        return list(stored)
+    from autotune.accuracy.floor import infeasible_because
+    from autotune.space import Constraints
+
+    space = study.user_attrs.get("space") or {}
+    constraints = Constraints.model_validate(space.get("constraints") or {})
+    return infeasible_because(trial.user_attrs, constraints) or ["no constraint values recorded"]
+
+
 def deploy_target(study: optuna.Study) -> str | None:
     """The study's deploy target; None for an endpoint study (and "swift" for old studies)."""
     if study.user_attrs.get("endpoint"):

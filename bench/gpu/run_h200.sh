@@ -11,6 +11,11 @@
 #   bash bench/gpu/run_h200.sh verify          # relaunch the study's recommendation, compare
 #   bash bench/gpu/run_h200.sh issue10-a       # 2 GPUs: grid on GPU 1 beside the study on GPU 0
 #   bash bench/gpu/run_h200.sh issue10-b       # the study resumed to its budget, then verify
+#   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
+#                                              # run it in calls issued back to back (the state
+#                                              # stays in /tmp while the machine is warm); the
+#                                              # call that finishes leaves the checkpoint in
+#                                              # $OUT as 15 MB parts: cat part-* > model.safetensors
 #   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
@@ -83,8 +88,24 @@ verify() {
   python3 -c "import json; r = json.load(open('$OUT/verify.json')); print('verify passed:', r['passed'], r['failure']); [print(' ', c['metric'], c['recorded'], c['measured'], c['passed']) for c in r['checks']]"
 }
 
+train() {
+  local state=${TRAIN_STATE:-/tmp/train-state} model=/tmp/tiny-qwen3-vl status
+  python3 -m tools.train_test_model --out "$model" --overwrite --steps "${TRAIN_STEPS:-5900}" \
+    --state "$state" --stop-after "${TRAIN_STOP_AFTER:-540}" --eval-dtypes "" \
+    --log-json "$OUT/train_log.json" 2>&1 | tee -a "$OUT/train.log"
+  status=${PIPESTATUS[0]}
+  if [ "$status" -eq 0 ]; then
+    # $OUT returns files of at most 16 MiB: the 36 MB checkpoint comes back in parts.
+    (cd "$model" && tar cf - . ) | split -b 15m - "$OUT/checkpoint.tar.part-"
+    echo "trained; reassemble with: cat checkpoint.tar.part-* | tar xf - -C models/tiny-qwen3-vl"
+  elif [ "$status" -eq 3 ]; then
+    echo "paused; issue the same call again at once (the state lives in $state on this machine)"
+  fi
+}
+
 case "$MODE" in
   setup) setup ;;
+  train) train ;;
   study) setup >/dev/null; shift; study "$@" ;;
   grid) setup >/dev/null; grid ;;
   verify) setup >/dev/null; verify ;;
@@ -104,7 +125,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|train" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,91 @@
+"""A floor that explains itself: why a trial is infeasible, and whether a set can tell.
+
+Every infeasible trial carries its reasons in words (`infeasible_because`), such as "accuracy
+0.188 vs reference 0.188; 90% paired interval [-0.094, +0.094] does not exclude a drop of 0.05
+with 32 items". And before trusting a relative floor, a study checks that its evaluation set
+is large enough to show non-inferiority at all (`items_needed`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scipy import stats
+
+from autotune.space import Constraints
+
+
+def items_needed(reference_accuracy: float, max_drop: float, confidence: float) -> int:
+    """Items for a candidate as accurate as the reference to pass a non-inferiority margin.
+
+    A candidate that answers some items differently, but is right as often, has a paired
+    difference of mean 0 and a per-item spread of sqrt(d), where d is the share of items on
+    which exactly one of the two is right; at most d = 2p(1-p) when their errors are
+    unrelated. The interval's half-width z*sqrt(d/n) stays under `max_drop` once
+    n >= (z / max_drop)^2 * d.
+    """
+    p = min(max(reference_accuracy, 0.0), 1.0)
+    discordant = max(2 * p * (1 - p), 1e-9)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return math.ceil((z / max(max_drop, 1e-9)) ** 2 * discordant)
+
+
+def floor_warning(n_items: int, reference_accuracy: float, constraints: Constraints) -> str | None:
+    """A note when the set is too small for the relative floor's test, else None."""
+    floor = constraints.accuracy
+    if not floor.enabled or floor.mode != "relative" or floor.test != "bootstrap":
+        return None
+    needed = items_needed(reference_accuracy, floor.max_drop, floor.confidence)
+    if n_items >= needed:
+        return None
+    return (
+        f"accuracy floor: {n_items} items cannot show non-inferiority at max_drop "
+        f"{floor.max_drop:g}: a candidate as accurate as the reference ({reference_accuracy:.3f}) "
+        f"but answering some items differently needs about {needed} items for its "
+        f"{floor.confidence:.0%} interval to exclude that drop; such candidates will be "
+        "infeasible. Use a larger set (--evalset ocr-caption, or your own) or `test: point`."
+    )
+
+
+def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[str]:
+    """Why a trial (its user attributes) misses each constraint it misses, in words."""
+    values = attrs.get("constraints") or {}
+    reasons: list[str] = []
+    floor = constraints.accuracy
+    if values.get("accuracy", 0.0) > 0:
+        accuracy = attrs.get("accuracy")
+        paired = attrs.get("paired_vs_reference") or {}
+        if floor.mode == "absolute":
+            reasons.append(f"accuracy {_num(accuracy)} is under the floor {floor.min:g}")
+        elif floor.test == "point":
+            reasons.append(
+                f"accuracy {_num(accuracy)} is {_num(-paired.get('accuracy_diff', math.nan))} "
+                f"under the reference's, more than the allowed drop of {floor.max_drop:g}"
+            )
+        else:
+            reference = _num((accuracy or 0.0) - paired.get("accuracy_diff", math.nan))
+            reasons.append(
+                f"accuracy {_num(accuracy)} vs reference {reference}; "
+                f"{paired.get('confidence', floor.confidence):.0%} paired interval "
+                f"[{_num(paired.get('ci_low'), '+.3f')}, {_num(paired.get('ci_high'), '+.3f')}] "
+                f"does not exclude a drop of {floor.max_drop:g} with "
+                f"{paired.get('n_items', '?')} items"
+            )
+    if values.get("memory", 0.0) > 0:
+        reasons.append(
+            f"peak memory {_num(attrs.get('peak_memory_mib'), ',.0f')} MiB is over the budget "
+            f"of {constraints.memory_budget_mib:,.0f} MiB"
+        )
+    if values.get("latency", 0.0) > 0:
+        reasons.append(
+            f"p95 latency {_num(attrs.get('e2e_latency_p95_ms'), ',.0f')} ms is over the SLO "
+            f"of {constraints.latency_slo_ms:,.0f} ms"
+        )
+    return reasons
+
+
+def _num(value: Any, spec: str = ".3f") -> str:
+    if isinstance(value, (int, float)) and not math.isnan(float(value)):
+        return format(value, spec)
+    return "?"

@@ -1,0 +1,65 @@
+"""A floor that explains itself: the reasons of an infeasible trial, and too-small sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.accuracy.floor import floor_warning, infeasible_because, items_needed
+from autotune.space import Constraints
+
+
+def test_items_needed_grows_with_a_tighter_margin_and_is_largest_at_half() -> None:
+    assert items_needed(0.5, 0.05, 0.95) > items_needed(0.9, 0.05, 0.95)
+    assert items_needed(0.9, 0.02, 0.95) > items_needed(0.9, 0.05, 0.95)
+    # z = 1.96, d = 2 * 0.5 * 0.5: (1.96 / 0.05)^2 * 0.5 = 768.3
+    assert items_needed(0.5, 0.05, 0.95) == 769
+    assert items_needed(1.0, 0.05, 0.95) == 1  # nothing can differ: any set will do
+
+
+def test_small_sets_are_warned_about_with_what_would_do() -> None:
+    constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.05}})
+    warning = floor_warning(32, 0.188, constraints)
+    assert warning is not None
+    assert "32 items" in warning and "about 470 items" in warning and "test: point" in warning
+    assert floor_warning(500, 0.188, constraints) is None
+    point = Constraints.model_validate({"accuracy": {"max_drop": 0.05, "test": "point"}})
+    assert floor_warning(32, 0.188, point) is None
+
+
+def test_reasons_name_the_figure_the_limit_and_the_interval() -> None:
+    constraints = Constraints.model_validate(
+        {"accuracy": {"max_drop": 0.05, "confidence": 0.9}, "memory_budget_mib": 4096}
+    )
+    attrs = {
+        "accuracy": 0.188,
+        "peak_memory_mib": 5000.0,
+        "constraints": {"accuracy": 0.044, "memory": 904.0, "latency": 0.0},
+        "paired_vs_reference": {
+            "accuracy_diff": 0.0,
+            "ci_low": -0.094,
+            "ci_high": 0.094,
+            "confidence": 0.9,
+            "n_items": 32,
+        },
+    }
+    reasons = infeasible_because(attrs, constraints)
+    assert reasons == [
+        "accuracy 0.188 vs reference 0.188; 90% paired interval [-0.094, +0.094] does not "
+        "exclude a drop of 0.05 with 32 items",
+        "peak memory 5,000 MiB is over the budget of 4,096 MiB",
+    ]
+    feasible = {**attrs, "constraints": {"accuracy": -0.01, "memory": -1.0, "latency": 0.0}}
+    assert infeasible_because(feasible, constraints) == []
+
+
+@pytest.mark.parametrize("mode", ["absolute", "point"])
+def test_other_floors_explain_themselves_too(mode: str) -> None:
+    accuracy = {"mode": "absolute", "min": 0.5} if mode == "absolute" else {"test": "point"}
+    constraints = Constraints.model_validate({"accuracy": accuracy})
+    attrs = {
+        "accuracy": 0.3,
+        "constraints": {"accuracy": 0.2},
+        "paired_vs_reference": {"accuracy_diff": -0.25},
+    }
+    (reason,) = infeasible_because(attrs, constraints)
+    assert ("under the floor 0.5" if mode == "absolute" else "0.250 under the reference") in reason
