@@ -138,8 +138,9 @@ def run(
         study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report.text import best_text, failures_text
     from autotune.study.select import has_completed_trial
+    from autotune.study.storage import display_url
 
-    click.echo(f"study stored in {plan.storage_url}", err=True)
+    click.echo(f"study stored in {display_url(plan.storage_url)}", err=True)
     if not has_completed_trial(study):
         # Every trial failed: say why, per trial, instead of an empty recommendation.
         click.echo(failures_text(study))
@@ -288,6 +289,7 @@ def dashboard(
 ) -> None:
     """Serve optuna-dashboard for the study, with each trial's artifacts; Ctrl-C stops it."""
     from autotune.report.dashboard import create_dashboard
+    from autotune.study.storage import display_url
 
     server = create_dashboard(study_name, storage, host=host, port=port, allow_edits=allow_edits)
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -295,7 +297,7 @@ def dashboard(
             f"warning: listening on {host}: anyone who can reach this machine can read the study",
             err=True,
         )
-    click.echo(f"study '{server.study_name}' ({server.storage_url})")
+    click.echo(f"study '{server.study_name}' ({display_url(server.storage_url)})")
     if server.artifacts is None:
         click.echo("no artifacts stored for this study yet", err=True)
     # optuna-dashboard 0.21 does not read Optuna 5's named constraints.

@@ -1,25 +1,54 @@
 """Where studies live: SQLite under studies/ by default, any SQLAlchemy URL otherwise.
 
 Commands that only read a study (best, export, report, verify, dashboard) never create a
-database: a missing one is reported, not made.
+database: a missing one is reported, not made. A URL is checked before anything is written
+(no in-memory SQLite that would lose the study, no folder created at a typo's path), and a
+password in it is never printed (`display_url`).
+
+Writes wait for a busy database (SQLite's busy timeout) and are retried with backoff when it
+stays locked (`RetryingRDBStorage`), so another process holding a write lock costs time, not
+a measured trial.
 """
 
 from __future__ import annotations
 
+import functools
+import random
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
 
 STUDIES_DIR = Path("studies")
+# How long SQLite waits for another writer's lock before a write gives up (seconds), and the
+# retries after that (with backoff), before the storage is reported unavailable.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+WRITE_RETRIES = 6
+
+
+class StorageUnavailable(StudyError):
+    """A write to the study's storage still failed after its retries (locked, disk full)."""
 
 
 def default_storage_url(study_name: str) -> str:
     return f"sqlite:///{STUDIES_DIR / study_name}.db"
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be printed: a password is masked."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can read: show what cannot hold a password
+        return url.split("@", 1)[-1] if "@" in url else url
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -28,9 +57,45 @@ def _sqlite_file(url: str) -> Path | None:
     return None
 
 
+def check_storage_url(url: str, *, create: bool) -> None:
+    """One StudyError line for a URL that cannot hold a study; nothing is written."""
+    shown = display_url(url)
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        raise StudyError(
+            f"storage '{shown}' is not a database URL; write e.g. sqlite:///studies/s.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
+    if parsed.get_backend_name() != "sqlite":
+        return
+    name = parsed.database
+    if not name or name == ":memory:" or name.startswith("file::memory:"):
+        raise StudyError(
+            f"storage '{shown}' is an in-memory SQLite database, which ends with the process "
+            "and so loses the study; give a file: sqlite:///studies/NAME.db"
+        )
+    path = Path(name)
+    if path.name in ("", ".", "..") or url.rstrip().endswith("/"):
+        raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    if path.is_dir():
+        raise StudyError(f"storage '{shown}': {path} is a folder, not a database file")
+    parent = path.parent
+    if create and not parent.is_dir() and parent.resolve() != STUDIES_DIR.resolve():
+        raise StudyError(
+            f"storage '{shown}': the folder {parent} does not exist; create it first (only "
+            f"{STUDIES_DIR}/ is made for you)"
+        )
+
+
 def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
     """An RDB storage; with create=False a missing SQLite file is an error, not a new file."""
+    check_storage_url(url, create=create)
+    shown = display_url(url)
     sqlite_file = _sqlite_file(url)
+    engine_kwargs: dict[str, Any] = {}
     if sqlite_file is not None:
         if not create and not sqlite_file.is_file():
             raise StudyError(
@@ -38,17 +103,23 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
                 "or pass --storage URL"
             )
         sqlite_file.parent.mkdir(parents=True, exist_ok=True)
-    kwargs = {}
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    kwargs: dict[str, Any] = {"engine_kwargs": engine_kwargs}
     if create:
-        # A heartbeat lets a later run (or another machine) fail trials whose process died.
-        kwargs = {"heartbeat_interval": 30, "grace_period": 120}
+        # A heartbeat lets a later run (or another machine) fail trials whose process died;
+        # the callback says so in the trial's failure_reason.
+        kwargs |= {
+            "heartbeat_interval": 30,
+            "grace_period": 120,
+            "heartbeat_stale_trial_callback": _record_stale,
+        }
     for attempt in range(_SCHEMA_RACE_RETRIES + 1):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, **kwargs)
+                return RetryingRDBStorage(url, **kwargs)
         except ImportError as exc:
-            raise StudyError(f"storage '{url}' needs a database driver: {exc}") from None
+            raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             # Two machines starting on an empty database race to create Optuna's tables; the
@@ -56,8 +127,82 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
             if attempt < _SCHEMA_RACE_RETRIES and _is_schema_race(first):
                 time.sleep(1.0 + attempt)
                 continue
-            raise StudyError(f"cannot open storage '{url}': {first}") from None
+            raise StudyError(f"cannot open storage '{shown}': {_masked(first, url)}") from None
     raise AssertionError("unreachable")
+
+
+def _masked(message: str, url: str) -> str:
+    """`message` without the password of `url`, wherever a driver quoted it."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        password = make_url(url).password
+    except Exception:
+        password = None
+    return message.replace(str(password), "***") if password else message
+
+
+def _record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Optuna failed a trial whose process stopped sending heartbeats: say so in the trial."""
+    reason = (
+        "its process stopped sending heartbeats (killed, or its machine went away); failed "
+        f"by a later run after {study._storage.grace_period} s"  # type: ignore[attr-defined]
+    )
+    with_reason = {"failure_kind": "lost", "failure_reason": reason}
+    for key, value in with_reason.items():
+        if key not in trial.user_attrs:
+            study._storage.set_trial_user_attr(trial._trial_id, key, value)
+
+
+def _is_busy(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in ("database is locked", "database is busy"))
+
+
+def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(WRITE_RETRIES + 1):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:  # sqlalchemy's OperationalError, wrapped or not
+                if not _is_busy(exc) or attempt == WRITE_RETRIES:
+                    raise StorageUnavailable(
+                        f"cannot write to the study's storage: {_first_line(exc)}"
+                    ) from exc
+                time.sleep(min(10.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose writes wait out a locked database, then fail in one line.
+
+    A write that still fails (the lock outlived the retries, the disk is full) raises
+    StorageUnavailable, which `autotune run` prints as one line, keeping the trial's results
+    in its spool (autotune.study.recovery) for the next run to record.
+    """
+
+
+for _name in (
+    "create_new_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "create_new_trial",
+    "set_trial_param",
+    "set_trial_state_values",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "record_heartbeat",
+):
+    setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
 
 
 _SCHEMA_RACE_RETRIES = 3
@@ -97,13 +242,14 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
     if study_name is None:
         if len(names) != 1:
             raise StudyError(
-                f"storage '{url}' holds {len(names)} studies; pick one with --study "
-                f"({', '.join(names) or 'none'})"
+                f"storage '{display_url(url)}' holds {len(names)} studies; pick one with "
+                f"--study ({', '.join(names) or 'none'})"
             )
         study_name = names[0]
     if study_name not in names:
         raise StudyError(
-            f"no study '{study_name}' in '{url}'; studies there: {', '.join(names) or 'none'}"
+            f"no study '{study_name}' in '{display_url(url)}'; studies there: "
+            f"{', '.join(names) or 'none'}"
         )
     return optuna.load_study(study_name=study_name, storage=storage)
 
