@@ -1,16 +1,20 @@
 """The `autotune` command line: thin wrappers over library functions.
 
 Heavy modules (torch, transformers, optuna) are imported inside the commands, so `autotune
---help` stays fast. Every AutotuneError becomes one `error:` line and exit status 2.
+--help` stays fast. Every AutotuneError becomes one `error:` line and exit status 2, and so does
+every usage error click finds (a bad option value, an unknown option).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+import unicodedata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -20,8 +24,18 @@ from autotune.errors import AutotuneError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+def one_line(message: str) -> str:
+    """`message` as a single printable line: line breaks become '; ', control characters
+    (from a file name or a URL someone typed) are escaped rather than printed."""
+    joined = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    return "".join(
+        ascii(char)[1:-1] if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
+        for char in joined
+    )
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -45,7 +59,73 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-study_option = click.option("--study", "study_name", default=None, help="Study name.")
+class OneLineUsageError(click.UsageError):
+    """A usage error printed the way autotune prints its own: one `error:` line."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"error: {one_line(self.format_message())}{hint}", err=True)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except (OneLineUsageError, click.exceptions.NoArgsIsHelpError):
+        raise  # already one line; or the help text that a bare group prints on purpose
+    except click.UsageError as exc:
+        raise OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+
+class AutotuneGroup(click.Group):
+    """click's usage errors (bad option values, unknown options) as one `error:` line too,
+    instead of the usage block click prints: every mistake reads the same way."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses NaN (it passes every range check) and infinities."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def _check_study_name(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from autotune.space.model import check_name
+
+    if value is None:
+        return None
+    try:
+        return check_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _check_endpoint(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from autotune.client.chat import normalize_base_url
+
+    if value is None:
+        return None
+    try:
+        normalize_base_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
+study_option = click.option(
+    "--study", "study_name", default=None, callback=_check_study_name, help="Study name."
+)
 storage_option = click.option(
     "--storage", default=None, help="SQLAlchemy URL (default sqlite:///studies/<study>.db)."
 )
@@ -63,12 +143,13 @@ endpoint_option = click.option(
     "--endpoint",
     default=None,
     metavar="URL",
+    callback=_check_endpoint,
     help="Measure this running OpenAI-compatible server (http://host:port) instead of starting "
     "one; only request-side parameters are searched.",
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=AutotuneGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="autotune")
 def main() -> None:
     """Find the fastest way to serve a vision-language model without losing accuracy."""
@@ -80,7 +161,7 @@ def main() -> None:
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Total trials wanted.")
 @study_option
 @storage_option
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, help="Stop after seconds.")
+@click.option("--timeout", type=FiniteFloatRange(min=1), default=None, help="Stop after seconds.")
 @click.option(
     "--budget",
     default=None,
@@ -232,12 +313,13 @@ def export(
     "--endpoint",
     default=None,
     metavar="URL",
+    callback=_check_endpoint,
     help="Check this running OpenAI-compatible server instead of relaunching the command "
     "(default for a study run with --endpoint: that endpoint).",
 )
 @click.option(
     "--tolerance",
-    type=click.FloatRange(0.0, 1.0),
+    type=FiniteFloatRange(0.0, 1.0),
     default=0.25,
     show_default=True,
     help="How much worse (relative) throughput and latency may be than recorded.",
@@ -357,16 +439,22 @@ def eval_command(
     as_json: bool,
 ) -> None:
     """Score one configuration (the space's reference, with --param overrides)."""
-    from autotune.evaluate import evaluate, parse_overrides
+    from autotune.errors import TrialFailure
+    from autotune.evaluate import configured, evaluate, parse_overrides
     from autotune.space import load_space
     from autotune.study import plan_study
 
     overrides = parse_overrides(params)
     loaded = load_space(space)
+    configured(loaded.reference_config(), overrides)  # a bad --param fails before any loading
     plan = plan_study(
         loaded, model=model, evalset=evalset, endpoint=endpoint, dummy_weights=dummy_weights
     )
-    result = evaluate(plan, overrides, endpoint=plan.endpoint)
+    try:
+        result = evaluate(plan, overrides, endpoint=plan.endpoint)
+    except TrialFailure as failure:
+        # One measurement is all eval makes: its failure is the command's, not a trial's.
+        _fail(f"the configuration could not be measured: {failure.kind}: {failure.reason}", 1)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return

@@ -10,6 +10,7 @@ parameter can never be overridden behind the search's back.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -77,6 +78,38 @@ SESSION_LEN_FLAG = {
 }
 
 
+# A flag as engines spell it, with or without its leading dashes: letters, digits, '-', '_' and
+# '.' (vLLM's --compilation-config.level). Anything else (`max-num-seqs=256`, a space) would
+# carry a second flag or a value past the duplicate check below.
+_FLAG_KEY = re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _check_key(key: str) -> None:
+    if "=" in key:
+        flag, _, value = key.partition("=")
+        raise ValueError(
+            f"{key!r}: a key is one flag name; give the value as the key's value "
+            f"({flag.strip()}: {value.strip() or '...'})"
+        )
+    if any(char.isspace() for char in key):
+        raise ValueError(f"{key!r}: a key is one flag name, without spaces")
+    if not _FLAG_KEY.fullmatch(key):
+        raise ValueError(
+            f"{key!r} is not a flag name (letters, digits, '-', '_' and '.'); give the value "
+            "as the key's value"
+        )
+
+
+def _check_value(key: str, value: EngineArgValue) -> None:
+    """A string value that starts with -- would be read by the engine as a flag of its own."""
+    words = value if isinstance(value, list) else [value]
+    for word in words:
+        if isinstance(word, str) and word.lstrip().startswith("--"):
+            raise ValueError(
+                f"{key}: the value {word!r} looks like a flag; give each flag as its own key"
+            )
+
+
 def flag_name(fmt: str, key: str) -> str:
     """The canonical spelling: LMDeploy/vLLM use dashes, ms-swift underscores."""
     bare = key.strip().lstrip("-")
@@ -131,9 +164,11 @@ class EngineArgs(BaseModel):
         reserved = RESERVED[fmt]
         normalised: dict[str, EngineArgValue] = {}
         for key, value in args.items():
-            name = flag_name(fmt, key)
-            if not name:
+            if not key.strip("- "):
                 raise ValueError("empty flag name")
+            _check_key(key)
+            _check_value(key, value)
+            name = flag_name(fmt, key)
             if name in reserved:
                 raise ValueError(
                     f"{key}: autotune sets --{name} itself from {reserved[name]}; "

@@ -10,8 +10,16 @@ from pydantic import ValidationError
 
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
 from autotune.measure.measurement import measure_once
-from autotune.params import PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
+from autotune.params import BACKEND_PARAMS, PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
 from autotune.study import StudyPlan
+
+# What --param may set: the searched parameters, and the sampling seed (a TrialConfig field the
+# space's reference may set too).
+OVERRIDABLE: tuple[str, ...] = (*PARAM_NAMES, "seed")
+
+# Values a backend has no use for, reset when --param changes the backend away from the
+# reference's: kept, they would be recorded as if they had applied.
+_BACKEND_ONLY = ("kv_cache_fraction", "max_batch_size")
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -22,35 +30,65 @@ def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
         name = name.strip()
         if not sep or not name:
             raise AutotuneError(
-                f"--param '{pair}': write it as name=value, e.g. image_max_side=256"
+                f"--param {pair!r}: write it as name=value, e.g. image_max_side=256"
             )
-        if name not in PARAM_NAMES:
+        if name not in OVERRIDABLE:
             raise AutotuneError(
-                f"--param {name}: unknown parameter; {did_you_mean(name, PARAM_NAMES)}"
-                f"known: {', '.join(PARAM_NAMES)}"
+                f"--param {name!r}: unknown parameter; {did_you_mean(name, OVERRIDABLE)}"
+                f"known: {', '.join(OVERRIDABLE)}"
             )
-        try:
-            overrides[name] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            overrides[name] = raw
+        overrides[name] = _scalar(raw)
     return overrides
 
 
+def _scalar(raw: str) -> Any:
+    """A value as YAML reads it; the text itself when YAML cannot (TrialConfig judges it)."""
+    if not raw.strip():
+        return None
+    try:
+        return yaml.safe_load(raw)
+    except (yaml.YAMLError, RecursionError, MemoryError, ValueError):
+        # ValueError: an integer of more digits than Python converts.
+        return raw
+
+
 def configured(reference: TrialConfig, overrides: dict[str, Any]) -> TrialConfig:
-    """The reference with `overrides` applied; sampling knobs drop when greedy."""
+    """The reference with `overrides` applied; sampling knobs drop when greedy.
+
+    Raises:
+        SpaceError: a value is not allowed, or the configuration's backend has no such
+            parameter (it would be recorded without having had any effect).
+    """
     values = reference.model_dump()
     values.update(overrides)
     if not values.get("do_sample"):
         for name in SAMPLING_PARAMS:
             if name not in overrides:
                 values[name] = None
+    backend = values.get("backend")
+    for name in _BACKEND_ONLY:
+        if name not in overrides and name not in BACKEND_PARAMS.get(str(backend), frozenset()):
+            values[name] = None
     try:
-        return TrialConfig(**values)
+        config = TrialConfig(**values)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "configuration"
         message = str(error["msg"]).removeprefix("Value error, ")
         raise SpaceError(f"--param {where}: {message}") from None
+    _check_backend_has(config.backend, overrides)
+    return config
+
+
+def _check_backend_has(backend: str, overrides: dict[str, Any]) -> None:
+    honoured = BACKEND_PARAMS[backend]
+    for name in overrides:
+        if name in PARAM_NAMES and name not in honoured:
+            others = [b for b, params in BACKEND_PARAMS.items() if name in params]
+            raise SpaceError(
+                f"--param {name}: the {backend} backend has no {name} (it would have no "
+                f"effect); backends that have it: {', '.join(others)}"
+            )
 
 
 def evaluate(

@@ -6,9 +6,17 @@ reports all use these names, so a value means the same thing everywhere.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Backend = Literal["transformers", "swift", "lmdeploy", "vllm"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
@@ -82,11 +90,35 @@ LAUNCH_PARAMS: tuple[str, ...] = PARAM_NAMES[: PARAM_NAMES.index("image_max_side
 # measuring a server someone else started (--endpoint).
 REQUEST_PARAMS: frozenset[str] = frozenset(PARAM_NAMES) - frozenset(LAUNCH_PARAMS)
 
+# Seeds reach numpy's and torch's generators, which take 32-bit unsigned seeds only.
+MAX_SEED = 2**32 - 1
+
+
+def refuse_bool_for_number(value: Any, info: ValidationInfo, model: type[BaseModel]) -> Any:
+    """A boolean where a number is expected is a mistake (`batch_size: yes`), not 1 or 0.
+
+    pydantic's lax mode would turn true into 1; a number field that takes no boolean refuses it.
+    """
+    if isinstance(value, bool) and info.field_name is not None:
+        kinds = _kinds(model.model_fields[info.field_name].annotation)
+        if bool not in kinds and kinds & {int, float}:
+            raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+    return value
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The plain types an annotation is made of (through Optional and unions)."""
+    args = get_args(annotation)
+    if not args or get_origin(annotation) is Literal:
+        return {annotation}
+    return set().union(*(_kinds(arg) for arg in args))
+
 
 class TrialConfig(BaseModel):
     """One complete serving configuration: what a trial measures and what export renders."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN passes every bound (all comparisons with it are false); infinities are no setting.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     backend: Backend = Field("transformers", description="Serving engine.")
     dtype: Dtype = Field("auto", description="Weight and activation dtype; auto = checkpoint's.")
@@ -112,13 +144,21 @@ class TrialConfig(BaseModel):
     batch_size: int = Field(
         1, ge=1, le=1024, description="In-process: the static batch; servers: requests in flight."
     )
-    do_sample: bool = Field(False, description="Sample instead of greedy decoding.")
+    # Strict: "true", "yes" or 1 in a space file are typos, not booleans.
+    do_sample: StrictBool = Field(False, description="Sample instead of greedy decoding.")
     temperature: float | None = Field(None, gt=0.0, le=2.0, description="Sampling temperature.")
     top_k: int | None = Field(None, ge=1, le=1000, description="Top-k sampling cut-off.")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     repetition_penalty: float = Field(1.0, ge=0.5, le=2.0, description="Repetition penalty.")
     max_new_tokens: int = Field(64, ge=1, le=32768, description="Cap on generated tokens.")
-    seed: int = Field(0, ge=0, description="Sampling seed (fixed so sampled runs repeat).")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="Sampling seed (fixed so sampled runs repeat)."
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool_for_number(value, info, cls)
 
     @model_validator(mode="after")
     def _sampling_only_when_sampling(self) -> TrialConfig:

@@ -101,3 +101,42 @@ def test_render_flags_by_value_type() -> None:
 def test_reserved_flags_use_each_engines_spelling() -> None:
     assert all("_" not in key for key in RESERVED["lmdeploy"])
     assert all("-" not in key for key in RESERVED["swift"])
+
+
+@pytest.mark.parametrize(
+    ("fmt", "key"),
+    [
+        ("vllm", "max-num-seqs=256"),
+        ("lmdeploy", "max-batch-size=64"),
+        ("swift", "max_batch_size=8"),
+        ("vllm", "--tensor-parallel-size=2"),
+    ],
+)
+def test_a_key_with_its_value_after_equals_is_refused(tmp_path: Path, fmt: str, key: str) -> None:
+    # `max-num-seqs=256: true` would render `--max-num-seqs=256` beside autotune's own flag.
+    with pytest.raises(SpaceError) as info:
+        load_space(str(space_with(tmp_path, {fmt: {key: True}})))
+    message = str(info.value)
+    assert f"engine_args.{fmt}" in message and "give the value as the key's value" in message
+    flag, _, value = key.partition("=")
+    assert f"({flag}: {value})" in message
+
+
+@pytest.mark.parametrize("key", ["max num seqs", "tp\n", "a;b", "x$(id)", "é"])
+def test_a_key_that_is_no_flag_name_is_refused(tmp_path: Path, key: str) -> None:
+    with pytest.raises(SpaceError, match="engine_args.vllm") as info:
+        load_space(str(space_with(tmp_path, {"vllm": {key: 1}})))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["--max-num-seqs", ["8", "--max-num-seqs", "256"]])
+def test_a_value_that_is_a_flag_is_refused(tmp_path: Path, value: object) -> None:
+    with pytest.raises(SpaceError, match="looks like a flag"):
+        load_space(str(space_with(tmp_path, {"vllm": {"tp": value}})))
+
+
+def test_dotted_and_dashed_flag_names_stay_allowed() -> None:
+    args = EngineArgs(vllm={"--compilation-config.level": 3, "tp": -1})
+    assert render_flags("vllm", args.for_format("vllm")) == [
+        "--compilation-config.level", "3", "--tp", "-1",
+    ]  # fmt: skip

@@ -132,6 +132,34 @@ def test_empty_file(tmp_path: Path) -> None:
     assert "has no items" in load_error(path)
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[" * 100_000, "nested too deeply"),  # json's parser recurses once per bracket
+        ('{"a":' * 50_000, "nested too deeply"),
+        ("1" * 5000, "not valid JSON"),  # more digits than Python turns into an int
+    ],
+)
+def test_lines_json_cannot_parse_name_file_and_line(
+    tmp_path: Path, line: str, expected: str
+) -> None:
+    message = load_error(write_set(tmp_path, [item(), line]))
+    assert "items.jsonl, line 2" in message and expected in message
+
+
+@pytest.mark.parametrize("image", ["/etc/passwd", "../a.png", "images/../../a.png", "..", "{abs}"])
+def test_images_outside_the_sets_folder_are_refused(tmp_path: Path, image: str) -> None:
+    # An existing image given by its absolute path is refused too: a set must travel whole.
+    image = image.format(abs=tmp_path / "images" / "a.png")
+    message = load_error(write_set(tmp_path, [item(), item(id="b", image=image)]))
+    assert "line 2" in message and "outside the set's folder" in message
+
+
+def test_images_may_use_dots_that_stay_inside(tmp_path: Path) -> None:
+    path = write_set(tmp_path, [item(image="./images/../images/a.png")])
+    assert load_evalset(path).items[0].image_path.is_file()
+
+
 def test_unknown_name_lists_bundled_sets() -> None:
     with pytest.raises(EvalsetError, match=r"no evaluation set named 'nope'.*smoke"):
         load_evalset("nope")

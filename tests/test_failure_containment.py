@@ -20,6 +20,8 @@ import pytest
 from optuna.trial import TrialState
 from small_space import run_study, small_space
 
+from autotune.study.loop import FAILURES_IN_A_ROW
+
 pytestmark = pytest.mark.slow
 
 
@@ -55,7 +57,12 @@ def workers_of(run: subprocess.Popen[str]) -> list[psutil.Process]:
     found = []
     for proc in children:
         try:
-            if "autotune.engines.inprocess.worker" in proc.cmdline():
+            cmdline = proc.cmdline()
+            # The worker itself, not the guard that runs it (autotune.engines.guard).
+            if (
+                "autotune.engines.inprocess.worker" in cmdline
+                and "autotune.engines.guard" not in cmdline
+            ):
                 found.append(proc)
         except psutil.NoSuchProcess:
             continue
@@ -129,13 +136,18 @@ def test_ctrl_c_stops_the_worker_and_resume_finishes(tmp_path: Path) -> None:
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
     assert [t.state for t in study.trials] == [TrialState.FAIL]  # nothing left RUNNING
+    interrupted = study.trials[0].user_attrs
+    assert interrupted["failure_kind"] == "interrupted"
+    assert "Ctrl-C" in interrupted["failure_reason"]
 
     resumed = start_run(space, db, 3, tmp_path)
     _, stderr = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, stderr[-2000:]
     study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
-    states = [t.state for t in study.trials]
-    assert states.count(TrialState.COMPLETE) == 2 and len(states) == 3
+    measured = [t for t in study.trials[1:] if "duplicate_of" not in t.user_attrs]
+    # --trials 3 asks for three measured trials: the interrupted one does not count.
+    assert [t.state for t in measured] == [TrialState.COMPLETE] * 3
+    assert "[3/3]" in stderr
     # The interrupted reference was enqueued again and completed first after the resume.
     assert study.trials[1].user_attrs.get("is_reference") is True
     assert os.path.exists(db)
@@ -152,5 +164,7 @@ def test_every_trial_timing_out_is_reported_per_trial(tmp_path: Path) -> None:
     result, _ = run_study(space, study="s", cwd=tmp_path)
     assert result.returncode == 1
     assert "no trial completed" in result.stdout
-    assert result.stdout.count("FAIL: timed out after 1 s") == 2
+    # Failures do not count towards --trials: the study stops after FAILURES_IN_A_ROW of them.
+    assert result.stdout.count("FAIL: timed out after 1 s") == FAILURES_IN_A_ROW
+    assert f"{FAILURES_IN_A_ROW} trials failed in a row" in result.stderr
     assert "Traceback" not in result.stderr

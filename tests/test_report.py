@@ -77,9 +77,11 @@ def test_top_configurations_with_export_commands(report_html: str) -> None:
     assert "lmdeploy serve api_server Qwen/Qwen3-VL-2B-Instruct" in report_html
     assert "# note:" in report_html  # what a command cannot express travels with it
     assert "autotune export --study small --trial 2" in report_html
-    # The infeasible trial is not offered as a configuration.
-    top = report_html.split('id="top"', 1)[1].split('id="image-side"', 1)[0]
+    # The infeasible trial is not offered as a configuration; its own section says why.
+    top = report_html.split('id="top"', 1)[1].split("<h2 id=", 1)[0]
     assert "<td>3<" not in top
+    infeasible = report_html.split("id='infeasible'", 1)[1].split("<h2", 1)[0]
+    assert "<td>3</td><td>accuracy 0.620 vs reference 0.900" in infeasible
 
 
 def test_reference_samples_failures_and_environment(report_html: str) -> None:

@@ -374,7 +374,11 @@ class Descendants:
 
     def servers(self) -> list[int]:
         """Pids of `swift deploy` launchers seen so far."""
-        return [pid for pid, argv in list(self.cmdlines.items()) if "deploy" in argv]
+        return [
+            pid
+            for pid, argv in list(self.cmdlines.items())
+            if "deploy" in argv and "autotune.engines.guard" not in argv
+        ]
 
     def alive(self) -> list[psutil.Process]:
         self._stop.set()

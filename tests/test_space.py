@@ -187,3 +187,119 @@ def test_a_reference_that_cannot_run_here_is_an_error(tmp_path: Path) -> None:
     space = load_space(str(write_space(tmp_path, data)))
     with pytest.raises(SpaceError, match="the reference needs backend vllm is not installed"):
         space.runnable_here()
+
+
+# --- values that used to fail late (in numpy, in Optuna, in a recursion) ---------------------
+
+
+def space_error(tmp_path: Path, data: dict | str) -> str:
+    with pytest.raises(SpaceError) as info:
+        load_space(str(write_space(tmp_path, data)))
+    message = str(info.value)
+    assert "\n" not in message  # the CLI prints it as one line
+    return message
+
+
+@pytest.mark.parametrize("seed", [1180591620717411303424, 2**32, -1])
+def test_the_seed_must_fit_numpys_32_bits(tmp_path: Path, seed: int) -> None:
+    assert "seed:" in space_error(tmp_path, {**BASE, "seed": seed})
+    assert "reference: seed:" in space_error(
+        tmp_path, {**BASE, "reference": {**BASE["reference"], "seed": seed}}
+    )
+    load_space(str(write_space(tmp_path, {**BASE, "seed": 2**32 - 1})))
+    assert TrialConfig(seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_step_and_log_cannot_be_combined(tmp_path: Path) -> None:
+    spec = {"low": 0.1, "high": 1.0, "step": 0.1, "log": True, "when": {"do_sample": [True]}}
+    message = space_error(tmp_path, with_params(temperature=spec))
+    assert "params.temperature: step and log cannot be combined" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "expected"),
+    [
+        (
+            "kv_cache_fraction",
+            {"low": 0.0, "high": 0.9, "log": True},
+            "log range needs low above 0",
+        ),
+        ("batch_size", {"low": 1, "high": 8, "step": 0.5}, "not a whole number"),
+        ("batch_size", {"choices": [1, 2], "step": 1}, "not to 'choices'"),
+        ("temperature", {"low": 0.2, "high": float("inf")}, "finite number"),
+        ("temperature", {"low": float("nan"), "high": 1.0}, "finite number"),
+    ],
+)
+def test_ranges_optuna_would_refuse_are_refused_on_load(
+    tmp_path: Path, name: str, spec: dict, expected: str
+) -> None:
+    assert expected in space_error(tmp_path, with_params(**{name: spec}))
+
+
+@pytest.mark.parametrize("text", ["[" * 20000, "{a: " * 20000, "model: " + "[" * 5000])
+def test_deeply_nested_yaml_is_one_error(tmp_path: Path, text: str) -> None:
+    assert "too deeply nested" in space_error(tmp_path, text)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../up", ".hidden", "-x", "a\nb", "x" * 129])
+def test_a_space_name_must_be_a_safe_file_name(tmp_path: Path, name: str) -> None:
+    message = space_error(tmp_path, {**BASE, "name": name})
+    assert "name:" in message and "letters, digits" in message
+
+
+def test_a_file_name_that_cannot_name_a_study_asks_for_a_name(tmp_path: Path) -> None:
+    path = write_space(tmp_path, BASE, name="my space.yaml")
+    with pytest.raises(SpaceError, match="add a name: field"):
+        load_space(str(path))
+    path.write_text(yaml.safe_dump({**BASE, "name": "my-space"}))
+    assert load_space(str(path)).name == "my-space"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (with_params(do_sample={"choices": [False, "true"]}), "params.do_sample.choices[1]"),
+        (with_params(do_sample={"choices": [0, 1]}), "params.do_sample.choices[0]"),
+        (
+            with_params(temperature={"low": 0.2, "high": 1.0, "when": {"do_sample": ["true"]}}),
+            "params.temperature.when.do_sample",
+        ),
+        ({**BASE, "reference": {"do_sample": "yes"}}, "reference: do_sample"),
+        (
+            {**BASE, "candidates": [{"name": "a", "config": {"do_sample": "true"}}]},
+            "candidates[0].config: do_sample",
+        ),
+    ],
+)
+def test_booleans_must_be_real_booleans(tmp_path: Path, data: dict, expected: str) -> None:
+    assert expected in space_error(tmp_path, data)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({**BASE, "trials": True}, "trials: true is a boolean, not a number"),
+        ({**BASE, "reference": {"batch_size": True}}, "batch_size: true is a boolean"),
+        ({**BASE, "trial_timeout_s": float("inf")}, "trial_timeout_s: Input should be a finite"),
+        ({**BASE, "workload": {"max_measure_s": float("nan")}}, "workload.max_measure_s"),
+    ],
+)
+def test_numbers_are_finite_and_not_booleans(tmp_path: Path, data: dict, expected: str) -> None:
+    assert expected in space_error(tmp_path, data)
+
+
+def test_a_space_path_that_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    (tmp_path / "d.yaml").mkdir()
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # no .yaml suffix: still a path
+    expected = {
+        str(tmp_path / "d.yaml"): "is a folder, not a file",
+        str(tmp_path / "loop.yaml"): "is a symbolic link loop",
+        str(tmp_path / "loop"): "is a symbolic link loop",
+        "/dev/null": "is not a regular file",
+        str(tmp_path / "missing.yaml"): "does not exist",
+    }
+    for path, words in expected.items():
+        with pytest.raises(SpaceError) as info:
+            load_space(path)
+        assert words in str(info.value), path

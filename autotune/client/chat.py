@@ -10,9 +10,11 @@ import asyncio
 import base64
 import io
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from PIL import Image
@@ -167,11 +169,31 @@ async def list_models(client: httpx.AsyncClient, base_url: str) -> list[str]:
         raise ChatError("GET /v1/models did not return an OpenAI model list") from exc
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def normalize_base_url(url: str) -> str:
-    """http://host:port from a URL given with or without /v1 and a trailing slash."""
-    base = url.strip().rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    if not base.startswith(("http://", "https://")):
-        base = f"http://{base}"
-    return base
+    """http://host:port from a URL given with or without /v1, a trailing slash or http://.
+
+    Raises:
+        ValueError: not an http(s) URL with a host (another scheme, no host, a bad port).
+    """
+    base = url.strip()
+    if any(not char.isprintable() or char.isspace() for char in base):
+        raise ValueError(f"{url!r} is not a URL: it holds spaces or control characters")
+    # The scheme is judged before trailing slashes go: "http://" must not become "http:".
+    if not _SCHEME.match(base):
+        base = f"http://{base}"  # host:port alone
+    parts = urlsplit(base)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host; write e.g. http://127.0.0.1:8000")
+    try:
+        port = parts.port  # urlsplit checks the port only when it is read
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{url!r} has no valid port (1-65535)")
+    base = base.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base

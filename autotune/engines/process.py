@@ -1,7 +1,10 @@
 """A child process in its own process group that is always stopped, whole, when we are done.
 
 Engines and servers spawn helpers of their own (compile workers, tokenizer pools, API workers);
-signalling the process group reaches all of them, so nothing outlives a trial or a Ctrl-C.
+signalling the process group reaches all of them, so nothing outlives a trial or a Ctrl-C. A
+killed autotune cannot signal anything, so each command runs under autotune.engines.guard,
+which kills the group when its parent dies; and each group is recorded
+(autotune.engines.leftovers) so that the next run stops anything that still escaped.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from pathlib import Path
 from types import TracebackType
+
+from autotune.engines.leftovers import forget, record
 
 
 class ManagedProcess:
@@ -40,19 +46,22 @@ class ManagedProcess:
     def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
+        env = dict(self.env if self.env is not None else os.environ)
+        env["AUTOTUNE_GUARD_PARENT"] = str(os.getpid())
         try:
             self.proc = subprocess.Popen(
-                self.argv,
+                [sys.executable, "-m", "autotune.engines.guard", *self.argv],
                 stdin=subprocess.PIPE if self.capture_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if self.capture_stdout else log,
                 stderr=log,
-                env=self.env,
+                env=env,
                 cwd=self.cwd,
                 text=True,
                 start_new_session=True,  # its own group: our Ctrl-C does not reach it directly
             )
         finally:
             log.close()  # the child holds its own copy of the descriptor
+        record(self.proc.pid, self.argv)
         return self
 
     @property
@@ -76,6 +85,7 @@ class ManagedProcess:
         _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        forget(pgid)
         for stream in (self.proc.stdout, self.proc.stdin):
             if stream is not None:
                 with contextlib.suppress(OSError):

@@ -13,6 +13,7 @@ broken set fails before any model is loaded rather than halfway through a study.
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -155,7 +156,25 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def _outside_folder(image: str) -> bool:
+    """Whether an image path leaves the set's folder: absolute, or `..` past its top.
+
+    A set is a folder that can be copied or shared whole; an image elsewhere would be read from
+    whatever that path holds on the machine that runs it. Judged on the text of the path, so a
+    symbolic link inside the folder stays allowed.
+    """
+    if os.path.isabs(image):
+        return True
+    normalised = os.path.normpath(image)
+    return normalised == ".." or normalised.startswith(".." + os.sep)
+
+
 def _check_image(item: EvalItem) -> str | None:
+    if _outside_folder(item.image):
+        return (
+            f"image {item.image!r} is outside the set's folder; give a path relative to the "
+            "JSONL file, inside its folder"
+        )
     if not item.image_path.is_file():
         return f"image {item.image!r} not found (looked for {item.image_path})"
     try:
@@ -164,6 +183,19 @@ def _check_image(item: EvalItem) -> str | None:
     except Exception as exc:  # PIL raises many unrelated types for a corrupt file
         return f"image {item.image!r} cannot be read: {exc}"
     return None
+
+
+def _parse_line(line: str, where: str) -> Any:
+    """One JSONL line as JSON; an EvalsetError naming the file and line when it is not."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EvalsetError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except (RecursionError, MemoryError):
+        # json's parser recurses once per [ or {: a deep enough line exhausts the stack.
+        raise EvalsetError(f"{where}: not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise EvalsetError(f"{where}: not valid JSON ({exc})") from None
 
 
 def load_evalset(path_or_name: str | Path) -> EvalSet:
@@ -184,16 +216,15 @@ def load_evalset(path_or_name: str | Path) -> EvalSet:
         if not line.strip():
             continue
         where = f"{path}, line {number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvalsetError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        record = _parse_line(line, where)
         if not isinstance(record, dict):
             raise EvalsetError(f"{where}: expected a JSON object, got {type(record).__name__}")
         try:
             item = EvalItem.model_validate(record)
         except ValidationError as exc:
             raise EvalsetError(f"{where}: {_describe(exc)}") from None
+        except (RecursionError, MemoryError):
+            raise EvalsetError(f"{where}: a value is nested too deeply") from None
         if item.id in first_line:
             raise EvalsetError(
                 f"{where}: duplicate id {item.id!r} (first used on line {first_line[item.id]})"

@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial
 from autotune.export import Export, render_export
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
-from autotune.study.select import deploy_target, find_trial, recommend
+from autotune.study.select import deploy_target, find_trial, infeasibility, recommend
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:
@@ -33,8 +33,9 @@ def export_trial(
     port: int | None = None,
 ) -> tuple[Export, FrozenTrial]:
     """The command of the recommended (or a chosen) trial for `fmt` (default: the study's
-    deploy target). A trial whose measurement the command does not reproduce is exported
-    with a note saying why, and `exact` false (`--strict` refuses it)."""
+    deploy target). A trial whose measurement the command does not reproduce, or that breaks
+    a constraint (only `--trial N` can pick one), is exported with a note saying why, and
+    `exact` false (`--strict` refuses it)."""
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     fmt = fmt or deploy_target(study) or "swift"
     model = study.user_attrs.get("model") or study.user_attrs.get("model_path")
@@ -52,6 +53,10 @@ def export_trial(
         if not check.deployable:
             note = f"trial {trial.number} is a what-if for {fmt}: {check.reason}."
             result = dataclasses.replace(result, notes=[note, *result.notes], exact=False)
+    reasons = infeasibility(study, trial)
+    if reasons:
+        note = f"trial {trial.number} is infeasible: {'; '.join(reasons)}."
+        result = dataclasses.replace(result, notes=[note, *result.notes], exact=False)
     if study.user_attrs.get("dummy_weights"):
         note = (
             f"measured with random (dummy) weights of {model}'s architecture: speed and memory "

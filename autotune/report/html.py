@@ -263,9 +263,15 @@ def _reason(trial: FrozenTrial) -> str:
     return "screening: accuracy already below the floor" if trial.state == TrialState.PRUNED else ""
 
 
+def _state(trial: FrozenTrial) -> str:
+    kind = trial.user_attrs.get("failure_kind")
+    # An out-of-memory trial is PRUNED for the sampler's sake; it failed all the same.
+    return f"FAIL ({kind})" if kind else trial.state.name
+
+
 def _unfinished_section(data: ReportData) -> str:
     rows = [
-        f"<tr><td>{t.number}</td><td>{_e(t.state.name)}</td>"
+        f"<tr><td>{t.number}</td><td>{_e(_state(t))}</td>"
         f"<td>{_e(_params_text(changed_params(t, data.reference)))}</td>"
         f"<td>{_e(_reason(t))}</td></tr>"
         for t in data.trials

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from autotune.errors import SpaceError, did_you_mean
-from autotune.space.model import REPO_ROOT, SearchSpace, _first_error
+from autotune.space.model import NAME_PATTERN, NAME_RULE, REPO_ROOT, SearchSpace, _first_error
 
 BUILTIN_SPACES_DIR = REPO_ROOT / "search_spaces"
 
@@ -19,20 +22,45 @@ def builtin_spaces() -> list[str]:
 
 def find_space_file(name_or_path: str) -> Path:
     """A space name (file under search_spaces/) or a path to a YAML file."""
+    if not name_or_path.strip():
+        # Path("") is the current folder: say what is missing instead.
+        raise SpaceError("no space given: name a built-in space or give a path to a .yaml file")
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise SpaceError(f"space file '{name_or_path}' does not exist")
+    if path.suffix in (".yaml", ".yml") or path.exists() or path.is_symlink():
+        problem = _not_a_file(path)
+        if problem:
+            raise SpaceError(f"space file {name_or_path!r} {problem}")
         return path
     builtin = BUILTIN_SPACES_DIR / f"{name_or_path}.yaml"
     if builtin.is_file():
         return builtin
     known = builtin_spaces()
     raise SpaceError(
-        f"unknown space '{name_or_path}': {did_you_mean(name_or_path, known)}"
+        f"unknown space {name_or_path!r}: {did_you_mean(name_or_path, known)}"
         f"built-in spaces: {', '.join(known)} "
         "(or give a path to a .yaml file)"
     )
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What keeps `path` from being read as a space file, in words; None for a regular file."""
+    try:
+        mode = path.stat().st_mode  # follows symbolic links
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if path.is_symlink():
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "does not exist"
+        return f"cannot be read: {exc.strerror}"
+    except ValueError:  # a NUL byte: no file can have that name
+        return "is not a valid path"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, a pipe or a socket)"
+    return None
 
 
 def load_space(name_or_path: str) -> SearchSpace:
@@ -43,16 +71,28 @@ def load_space(name_or_path: str) -> SearchSpace:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
+        # A ReaderError (a NUL or another character YAML forbids) has a reason, no problem.
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "not valid YAML"
         raise SpaceError(f"{path}: malformed YAML{where}: {problem}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpaceError(f"{path}: cannot read the file: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise SpaceError(f"{path}: the YAML is too deeply nested to be a space file") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise SpaceError(f"{path}: a value cannot be read: {exc}") from None
     if not isinstance(data, dict):
         raise SpaceError(f"{path}: a space file must be a YAML mapping of fields")
+    if "name" not in data and not NAME_PATTERN.fullmatch(path.stem):
+        raise SpaceError(
+            f"{path}: the file name {path.stem!r} cannot name the study ({NAME_RULE}); "
+            "add a name: field"
+        )
     data.setdefault("name", path.stem)
     try:
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise SpaceError(f"{path}: {_first_error(exc, top_level=True)}") from None
+    except (RecursionError, MemoryError):
+        raise SpaceError(f"{path}: a value is too deeply nested") from None
     space.source = path.resolve()
     return space

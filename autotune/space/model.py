@@ -7,6 +7,7 @@ and each searched parameter with its range or choices and the condition under wh
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
@@ -19,6 +20,7 @@ from autotune.params import (
     BACKEND_PARAMS,
     DEPLOY_TARGETS,
     DEPLOYABLE_BACKENDS,
+    MAX_SEED,
     PARAM_NAMES,
     REQUEST_PARAMS,
     SAMPLING_PARAMS,
@@ -44,6 +46,19 @@ if TYPE_CHECKING:
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+# Space and study names become file names (studies/<name>.db) and database rows: no path
+# separators, no leading dot or dash (hidden files, options), nothing that needs quoting.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or a digit"
+
+
+def check_name(name: str) -> str:
+    """`name` when it can name a space or a study; ValueError naming the rule otherwise."""
+    # fullmatch: re's `$` would also accept a name that ends with a newline.
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"{name!r} is not a valid name: use {NAME_RULE}")
+    return name
+
 
 class SearchSpace(_Strict):
     """A validated space file."""
@@ -65,7 +80,7 @@ class SearchSpace(_Strict):
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
     trials: int = Field(20, ge=1, description="Trials to run (the reference included).")
     trial_timeout_s: float = Field(900, gt=0, description="A trial running longer fails.")
-    seed: int = Field(0, ge=0, description="Sampler seed.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed (numpy takes 32 bits).")
     workload: Workload = Field(default_factory=Workload)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
     constraints: Constraints = Field(default_factory=Constraints)
@@ -123,6 +138,11 @@ class SearchSpace(_Strict):
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return check_name(value)
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -329,11 +349,22 @@ def _check_values(name: str, spec: ParamSpec) -> None:
         return
     if not _is_numeric(name):
         raise ValueError(f"params.{name}: takes 'choices', not a numeric range")
+    if _is_int_param(name):
+        _check_int_range(name, spec)
     for bound in ("low", "high"):
         value = getattr(spec, bound)
         _validate_value(
             name, int(value) if _is_int_param(name) else value, f"params.{name}.{bound}"
         )
+
+
+def _check_int_range(name: str, spec: ParamSpec) -> None:
+    """What Optuna's suggest_int would refuse only once the trial asks for the value."""
+    assert spec.low is not None
+    if spec.step is not None and (spec.step != int(spec.step) or spec.step < 1):
+        raise ValueError(f"params.{name}.step: {spec.step} is not a whole number of 1 or more")
+    if spec.log and int(spec.low) < 1:
+        raise ValueError(f"params.{name}.low: a log range of whole numbers starts at 1 or more")
 
 
 def _is_numeric(name: str) -> bool:

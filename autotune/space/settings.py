@@ -10,14 +10,22 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from autotune.errors import did_you_mean
 from autotune.measure.registry import METRICS, Direction
+from autotune.params import refuse_bool_for_number
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN passes every bound (each comparison with it is false) and an infinite time-out or
+    # range is never what a space means: numbers must be finite.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
+        return refuse_bool_for_number(value, info, cls)
 
 
 class ParamSpec(_Strict):
@@ -44,6 +52,14 @@ class ParamSpec(_Strict):
             raise ValueError(f"low ({self.low}) is above high ({self.high})")
         if self.choices is not None and not self.choices:
             raise ValueError("'choices' is empty")
+        if self.choices is not None and (self.step is not None or self.log):
+            raise ValueError("'step' and 'log' apply to a 'low'/'high' range, not to 'choices'")
+        if self.step is not None and self.log:
+            raise ValueError(
+                "step and log cannot be combined (Optuna samples a log range without steps)"
+            )
+        if self.log and self.low is not None and self.low <= 0:
+            raise ValueError(f"a log range needs low above 0 (low is {self.low})")
         return self
 
 

@@ -84,19 +84,24 @@ class ArtifactRecorder:
                     "passed": m.accuracy.item_passed[item.id],
                 }
             )
-        artifact_id = self._upload(
-            trial,
-            SAMPLE_OUTPUTS,
-            json.dumps(rows, indent=1, ensure_ascii=False),
-            "application/json",
-        )
-        # The same rows as JSONL and the per-category scores as CSV: optuna-dashboard shows
-        # .jsonl and .csv artifacts as tables on the trial's page.
-        self._upload(
-            trial,
-            SAMPLE_OUTPUTS_TABLE,
-            "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-            "application/jsonl",
-        )
-        self._upload(trial, ACCURACY_TABLE, _category_csv(m.accuracy), "text/csv")
+        # Best effort: the answers and scores are user attributes too; a full disk here must
+        # not fail a trial that was measured (the storage's own writes decide that).
+        try:
+            artifact_id = self._upload(
+                trial,
+                SAMPLE_OUTPUTS,
+                json.dumps(rows, indent=1, ensure_ascii=False),
+                "application/json",
+            )
+            # The same rows as JSONL and the per-category scores as CSV: optuna-dashboard
+            # shows .jsonl and .csv artifacts as tables on the trial's page.
+            self._upload(
+                trial,
+                SAMPLE_OUTPUTS_TABLE,
+                "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                "application/jsonl",
+            )
+            self._upload(trial, ACCURACY_TABLE, _category_csv(m.accuracy), "text/csv")
+        except OSError:
+            return
         trial.set_user_attr("sample_outputs_artifact", artifact_id)

@@ -14,18 +14,23 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.floor import floor_warning
+from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.study.budget import Budget
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.progress import Progress
+from autotune.study.recovery import Spool, fail_orphaned, recover
 from autotune.study.select import reference_trial
-from autotune.study.storage import open_storage
+from autotune.study.storage import StorageUnavailable, open_storage
 from autotune.study.timeshare import study_time_share
 
 # Proposals of measured configurations in a row after which the space counts as exhausted.
 EXHAUSTED_AFTER = 10
+# Failed trials in a row after which the study stops: failures do not count towards --trials,
+# so a configuration space that cannot run here must not keep a study going forever.
+FAILURES_IN_A_ROW = 5
 
 
 def open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSampler]:
@@ -104,16 +109,19 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
 
 
 def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int:
-    """Trials that count towards the target: a repeated proposal is not a trial. With
-    `include_running`, trials other processes are still running count too, so processes that
-    share a study stop together at the target instead of overshooting it."""
-    states = {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+    """Measured trials, the ones --trials asks for: not a repeated proposal, not a failed,
+    interrupted or out-of-memory trial. With `include_running`, trials other processes are
+    still running count too, so processes that share a study stop together at the target
+    instead of overshooting it."""
+    states = {TrialState.COMPLETE, TrialState.PRUNED}
     if include_running:
         states.add(TrialState.RUNNING)
     return sum(
         1
         for t in study.get_trials(deepcopy=False)
-        if t.state in states and "duplicate_of" not in t.user_attrs
+        if t.state in states
+        and "duplicate_of" not in t.user_attrs
+        and "failure_kind" not in t.user_attrs
     )
 
 
@@ -149,19 +157,25 @@ class _AfterTrial:
         progress: Progress,
         launches: LaunchScheduler,
         budget: Budget,
+        spool: Spool,
     ) -> None:
         self.plan = plan
         self.target = target
         self.progress = progress
         self.launches = launches
         self.budget = budget
+        self.spool = spool
         self.repeats = 0
+        self.failures = 0
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        # The storage holds the finished trial now: its spooled copy is no longer needed.
+        self.spool.remove(trial.number)
         counted = counted_trials(study)
         self.progress.trial_finished(study, trial, counted=counted)
         self.launches.after_trial(study, trial)
         self.repeats = self.repeats + 1 if "duplicate_of" in trial.user_attrs else 0
+        self.failures = self.failures + 1 if "failure_kind" in trial.user_attrs else 0
         if trial.user_attrs.get("is_reference") and trial.state == TrialState.COMPLETE:
             warn_if_set_too_small(study, self.plan, self.progress)
         if trial.user_attrs.get("is_reference") and trial.state != TrialState.COMPLETE:
@@ -172,6 +186,12 @@ class _AfterTrial:
                     "; the relative accuracy floor needs it — fix the cause and run again"
                 )
         if counted_trials(study, include_running=True) >= self.target:
+            study.stop()
+        elif self.failures >= FAILURES_IN_A_ROW:
+            self.progress.note(
+                f"{self.failures} trials failed in a row (reasons above); stopping: fix the "
+                "cause and run the same command again"
+            )
             study.stop()
         elif self.repeats >= EXHAUSTED_AFTER:
             self.progress.note(
@@ -195,6 +215,19 @@ class _AfterTrial:
         return False
 
 
+def _storage_failure(exc: BaseException) -> StorageUnavailable | None:
+    """The storage failure behind `exc`, if any: Optuna's bookkeeping after a failed write
+    raises errors of its own (an AssertionError, an UnboundLocalError) that hide it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, StorageUnavailable):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def run_study(
     plan: StudyPlan,
     *,
@@ -205,10 +238,14 @@ def run_study(
     """Run (or resume) the study until it holds `trials` counted trials or the budget ends."""
     target = trials if trials is not None else plan.space.trials
     study, base_sampler = open_study(plan)
-    done = counted_trials(study)
+    spool = Spool(plan.storage_url, plan.study_name)
     progress = progress or Progress(total=target)
+    # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
+    # results.
+    repairs = [*clean_up(), *fail_orphaned(study), *recover(study, spool)]
+    done = counted_trials(study)
     progress.start(done=done, study_name=plan.study_name)
-    for note in plan.notes:
+    for note in [*plan.notes, *repairs]:
         progress.note(note)
     if done >= target:
         progress.note(f"study '{plan.study_name}' already has {done} counted trials")
@@ -216,7 +253,7 @@ def run_study(
     warn_if_set_too_small(study, plan, progress)
     launches = LaunchScheduler(plan, base_sampler)
     budget = Budget(plan.budget_s)
-    after = _AfterTrial(plan, target, progress, launches, budget)
+    after = _AfterTrial(plan, target, progress, launches, budget, spool)
     if reference_trial(study) is not None and not after.fits(study):
         return study
     _ensure_reference(study, plan)
@@ -224,12 +261,27 @@ def run_study(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(
-                Objective(plan, progress, launches, budget),
+                Objective(plan, progress, launches, budget, spool),
                 timeout=timeout_s,
                 catch=(TrialFailure,),
                 callbacks=[after],
                 gc_after_trial=False,
             )
+    except Exception as exc:
+        refused = _storage_failure(exc)
+        if refused is None:
+            raise
+        kept = [spool.where(int(payload["number"])) for payload in spool.pending()]
+        where = (
+            "; measured results not recorded yet are kept in "
+            + ", ".join(str(path) for path in kept if path is not None)
+            if kept
+            else ""
+        )
+        raise StorageUnavailable(
+            f"{refused}{where}; fix the storage (free disk space, release the lock) and run "
+            "the same command again to record them and go on"
+        ) from None
     finally:
         launches.close()
     progress.note(f"time: {study_time_share(study).line()}")

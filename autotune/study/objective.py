@@ -9,7 +9,7 @@ FAIL with its reason, and the study goes on.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -34,11 +34,17 @@ from autotune.study.budget import Budget
 from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import Progress
+from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 
 # A load test is never cut below this many seconds by the budget: it still measures its
 # minimum number of requests, this only stops it asking for more.
 MIN_MEASURE_S = 5.0
+# The memory constraint of a trial that ran out of memory: far beyond any measured one.
+OOM_VIOLATION = 1e9
+# Attributes set before the measurement, kept with it in the spool.
+_RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
+                   "candidate")  # fmt: skip
 
 
 def constraint_values(
@@ -81,20 +87,16 @@ def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
         trial.set_constraint(name, value)
 
 
-def judge(
-    trial: optuna.Trial, accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace
-) -> PairedComparison:
-    """Compare a candidate's answers with the reference's, item by item, and record it."""
+def judge(accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace) -> PairedComparison:
+    """Compare a candidate's answers with the reference's, item by item."""
     ref_accuracy = stored_accuracy(reference)
-    paired = compare(
+    return compare(
         accuracy.item_scores,
         ref_accuracy.item_scores,
         candidate_passed=accuracy.item_passed,
         reference_passed=ref_accuracy.item_passed,
         confidence=space.constraints.accuracy.confidence,
     )
-    trial.set_user_attr("paired_vs_reference", paired.to_dict())
-    return paired
 
 
 # Attributes that describe a trial's own run, not its configuration's figures.
@@ -152,19 +154,31 @@ class Objective:
     """What study.optimize calls for each trial."""
 
     def __init__(
-        self, plan: StudyPlan, progress: Progress, launches: LaunchScheduler, budget: Budget
+        self,
+        plan: StudyPlan,
+        progress: Progress,
+        launches: LaunchScheduler,
+        budget: Budget,
+        spool: Spool,
     ) -> None:
         self.plan = plan
         self.progress = progress
         self.launches = launches
         self.budget = budget
+        self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.started = time.perf_counter()
         time_s: dict[str, float] = {"startup": 0.0}
+        trial.set_user_attr("owner", owner())
         try:
             return self._run(trial, time_s)
+        except KeyboardInterrupt:
+            # Optuna records the trial as failed; say why, so a resumed run need not guess.
+            trial.set_user_attr("failure_kind", "interrupted")
+            trial.set_user_attr("failure_reason", "interrupted (Ctrl-C) before it ended")
+            raise
         finally:
             time_s["total"] = time.perf_counter() - self.started
             trial.set_user_attr("time_s", time_s)
@@ -208,11 +222,7 @@ class Objective:
             )
             result = session.measure(config, measure, on_phase=self.progress.phase)
         except TrialFailure as failure:
-            trial.set_user_attr("failure_kind", failure.kind)
-            trial.set_user_attr("failure_reason", failure.reason)
-            trial.set_user_attr("log_tail", failure.log_tail[-4000:])
-            self.artifacts.log_tail(trial, failure.log_tail)
-            raise
+            self._failed(trial, failure)
         m = to_measurement(
             space,
             config,
@@ -223,43 +233,68 @@ class Objective:
         )
         time_s.update(m.time_s)
         m.environment = {**m.environment, "launch_id": session.launch_id}
+        # Everything the trial records from here on: spooled before it goes to the storage,
+        # so a storage that refuses the writes (locked, full) costs no measurement.
+        attrs: dict[str, Any] = {}
         if cached is not None:
             m.accuracy = stored_accuracy(cached)
             m.predictions = dict(cached.user_attrs.get("predictions") or {})
-            trial.set_user_attr("accuracy_reused_from", cached.number)
-        trial.set_user_attr("answers_computed", 0 if cached else len(m.predictions))
-        for key, value in m.user_attrs().items():
-            if key != "time_s":
-                trial.set_user_attr(key, value)
+            attrs["accuracy_reused_from"] = cached.number
+        attrs["answers_computed"] = 0 if cached else len(m.predictions)
+        attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
         paired = None
         same_answers = False
         if reference is not None and m.accuracy is not None:
-            paired = judge(trial, m.accuracy, reference, space)
+            paired = judge(m.accuracy, reference, space)
+            attrs["paired_vs_reference"] = paired.to_dict()
             same_answers = m.predictions == (reference.user_attrs.get("predictions") or {})
-        values = constraint_values(space, m, paired, same_answers=same_answers)
-        self._record(trial, values)
-        reasons = infeasible_because(
-            {**m.figures, **(m.accuracy.user_attrs() if m.accuracy else {}), "constraints": values,
-             "paired_vs_reference": paired.to_dict() if paired else {}},
-            space.constraints,
-        )  # fmt: skip
-        trial.set_user_attr("infeasible_because", reasons)
+        constraints = constraint_values(space, m, paired, same_answers=same_answers)
+        check = reproduction(
+            {"config": attrs["config"], "environment": attrs.get("environment") or {}},
+            None if plan.endpoint else space.deploy,
+        )
+        constraints[DEPLOYABLE] = 0.0 if check.deployable else 1.0
+        attrs |= {
+            "deployable": check.deployable,
+            "deployability": check.reason,
+            "constraints": constraints,
+            "infeasible_because": infeasible_because(
+                {**attrs, "constraints": constraints}, space.constraints
+            ),
+        }
+        values = [float(m.user_attrs()[o.metric]) for o in space.objectives]
+        if not m.screened_out:
+            earlier = {k: trial.user_attrs.get(k) for k in _RECORDED_EARLY}
+            self.spool.write(
+                trial.number, spool_payload(trial, values, {**earlier, **attrs, "time_s": time_s})
+            )
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        record_constraints(trial, constraints)
         self.artifacts.sample_outputs(trial, plan.evalset, m)
         if m.screened_out:
             raise optuna.TrialPruned(
                 f"screening: accuracy already below the floor on {len(m.predictions)} items"
             )
-        return [float(m.user_attrs()[o.metric]) for o in space.objectives]
+        return values
 
-    def _record(self, trial: optuna.Trial, values: dict[str, float]) -> None:
-        attrs: dict[str, Any] = {
-            "config": trial.user_attrs["config"],
-            "environment": trial.user_attrs.get("environment") or {},
-        }
-        check = reproduction(attrs, None if self.plan.endpoint else self.plan.space.deploy)
-        trial.set_user_attr("deployable", check.deployable)
-        trial.set_user_attr("deployability", check.reason)
-        record_constraints(trial, {**values, DEPLOYABLE: 0.0 if check.deployable else 1.0})
+    def _failed(self, trial: optuna.Trial, failure: TrialFailure) -> NoReturn:
+        """Record why the trial failed, and raise: FAIL, or PRUNED for out of memory.
+
+        Optuna's TPE learns nothing from a failed trial. An out-of-memory trial is PRUNED
+        with its memory constraint violated instead, so the sampler counts its region as
+        infeasible and stops proposing it; `failure_kind: oom` keeps it a failure everywhere
+        autotune reports it (and it never counts towards --trials).
+        """
+        trial.set_user_attr("failure_kind", failure.kind)
+        trial.set_user_attr("failure_reason", failure.reason)
+        trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+        self.artifacts.log_tail(trial, failure.log_tail)
+        if failure.kind != "oom":
+            raise failure
+        constraints = {**dict.fromkeys(CONSTRAINT_NAMES, 0.0), "memory": OOM_VIOLATION}
+        record_constraints(trial, {**constraints, DEPLOYABLE: 0.0})
+        raise optuna.TrialPruned(f"out of memory: {failure.reason}")
 
     def _measure_seconds(self, study: optuna.Study) -> float | None:
         """How long the load test may run so the trial ends inside the budget."""
@@ -284,6 +319,7 @@ class Objective:
         if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
             # The reference's twin is still a candidate: judged like every other one (a zero
             # difference), not left without a comparison.
-            judge(trial, stored_accuracy(twin), twin, self.plan.space)
+            paired = judge(stored_accuracy(twin), twin, self.plan.space)
+            trial.set_user_attr("paired_vs_reference", paired.to_dict())
         record_constraints(trial, constraints)
         return list(twin.values)

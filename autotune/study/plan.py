@@ -9,10 +9,11 @@ from autotune import SCHEMA_VERSION, __version__
 from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
-from autotune.errors import SpaceError
+from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.space import SearchSpace
-from autotune.study.storage import default_storage_url
+from autotune.space.model import check_name
+from autotune.study.storage import check_storage_url, default_storage_url
 
 
 @dataclass
@@ -46,6 +47,10 @@ def plan_study(
 ) -> StudyPlan:
     """Resolve the model and the eval set; every error here leaves no database behind.
 
+    Everything a user can get wrong is checked here, before a study or its folder exists: the
+    study name, the storage URL, the endpoint's URL and that it answers GET /v1/models, a GPU
+    for `device: cuda`, the model and the eval set.
+
     With `endpoint` the trials measure that running server, and only request-side parameters
     are searched (SearchSpace.for_endpoint). With `dummy_weights` every backend loads a
     random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and
@@ -53,6 +58,12 @@ def plan_study(
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
+    name = _checked_study_name(study_name or space.name)
+    storage = storage_url or default_storage_url(name)
+    check_storage_url(storage, create=True)
+    base_url = _checked_endpoint_url(endpoint) if endpoint is not None else None
+    if base_url is None:  # an endpoint runs on its own machine: our GPUs do not matter
+        _check_device(space)
     notes: list[str] = []
     if endpoint is not None:
         space = space.for_endpoint()
@@ -71,19 +82,71 @@ def plan_study(
     else:
         model_path = model_id if endpoint is not None else resolve_model(model_id)
     loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
-    name = study_name or space.name
+    if base_url is not None:
+        _check_endpoint_answers(base_url)
     return StudyPlan(
         space=space,
         model=model_id,
         model_path=model_path,
         evalset=loaded_evalset,
         study_name=name,
-        storage_url=storage_url or default_storage_url(name),
-        endpoint=normalize_base_url(endpoint) if endpoint is not None else None,
+        storage_url=storage,
+        endpoint=base_url,
         notes=notes,
         dummy_weights=dummy_weights,
         image_geometry=read_geometry(model_path).to_dict(),
     )
+
+
+def _checked_study_name(name: str) -> str:
+    try:
+        return check_name(name)
+    except ValueError as exc:
+        raise StudyError(f"study name: {exc}") from None
+
+
+def _checked_endpoint_url(endpoint: str) -> str:
+    try:
+        return normalize_base_url(endpoint)
+    except ValueError as exc:
+        raise ModelError(f"--endpoint {exc}") from None
+
+
+def _check_endpoint_answers(base_url: str) -> None:
+    """A server that does not answer now would fail the reference trial into a new study."""
+    from autotune.engines.endpoint import served_models
+
+    try:
+        served_models(base_url)
+    except TrialFailure as failure:
+        raise ModelError(
+            f"--endpoint: {failure.reason}; start the server first, or check the URL"
+        ) from None
+
+
+def _check_device(space: SearchSpace) -> None:
+    if space.device == "cuda" and gpu_count() == 0:
+        raise SpaceError(
+            f"{space.source or space.name}: device: cuda, but this machine has no NVIDIA GPU "
+            "that the driver can see; use device: cpu (or auto), or run on a GPU machine"
+        )
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs the driver sees; 0 when there is no driver, no NVML or no GPU.
+
+    Asked through NVML, not torch: the study process never imports torch (its workers do).
+    """
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: no usable GPU
+        return 0
 
 
 def study_attrs(plan: StudyPlan) -> dict[str, Any]:

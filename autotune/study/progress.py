@@ -3,7 +3,8 @@
 On a terminal: one bar over the trials with the running trial's phase (loading, warm-up,
 screening, load test, accuracy, starting server) and the best feasible trial so far; each
 finished trial leaves one line with its key figures above the bar. When stderr is not a
-terminal (CI, a log file) only those lines are written, one per trial, no control codes.
+terminal (CI, a log file) those lines are written plainly, with one line per phase of the
+running trial in between, and no control codes.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def trial_figures(trial: FrozenTrial) -> str:
     """One line of a finished trial's key figures."""
     if trial.state != TrialState.COMPLETE:
         reason = trial.user_attrs.get("failure_reason") or trial.state.name.lower()
+        if trial.user_attrs.get("failure_kind") == "oom":
+            # Recorded as PRUNED so that the sampler learns from it; a failure all the same.
+            return f"FAIL (out of memory; the sampler now avoids this region): {reason}"
         return f"{trial.state.name}: {reason}"
     a = trial.user_attrs
     ci = a.get("throughput_ci_rel")
@@ -150,6 +154,11 @@ class Progress:
 
     def phase(self, name: str) -> None:
         if self.bar is None or self.task is None:
+            # No live bar (a log file, CI): one plain line per phase, so the log of a long GPU
+            # trial shows where it is (start-up, warm-up, load test, accuracy).
+            if not self.quiet and self.current:
+                elapsed = time.monotonic() - self.trial_started_at
+                self.console.print(f"  {self.current}: {name} ({elapsed:.0f} s)", soft_wrap=True)
             return
         self.bar.update(self.task, description=f"{self.current}: {name}")
         self.bar.refresh()

@@ -159,16 +159,33 @@ def _is_busy(exc: BaseException) -> bool:
     return any(marker in text for marker in ("database is locked", "database is busy"))
 
 
+def _database_error(exc: BaseException) -> BaseException | None:
+    """The database's own refusal behind `exc` (Optuna wraps it in StorageInternalError):
+    locked, disk full, I/O. An IntegrityError is Optuna's business (a duplicate study)."""
+    from sqlalchemy.exc import OperationalError
+
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if isinstance(current, OperationalError):
+            return current
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return None
+
+
 def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
         for attempt in range(WRITE_RETRIES + 1):
             try:
                 return method(self, *args, **kwargs)
-            except Exception as exc:  # sqlalchemy's OperationalError, wrapped or not
-                if not _is_busy(exc) or attempt == WRITE_RETRIES:
+            except Exception as exc:
+                refusal = _database_error(exc)
+                if refusal is None:
+                    raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
+                if not _is_busy(refusal) or attempt == WRITE_RETRIES:
                     raise StorageUnavailable(
-                        f"cannot write to the study's storage: {_first_line(exc)}"
+                        f"cannot write to the study's storage: {_first_line(refusal)}"
                     ) from exc
                 time.sleep(min(10.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
         raise AssertionError("unreachable")

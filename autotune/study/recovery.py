@@ -1,0 +1,164 @@
+"""Nothing lost: trials whose process died, and results the storage could not take.
+
+Every trial records its owner (host, pid, process start time). A run that finds a RUNNING
+trial whose owner on this host is gone fails it at once, with the reason, instead of waiting
+for the heartbeat's grace period.
+
+Every measured trial is written to a spool file before its figures go to the storage, and
+the file is removed once the storage holds the finished trial. When the storage refuses a
+write (locked past its retries, disk full), the file stays, and the next run records it as a
+new trial (`recovered_from_trial`). The spool lives beside a SQLite study; when that disk is
+full, in the temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+from optuna.distributions import distribution_to_json, json_to_distribution
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.storage import STUDIES_DIR, _sqlite_file
+
+
+def owner() -> dict[str, Any]:
+    """Who runs a trial: enough to tell, on this host, whether that process is still there."""
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+
+
+def _owner_gone(record: dict[str, Any]) -> bool:
+    if record.get("host") != socket.gethostname():
+        return False  # another machine's trial: its heartbeat decides
+    try:
+        started = psutil.Process(int(record["pid"])).create_time()
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return True
+    return abs(started - float(record.get("started", 0.0))) > 1.0
+
+
+def fail_orphaned(study: optuna.Study) -> list[str]:
+    """Fail RUNNING trials whose process on this host is gone; one line for each."""
+    storage = study._storage
+    notes = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        record = trial.user_attrs.get("owner")
+        if not record or not _owner_gone(record):
+            continue
+        reason = (
+            f"its process (pid {record['pid']} on {record['host']}) is gone: the run was "
+            "killed or interrupted before the trial ended"
+        )
+        storage.set_trial_user_attr(trial._trial_id, "failure_kind", "orphaned")
+        storage.set_trial_user_attr(trial._trial_id, "failure_reason", reason)
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        notes.append(f"trial {trial.number} failed: {reason}")
+    return notes
+
+
+class Spool:
+    """Measured trials not yet known to be recorded, one JSON file per trial."""
+
+    def __init__(self, storage_url: str, study_name: str) -> None:
+        sqlite_file = _sqlite_file(storage_url)
+        beside = sqlite_file.parent if sqlite_file is not None else STUDIES_DIR
+        key = hashlib.sha256(f"{storage_url}\0{study_name}".encode()).hexdigest()[:12]
+        self.folders = [
+            beside / f"{study_name}-spool",
+            Path(tempfile.gettempdir()) / f"autotune-spool-{os.getuid()}" / f"{study_name}-{key}",
+        ]
+
+    def write(self, number: int, payload: dict[str, Any]) -> Path | None:
+        """Keep a trial's results; the path, or None when no folder can take them."""
+        text = json.dumps(payload)
+        for folder in self.folders:
+            path = folder / f"trial-{number}.json"
+            partial = path.with_suffix(".partial")
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                partial.write_text(text, encoding="utf-8")
+                os.replace(partial, path)
+                return path
+            except OSError:
+                with contextlib.suppress(OSError):
+                    partial.unlink()
+        return None
+
+    def where(self, number: int) -> Path | None:
+        for folder in self.folders:
+            path = folder / f"trial-{number}.json"
+            if path.is_file():
+                return path
+        return None
+
+    def remove(self, number: int) -> None:
+        for folder in self.folders:
+            with contextlib.suppress(OSError):
+                (folder / f"trial-{number}.json").unlink()
+
+    def pending(self) -> list[dict[str, Any]]:
+        payloads = []
+        for folder in self.folders:
+            for path in sorted(folder.glob("trial-*.json")) if folder.is_dir() else []:
+                with contextlib.suppress(OSError, ValueError):
+                    payloads.append(json.loads(path.read_text(encoding="utf-8")))
+        return payloads
+
+
+def spool_payload(
+    trial: optuna.Trial, values: list[float], user_attrs: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "number": trial.number,
+        "values": values,
+        "params": trial.params,
+        "distributions": {k: distribution_to_json(d) for k, d in trial.distributions.items()},
+        "user_attrs": user_attrs,
+    }
+
+
+def recover(study: optuna.Study, spool: Spool) -> list[str]:
+    """Record the spooled results the storage never took; one line for each."""
+    notes = []
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for payload in spool.pending():
+        number = int(payload["number"])
+        original: FrozenTrial | None = trials.get(number)
+        if original is not None and original.state == TrialState.COMPLETE:
+            spool.remove(number)  # recorded after all
+            continue
+        attrs = dict(payload["user_attrs"])
+        constraints = attrs.get("constraints") or {}
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE,
+                values=payload["values"],
+                params=payload["params"],
+                distributions={
+                    k: json_to_distribution(d) for k, d in payload["distributions"].items()
+                },
+                user_attrs={**attrs, "recovered_from_trial": number},
+                system_attrs={f"constraints:{k}": float(v) for k, v in constraints.items()},
+            )
+        )
+        recovered = max(t.number for t in study.get_trials(deepcopy=False))
+        if original is not None and original.state == TrialState.RUNNING:
+            reason = f"its results could not be stored then; recorded as trial {recovered}"
+            study._storage.set_trial_user_attr(original._trial_id, "failure_kind", "recovered")
+            study._storage.set_trial_user_attr(original._trial_id, "failure_reason", reason)
+            study._storage.set_trial_state_values(original._trial_id, TrialState.FAIL)
+        spool.remove(number)
+        notes.append(
+            f"recorded the results of trial {number}, which the storage could not take then, "
+            f"as trial {recovered}"
+        )
+    return notes

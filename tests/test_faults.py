@@ -1,0 +1,211 @@
+"""The fault matrix, with real processes: a killed run, a locked database, a full disk.
+
+Each fault costs at most the trial in flight: no process is left running, no measured result
+is lost, no trial stays RUNNING, and `--trials N` still ends with N measured trials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+from small_space import small_space
+
+pytestmark = pytest.mark.slow
+# Eight configurations: enough for three measured trials whatever the sampler repeats.
+PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None, 256, 128, 64]}}
+
+
+def start(space: Path, db: Path, trials: int, cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "run", "--space", str(space),
+         "--trials", str(trials), "--study", "s", "--storage", f"sqlite:///{db}"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )  # fmt: skip
+
+
+def load(db: Path) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+
+
+def wait_for(condition, timeout_s: float = 240, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):  # the database may not exist yet
+            if condition():
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running(db: Path, number: int) -> bool:
+    trials = load(db).get_trials(deepcopy=False)
+    return len(trials) > number and trials[number].state == TrialState.RUNNING
+
+
+def measured(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [
+        t
+        for t in study.trials
+        if "duplicate_of" not in t.user_attrs and "failure_kind" not in t.user_attrs
+    ]
+
+
+class Tree:
+    """Every process seen below `pid` while it runs (pids only: they are checked afterwards)."""
+
+    def __init__(self, pid: int) -> None:
+        self.root = pid
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                self.seen |= {c.pid for c in psutil.Process(self.root).children(recursive=True)}
+            time.sleep(0.1)
+
+    def stop(self) -> set[int]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+def alive(pids: set[int]) -> list[int]:
+    left = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                left.append(pid)
+    return left
+
+
+def gone_soon(pids: set[int], timeout_s: float = 15) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return alive(pids)
+
+
+def test_sigkill_of_the_run_leaves_no_worker_and_the_next_run_repairs(tmp_path: Path) -> None:
+    space = small_space(tmp_path, params=PARAMS)
+    db = tmp_path / "s.db"
+    run = start(space, db, 3, tmp_path)
+    tree = Tree(run.pid)
+    wait_for(lambda: running(db, 1), what="trial 1 to run")
+    time.sleep(0.5)
+    run.kill()  # SIGKILL: autotune can clean up nothing itself
+    run.communicate(timeout=60)
+    assert len(tree.stop()) >= 2  # the guard and the worker were there
+    assert not gone_soon(tree.seen), "processes outlived the killed run"
+    assert running(db, 1)  # what the killed run left behind
+
+    again = start(space, db, 3, tmp_path)
+    _, stderr = again.communicate(timeout=900)
+    assert again.returncode == 0, stderr[-3000:]
+    assert "trial 1 failed: its process (pid" in stderr  # failed at once, not after 120 s
+    study = load(db)
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    orphan = study.trials[1]
+    assert orphan.state == TrialState.FAIL and orphan.user_attrs["failure_kind"] == "orphaned"
+    assert len(measured(study)) == 3  # --trials 3: three measured trials, the orphan aside
+
+
+@pytest.mark.swift
+def test_sigkill_during_a_swift_deploy_trial_stops_the_server(tmp_path: Path) -> None:
+    pytest.importorskip("swift")
+    db = tmp_path / "s.db"
+    run = start(Path("smoke-swift"), db, 1, Path(__file__).resolve().parents[1])
+    tree = Tree(run.pid)
+
+    def serving() -> bool:
+        for pid in list(tree.seen):
+            with contextlib.suppress(psutil.Error):
+                if any(
+                    c.status == psutil.CONN_LISTEN
+                    for c in psutil.Process(pid).net_connections(kind="inet")
+                ):
+                    return True
+        return False
+
+    wait_for(serving, timeout_s=180, what="swift deploy to listen")
+    run.kill()
+    run.communicate(timeout=60)
+    assert not gone_soon(tree.stop()), "swift deploy outlived the killed run"
+
+
+def test_a_locked_database_costs_time_not_a_trial(tmp_path: Path) -> None:
+    space = small_space(tmp_path, params=PARAMS)
+    db = tmp_path / "s.db"
+    run = start(space, db, 3, tmp_path)
+    wait_for(lambda: running(db, 1), what="trial 1 to run")
+    # Another process takes SQLite's write lock for 40 s, longer than SQLite's own busy
+    # timeout: autotune must wait it out and record the trial.
+    lock = sqlite3.connect(db, timeout=60, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    time.sleep(40)
+    lock.execute("COMMIT")
+    lock.close()
+    _, stderr = run.communicate(timeout=900)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "Traceback" not in stderr
+    study = load(db)
+    assert [t.state for t in measured(study)] == [TrialState.COMPLETE] * 3
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.FAIL)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)])
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        space = small_space(tmp_path, params=PARAMS)
+        db = disk / "s.db"
+        run = start(space, db, 3, tmp_path)
+        assert run.stderr is not None
+        lines = []
+        for line in run.stderr:  # the plain progress lines name each phase
+            lines.append(line)
+            if "trial 0: load test" in line:
+                break
+        # Fill the disk while the reference is measured: its results cannot be stored.
+        filler = disk / "filler"
+        with contextlib.suppress(OSError), filler.open("wb") as handle:
+            while True:
+                handle.write(b"\0" * 65536)
+        _, rest = run.communicate(timeout=900)
+        stderr = "".join(lines) + rest
+        assert run.returncode == 2, stderr[-3000:]
+        assert "Traceback" not in stderr
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "full" in errors[0] and "kept in" in errors[0], stderr
+        assert "run the same command again" in errors[0]
+
+        filler.unlink()  # space again: the next run records what was kept
+        again = start(space, db, 3, tmp_path)
+        _, stderr = again.communicate(timeout=900)
+        assert again.returncode == 0, stderr[-3000:]
+        assert "recorded the results of trial 0" in stderr
+        study = load(db)
+        recovered = [t for t in study.trials if "recovered_from_trial" in t.user_attrs]
+        assert len(recovered) == 1 and recovered[0].user_attrs["is_reference"] is True
+        assert recovered[0].user_attrs["throughput_output_tokens_per_s"] > 0
+        assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+        assert len(measured(study)) >= 3
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
