@@ -1,0 +1,82 @@
+"""A storage password is never printed: not by run, best, export, report, dashboard or an error,
+and not in anything a study stores. Against a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from postgres_server import available, postgres
+from small_space import autotune_cli, small_space
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not available(), reason="PostgreSQL server binaries are not installed"),
+]
+SECRET = "S3cretPw0rd-do-not-print"
+
+
+def everything_under(folder: Path) -> str:
+    texts = []
+    for path in folder.rglob("*"):
+        if path.is_file() and path.stat().st_size < 20_000_000:
+            texts.append(path.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(texts)
+
+
+def test_no_output_or_stored_attribute_holds_the_password(tmp_path: Path) -> None:
+    with postgres() as url:
+        storage = url.replace("autotune@", f"autotune:{SECRET}@")  # trust auth ignores it
+        space = small_space(tmp_path, trials=2)
+        outputs = []
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            result = autotune_cli(*args, cwd=tmp_path)
+            outputs.append(result.stdout + result.stderr)
+            return result
+
+        run = cli("run", "--space", str(space), "--study", "p", "--storage", storage)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "study stored in postgresql+psycopg://autotune:***@" in run.stderr
+        assert cli("best", "--study", "p", "--storage", storage).returncode == 0
+        assert cli("export", "--study", "p", "--storage", storage).returncode == 0
+        report = tmp_path / "report.html"
+        assert (
+            cli("report", "--study", "p", "--storage", storage, "--out", str(report)).returncode
+            == 0
+        )
+        missing = cli("best", "--study", "nope", "--storage", storage)
+        assert missing.returncode == 2 and "autotune:***@" in missing.stderr
+        closed = storage.rsplit(":", 1)[0] + ":9/autotune"  # a port nothing listens on
+        unreachable = cli("best", "--study", "p", "--storage", closed)
+        assert unreachable.returncode == 2 and "cannot open storage" in unreachable.stderr
+
+        dashboard = subprocess.Popen(
+            [sys.executable, "-m", "autotune.cli", "dashboard", "--study", "p",
+             "--storage", storage, "--port", "0"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            assert dashboard.stdout is not None
+            lines = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                line = dashboard.stdout.readline()
+                lines.append(line)
+                if "dashboard: http" in line or not line:
+                    break
+            outputs.append("".join(lines))
+            assert any("autotune:***@" in line for line in lines), lines
+        finally:
+            dashboard.terminate()
+            dashboard.wait(timeout=30)
+
+        study = optuna.load_study(study_name="p", storage=storage)
+        stored = json.dumps([study.user_attrs, *[t.user_attrs for t in study.trials]], default=str)
+    for text in [*outputs, stored, report.read_text(encoding="utf-8"), everything_under(tmp_path)]:
+        assert SECRET not in text
