@@ -209,3 +209,27 @@ def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> N
         assert len(measured(study)) >= 3
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(
+    tmp_path: Path,
+) -> None:
+    """Recorded PRUNED with its memory constraint violated: TPE ranks it among the worst
+    instead of ignoring it (as it ignores FAIL), and --trials does not count it."""
+    from autotune.errors import TrialFailure
+    from autotune.study.artifacts import ArtifactRecorder
+    from autotune.study.loop import counted_trials
+    from autotune.study.objective import OOM_VIOLATION, fail_trial
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    trial = study.ask({"batch_size": optuna.distributions.CategoricalDistribution([64, 256])})
+    oom = TrialFailure("CUDA out of memory", kind="oom", log_tail="")
+    with pytest.raises(optuna.TrialPruned):
+        fail_trial(trial, oom, ArtifactRecorder(f"sqlite:///{tmp_path}/x.db", "x"))
+    study.tell(trial, state=TrialState.PRUNED)
+    frozen = study.trials[0]
+    assert frozen.user_attrs["failure_kind"] == "oom"
+    assert frozen.constraints["memory"] == OOM_VIOLATION  # what constrained TPE reads
+    assert counted_trials(study) == 0
+    with pytest.raises(TrialFailure):  # any other failure stays a FAIL
+        fail_trial(study.ask(), TrialFailure("boom", kind="crash"), ArtifactRecorder("", "x"))

@@ -214,6 +214,24 @@ def test_broken_command_fails_with_the_log_tail() -> None:
     assert not leftovers(marker)
 
 
+def test_a_server_that_runs_out_of_memory_is_an_oom_failure() -> None:
+    marker = token()
+    script = (
+        "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        f"20.00 GiB ({marker})', file=sys.stderr); sys.exit(1)"
+    )
+    with pytest.raises(TrialFailure) as info:
+        measure_command(
+            command([sys.executable, "-c", script]),
+            config=space().reference_config(),
+            prompts=PROMPTS,
+            space=space(),
+        )
+    assert info.value.kind == "oom"
+    assert "CUDA out of memory" in info.value.log_tail
+    assert not leftovers(marker)
+
+
 def test_missing_program_fails_the_trial_before_any_launch() -> None:
     with pytest.raises(TrialFailure) as info:
         measure_command(

@@ -90,6 +90,20 @@ def drive_passes(
         raise TrialFailure(reason, kind=kind, log_tail=log_tail()) from None
 
 
+# What a server's log says when the GPU (or the host) ran out of memory.
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
+
+
+def as_oom(failure: TrialFailure) -> TrialFailure:
+    """A crash whose log says the memory ran out is an `oom` failure: the study learns from
+    those (autotune.study.objective) instead of treating them as a broken command."""
+    if failure.kind in ("crash", "request") and any(
+        marker in failure.log_tail.lower() for marker in _OOM_MARKERS
+    ):
+        return TrialFailure(failure.reason, kind="oom", log_tail=failure.log_tail)
+    return failure
+
+
 def _server_env(export: Export, device: str) -> dict[str, str]:
     env = {**os.environ, **export.env, "PYTHONUNBUFFERED": "1"}  # log lines as they happen
     if device == "cpu":
@@ -181,6 +195,9 @@ class ServerSession:
                     log_tail=self.server.log_tail(),
                 )
             self.engine_actual = engine.actual
+        except TrialFailure as failure:
+            self.close()
+            raise as_oom(failure) from None
         except BaseException:  # Ctrl-C included: the server goes down with us
             self.close()
             raise
@@ -239,6 +256,9 @@ class ServerSession:
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
             )
+        except TrialFailure as failure:
+            self.close()
+            raise as_oom(failure) from None
         except BaseException:
             self.close()
             raise

@@ -150,6 +150,25 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
         time.sleep(5)
 
 
+def fail_trial(trial: optuna.Trial, failure: TrialFailure, artifacts: ArtifactRecorder) -> NoReturn:
+    """Record why the trial failed, and raise: FAIL, or PRUNED for out of memory.
+
+    Optuna's TPE learns nothing from a failed trial. An out-of-memory trial is PRUNED with
+    its memory constraint violated instead, so the sampler counts its region as infeasible
+    and stops proposing it; `failure_kind: oom` keeps it a failure everywhere autotune reports
+    it (and it never counts towards --trials).
+    """
+    trial.set_user_attr("failure_kind", failure.kind)
+    trial.set_user_attr("failure_reason", failure.reason)
+    trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+    artifacts.log_tail(trial, failure.log_tail)
+    if failure.kind != "oom":
+        raise failure
+    constraints = {**dict.fromkeys(CONSTRAINT_NAMES, 0.0), "memory": OOM_VIOLATION}
+    record_constraints(trial, {**constraints, DEPLOYABLE: 0.0})
+    raise optuna.TrialPruned(f"out of memory: {failure.reason}")
+
+
 class Objective:
     """What study.optimize calls for each trial."""
 
@@ -222,7 +241,7 @@ class Objective:
             )
             result = session.measure(config, measure, on_phase=self.progress.phase)
         except TrialFailure as failure:
-            self._failed(trial, failure)
+            fail_trial(trial, failure, self.artifacts)
         m = to_measurement(
             space,
             config,
@@ -277,24 +296,6 @@ class Objective:
                 f"screening: accuracy already below the floor on {len(m.predictions)} items"
             )
         return values
-
-    def _failed(self, trial: optuna.Trial, failure: TrialFailure) -> NoReturn:
-        """Record why the trial failed, and raise: FAIL, or PRUNED for out of memory.
-
-        Optuna's TPE learns nothing from a failed trial. An out-of-memory trial is PRUNED
-        with its memory constraint violated instead, so the sampler counts its region as
-        infeasible and stops proposing it; `failure_kind: oom` keeps it a failure everywhere
-        autotune reports it (and it never counts towards --trials).
-        """
-        trial.set_user_attr("failure_kind", failure.kind)
-        trial.set_user_attr("failure_reason", failure.reason)
-        trial.set_user_attr("log_tail", failure.log_tail[-4000:])
-        self.artifacts.log_tail(trial, failure.log_tail)
-        if failure.kind != "oom":
-            raise failure
-        constraints = {**dict.fromkeys(CONSTRAINT_NAMES, 0.0), "memory": OOM_VIOLATION}
-        record_constraints(trial, {**constraints, DEPLOYABLE: 0.0})
-        raise optuna.TrialPruned(f"out of memory: {failure.reason}")
 
     def _measure_seconds(self, study: optuna.Study) -> float | None:
         """How long the load test may run so the trial ends inside the budget."""

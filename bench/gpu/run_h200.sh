@@ -11,6 +11,7 @@
 #   bash bench/gpu/run_h200.sh verify          # relaunch the study's recommendation, compare
 #   bash bench/gpu/run_h200.sh issue10-a       # 2 GPUs: grid on GPU 1 beside the study on GPU 0
 #   bash bench/gpu/run_h200.sh issue10-b       # the study resumed to its budget, then verify
+#   bash bench/gpu/run_h200.sh oom             # trials that cannot fit fail as oom (issue 14)
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -103,9 +104,19 @@ train() {
   fi
 }
 
+oom() {
+  # Full-HD images, so a batch of 256 in transformers cannot fit.
+  python3 bench/gpu/bench_evalset.py /tmp/bench-evalset >/dev/null
+  autotune run --space bench/gpu/oom.yaml --dummy-weights --evalset /tmp/bench-evalset \
+    --study h200-oom --storage "sqlite:///$OUT/h200-oom.db" 2>&1 | tee "$OUT/oom.log"
+  nvidia-smi --query-gpu=index,memory.used --format=csv | tee -a "$OUT/oom.log"
+  autotune best --study h200-oom --storage "sqlite:///$OUT/h200-oom.db" --json >"$OUT/oom-best.json"
+}
+
 case "$MODE" in
   setup) setup ;;
   train) train ;;
+  oom) setup >/dev/null; oom ;;
   study) setup >/dev/null; shift; study "$@" ;;
   grid) setup >/dev/null; grid ;;
   verify) setup >/dev/null; verify ;;
@@ -125,7 +136,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|train" >&2
     exit 2
     ;;
 esac
