@@ -127,7 +127,10 @@ study_option = click.option(
     "--study", "study_name", default=None, callback=_check_study_name, help="Study name."
 )
 storage_option = click.option(
-    "--storage", default=None, help="SQLAlchemy URL (default sqlite:///studies/<study>.db)."
+    "--storage",
+    default=None,
+    help="SQLAlchemy URL or a .journal file (default studies/<study>.db, or "
+    "studies/<study>.journal for several workers).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 trial_option = click.option(
@@ -173,6 +176,15 @@ def main() -> None:
 @click.option("--evalset", default=None, help="Bundled set name, folder or JSONL file.")
 @endpoint_option
 @dummy_weights_option
+@click.option(
+    "--gpus",
+    "gpus_spec",
+    default=None,
+    metavar="all|0,1,...",
+    help="Run one trial per GPU at a time (workers share the study; a tensor_parallel launch "
+    "takes several). Several workers store the study in studies/<study>.journal.",
+)
+@click.option("--worker", is_flag=True, hidden=True, help="Internal: one worker of --gpus.")
 @user_errors
 def run(
     space: str,
@@ -186,8 +198,11 @@ def run(
     evalset: str | None,
     endpoint: str | None,
     dummy_weights: bool,
+    gpus_spec: str | None,
+    worker: bool,
 ) -> None:
     """Run (or resume) a study over a search space."""
+    from autotune.engines.gpus import select_gpus
     from autotune.space import load_space
     from autotune.study import plan_study, run_study
     from autotune.study.progress import Progress
@@ -203,7 +218,15 @@ def run(
         evalset=evalset,
         dummy_weights=dummy_weights,
         budget_s=budget_s,
+        gpus=select_gpus(gpus_spec) if gpus_spec else None,
     )
+    total = trials if trials is not None else loaded.trials
+    if worker:
+        from autotune.study.loop import optimize
+
+        with Progress(total=total, quiet=quiet, live=False) as progress:
+            optimize(plan, target=total, timeout_s=timeout, progress=progress)
+        return
     if plan.endpoint is not None and not quiet:
         searched = ", ".join(plan.space.params) or "nothing"
         click.echo(
@@ -213,10 +236,24 @@ def run(
             "not measured.",
             err=True,
         )
-    total = trials if trials is not None else loaded.trials
     # The context manager takes the progress bar down on Ctrl-C too.
-    with Progress(total=total, quiet=quiet) as progress:
-        study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
+    with Progress(total=total, quiet=quiet, live=plan.workers == 1) as progress:
+        if plan.workers > 1:
+            from autotune.study.workers import run_on_workers
+
+            args = [
+                *("--space", space, "--study", plan.study_name, "--storage", plan.storage_url),
+                *("--trials", str(total), "--gpus", str(gpus_spec)),
+                *(("--model", model) if model else ()),
+                *(("--timeout", str(timeout)) if timeout else ()),
+                *(("--budget", f"{plan.budget_s}s") if plan.budget_s else ()),
+                *(("--evalset", evalset) if evalset else ()),
+                *(("--dummy-weights",) if dummy_weights else ()),
+                *(("--quiet",) if quiet else ()),
+            ]
+            study = run_on_workers(plan, args, target=total, progress=progress)
+        else:
+            study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report.text import best_text, failures_text
     from autotune.study.select import has_completed_trial
     from autotune.study.storage import display_url

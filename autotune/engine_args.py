@@ -27,6 +27,7 @@ RESERVED: dict[str, dict[str, str]] = {
         "max-batch-size": "the max_batch_size parameter",
         "cache-max-entry-count": "the kv_cache_fraction parameter",
         "eager-mode": "the compile_mode parameter (none = eager, else CUDA graphs)",
+        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
         "server-name": "autotune (--host)",
         "server-port": "autotune (--port)",
         "model-name": "autotune (served model name)",
@@ -38,6 +39,9 @@ RESERVED: dict[str, dict[str, str]] = {
         "gpu-memory-utilization": "the kv_cache_fraction parameter",
         "enforce-eager": "the compile_mode parameter (none = eager, else compile + CUDA graphs)",
         "limit-mm-per-prompt": "autotune (one image per prompt)",
+        "tensor-parallel-size": "the tensor_parallel parameter (GPUs handed out by autotune "
+        "run --gpus)",
+        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
         "mm-processor-kwargs": "the checkpoint's image processor (image_max_side resizes "
         "client-side)",
         "override-generation-config": "the decoding parameters (sent in every request)",

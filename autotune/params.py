@@ -31,6 +31,7 @@ PARAM_NAMES: tuple[str, ...] = (
     "compile_mode",
     "kv_cache_fraction",
     "max_batch_size",
+    "tensor_parallel",
     # Request-time: a client chooses them per request, on an engine that is already up.
     "image_max_side",
     "batch_size",
@@ -60,9 +61,12 @@ SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 # none means eager execution (--eager-mode / --enforce-eager) and any other value the engine's
 # own CUDA graphs (and, for vLLM, its torch.compile): the engines have no per-mode choice.
 # max_batch_size is a server's cap on requests it batches; in-process, batch_size is the batch.
+# tensor_parallel splits one model over several GPUs: LMDeploy --tp, vLLM
+# --tensor-parallel-size; the transformers engine (in-process, or under swift deploy) has none.
 BACKEND_PARAMS: dict[str, frozenset[str]] = {
-    "transformers": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "max_batch_size"},
-    "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode"},
+    "transformers": frozenset(PARAM_NAMES)
+    - {"kv_cache_fraction", "max_batch_size", "tensor_parallel"},
+    "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode", "tensor_parallel"},
     "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation"},
     "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
 }
@@ -140,6 +144,13 @@ class TrialConfig(BaseModel):
         le=4096,
         description="Servers: most requests the engine batches at once (launch-time); "
         "None in-process, where batch_size is the batch.",
+    )
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs one engine spreads the model over (LMDeploy --tp, vLLM "
+        "--tensor-parallel-size); 1 everywhere else.",
     )
     batch_size: int = Field(
         1, ge=1, le=1024, description="In-process: the static batch; servers: requests in flight."

@@ -82,7 +82,7 @@ def test_unknown_format_and_bad_values_are_rejected(tmp_path: Path) -> None:
 def test_render_flags_by_value_type() -> None:
     args = EngineArgs(
         lmdeploy={
-            "tp": 1,
+            "max-prefill-token-num": 4096,
             "enable-prefix-caching": True,
             "empty-init": False,
             "cudagraph-capture-batch-sizes": [1, 8],
@@ -90,7 +90,7 @@ def test_render_flags_by_value_type() -> None:
         }
     ).for_format("lmdeploy")
     assert render_flags("lmdeploy", args) == [
-        "--tp", "1",
+        "--max-prefill-token-num", "4096",
         "--enable-prefix-caching",
         "--cudagraph-capture-batch-sizes", "1", "8",
         "--hf-overrides", '{"text_config":{"rope_theta":1000000.0}}',
@@ -132,11 +132,18 @@ def test_a_key_that_is_no_flag_name_is_refused(tmp_path: Path, key: str) -> None
 @pytest.mark.parametrize("value", ["--max-num-seqs", ["8", "--max-num-seqs", "256"]])
 def test_a_value_that_is_a_flag_is_refused(tmp_path: Path, value: object) -> None:
     with pytest.raises(SpaceError, match="looks like a flag"):
-        load_space(str(space_with(tmp_path, {"vllm": {"tp": value}})))
+        load_space(str(space_with(tmp_path, {"vllm": {"swap-space": value}})))
 
 
 def test_dotted_and_dashed_flag_names_stay_allowed() -> None:
-    args = EngineArgs(vllm={"--compilation-config.level": 3, "tp": -1})
+    args = EngineArgs(vllm={"--compilation-config.level": 3, "swap-space": -1})
     assert render_flags("vllm", args.for_format("vllm")) == [
-        "--compilation-config.level", "3", "--tp", "-1",
+        "--compilation-config.level", "3", "--swap-space", "-1",
     ]  # fmt: skip
+
+
+def test_tensor_parallel_flags_belong_to_the_parameter(tmp_path: Path) -> None:
+    """--tp in engine_args would give an engine GPUs autotune did not hand out."""
+    for fmt, key in [("lmdeploy", "tp"), ("vllm", "tensor-parallel-size"), ("vllm", "-tp")]:
+        with pytest.raises(SpaceError, match="tensor_parallel parameter"):
+            load_space(str(space_with(tmp_path, {fmt: {key: 2}})))

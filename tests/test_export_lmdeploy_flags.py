@@ -40,6 +40,7 @@ CONFIGS = [
         image_max_side=640,
     ),
     TrialConfig(backend="transformers", dtype="float16", compile_mode="default", batch_size=2),
+    TrialConfig(backend="lmdeploy", dtype="bfloat16", compile_mode="default", tensor_parallel=2),
 ]
 
 
@@ -70,7 +71,9 @@ def parse(cli: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
         pytest.fail(f"lmdeploy rejected: {argv}")
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["default", "sampled", "from-transformers"])
+@pytest.mark.parametrize(
+    "config", CONFIGS, ids=["default", "sampled", "from-transformers", "tensor-parallel"]
+)
 def test_every_flag_is_accepted_with_its_value(
     lmdeploy_cli: argparse.ArgumentParser, config: TrialConfig
 ) -> None:
@@ -102,6 +105,8 @@ def test_every_flag_is_accepted_with_its_value(
     assert ns.eager_mode is ("--eager-mode" in result.argv)
     # compile_mode none is eager; any other value keeps LMDeploy's CUDA graphs on.
     assert ns.eager_mode is (config.compile_mode == "none")
+    # A transformers trial has no tensor parallelism to carry over: LMDeploy's default, 1.
+    assert ns.tp == (config.tensor_parallel if config.backend == "lmdeploy" else 1)
 
 
 # The space-file pass-through a GPU study uses (search_spaces/default-gpu-quick.yaml).

@@ -218,7 +218,7 @@ def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(
     instead of ignoring it (as it ignores FAIL), and --trials does not count it."""
     from autotune.errors import TrialFailure
     from autotune.study.artifacts import ArtifactRecorder
-    from autotune.study.loop import counted_trials
+    from autotune.study.counting import counted_trials
     from autotune.study.objective import OOM_VIOLATION, fail_trial
 
     study = optuna.create_study(directions=["maximize", "minimize"])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -12,16 +14,19 @@ import pytest
 from optuna.trial import TrialState
 from small_space import small_space
 
+from autotune.study.storage import failure_of
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not postgres_server.available(), reason="PostgreSQL server not installed"),
 ]
 
 
-def autotune(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def autotune(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args],
         cwd=cwd,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -52,8 +57,21 @@ def test_two_processes_share_one_study(tmp_path: Path) -> None:
             assert run.returncode == 0, stderr[-2000:]
         study = optuna.load_study(study_name="shared", storage=url)
         complete = study.get_trials(states=(TrialState.COMPLETE,))
-        # The two processes stop together at the target (a trial already started may finish).
-        assert 3 <= len(study.trials) <= 4
+        # The two processes stop together at the target: a trial asked for at the same
+        # moment as the last one needed steps back ("surplus") instead of overshooting.
+        measured = [
+            t
+            for t in study.trials
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and "duplicate_of" not in t.user_attrs
+            and "failure_kind" not in t.user_attrs
+        ]
+        assert len(measured) == 3
+        others = [t for t in study.trials if t not in measured]
+        assert all(
+            "duplicate_of" in t.user_attrs or t.user_attrs.get("failure_kind") == "surplus"
+            for t in others
+        ), [t.user_attrs.get("failure_reason") for t in others]
         assert len(complete) >= 3
         references = [t for t in complete if t.user_attrs.get("is_reference")]
         assert references, "the reference ran"
@@ -85,3 +103,66 @@ def test_missing_study_in_postgres_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: no study 'nope'")
     assert "Traceback" not in result.stderr
+
+
+def test_a_host_that_stops_has_its_running_trial_failed_by_the_heartbeat(tmp_path: Path) -> None:
+    """Two hosts on one PostgreSQL study: host A is killed mid-trial; host B's run fails that
+    trial through Optuna's heartbeat (A's pid means nothing on B) and finishes the study."""
+    space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2, 4]}})
+    grace = {"AUTOTUNE_HEARTBEAT_GRACE_S": "4"}
+    with postgres_server.postgres() as url:
+        args = ("run", "--space", str(space), "--study", "hosts", "--storage", url)
+        host_a = autotune(*args, "--trials", "3", cwd=tmp_path, env={"AUTOTUNE_HOST": "a", **grace})
+        victim = None
+        deadline = time.monotonic() + 300
+        while victim is None and time.monotonic() < deadline and host_a.poll() is None:
+            time.sleep(0.5)
+            try:
+                study = optuna.load_study(study_name="hosts", storage=url)
+            except KeyError:  # not created yet
+                continue
+            running = study.get_trials(states=(TrialState.RUNNING,))
+            victim = running[0] if running else None
+        assert victim is not None, "host A never ran a trial"
+        host_a.kill()
+        host_a.communicate(timeout=60)
+        time.sleep(5)  # past the grace period
+        host_b = autotune(*args, "--trials", "3", cwd=tmp_path, env={"AUTOTUNE_HOST": "b", **grace})
+        _, stderr = host_b.communicate(timeout=900)
+        assert host_b.returncode == 0, stderr[-2000:]
+        study = optuna.load_study(study_name="hosts", storage=url)
+        lost = study.trials[victim.number]
+        assert lost.state == TrialState.FAIL
+        # Optuna's heartbeat failed it; its failed-trial callback recorded why.
+        why = failure_of(study, lost)
+        assert why["failure_kind"] == "lost"
+        assert "stopped sending heartbeats" in why["failure_reason"]
+        out = str(tmp_path / "r.html")
+        report = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autotune.cli",
+                "report",
+                "--study",
+                "hosts",
+                "--storage",
+                url,
+                "--out",
+                out,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert report.returncode == 0, report.stderr
+        assert "stopped sending heartbeats" in (tmp_path / "r.html").read_text()
+        assert not study.get_trials(states=(TrialState.RUNNING,))
+        measured = [
+            t
+            for t in study.trials
+            if t.state == TrialState.COMPLETE and "failure_kind" not in t.user_attrs
+        ]
+        assert len(measured) >= 3
+        assert {t.user_attrs["owner"]["host"] for t in measured} >= {"b"}

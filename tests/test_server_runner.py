@@ -373,6 +373,7 @@ class Descendants:
         self.root = psutil.Process(pid)
         self.seen: dict[int, psutil.Process] = {}
         self.cmdlines: dict[int, list[str]] = {}  # read while alive: gone once it exits
+        self.parents: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -387,16 +388,19 @@ class Descendants:
                 if child.pid not in self.seen:
                     self.seen[child.pid] = child
                     with contextlib.suppress(psutil.Error):
+                        self.parents[child.pid] = child.ppid()
                         self.cmdlines[child.pid] = child.cmdline()
             time.sleep(0.1)
 
     def servers(self) -> list[int]:
-        """Pids of `swift deploy` launchers seen so far."""
-        return [
+        """Pids of `swift deploy` launchers seen so far: the top of each server's tree only,
+        since a child caught between fork and exec still shows its launcher's command line."""
+        deploys = {
             pid
             for pid, argv in list(self.cmdlines.items())
             if "deploy" in argv and "autotune.engines.guard" not in argv
-        ]
+        }
+        return sorted(pid for pid in deploys if self.parents.get(pid) not in deploys)
 
     def alive(self) -> list[psutil.Process]:
         self._stop.set()

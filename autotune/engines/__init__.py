@@ -7,6 +7,7 @@ backends (autotune.engines.inprocess), the exported server command for server ba
 
 from __future__ import annotations
 
+from autotune.engines.gpus import Gpu, pinned_env
 from autotune.engines.session import EngineSession, MeasurePlan, PhaseCallback, measure_plan
 from autotune.evalset.dataset import EvalSet
 from autotune.params import SERVER_BACKENDS, TrialConfig
@@ -30,8 +31,13 @@ def open_session(
     server_format: str | None = None,
     image_geometry: dict[str, int] | None = None,
     on_phase: PhaseCallback | None = None,
+    gpus: list[Gpu] | None = None,
 ) -> EngineSession:
-    """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not)."""
+    """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not).
+
+    `gpus`: the devices the launch holds (autotune.study.gpu_pool); the engine sees only
+    those. None leaves it what this process sees.
+    """
     if endpoint is not None:
         from autotune.engines.endpoint import EndpointSession
         from autotune.engines.server import chat_prompts
@@ -60,6 +66,7 @@ def open_session(
             prompts=chat_prompts(evalset),
             startup_timeout_s=space.workload.startup_timeout_s,
             trial_timeout_s=space.trial_timeout_s,
+            gpus=gpus,
         ).start(on_phase=on_phase)
     from autotune.engines.inprocess.session import WorkerSession
 
@@ -69,6 +76,7 @@ def open_session(
         evalset=str(evalset.path),
         launch=launch,
         trial_timeout_s=space.trial_timeout_s,
+        pinned=pinned_env(gpus) if gpus else None,
     ).start(on_phase=on_phase)
 
 

@@ -22,18 +22,22 @@ from types import FrameType
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> None:
+def parent_death_signal(signum: int) -> None:
+    """Ask the kernel for `signum` when this process's parent dies (Linux)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGUSR1), 0, 0, 0) != 0:
+    if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _die_with_parent(parent: int) -> None:
+    parent_death_signal(signal.SIGUSR1)
     if os.getppid() != parent:  # the parent died before the request took effect
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def _child_dies_with_guard() -> None:
     """In the command's process, before it starts: SIGKILL when the guard itself dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    parent_death_signal(signal.SIGKILL)
 
 
 def _kill_group(signum: int, frame: FrameType | None) -> None:

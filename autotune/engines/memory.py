@@ -39,7 +39,7 @@ class _Nvml:
     used memory on all devices since the server started is the best figure left.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, devices: list[int] | None = None) -> None:
         import pynvml  # nvidia-ml-py: only imported on machines that may have a GPU
 
         pynvml.nvmlInit()
@@ -48,7 +48,11 @@ class _Nvml:
         if count == 0:
             pynvml.nvmlShutdown()
             raise RuntimeError("NVML sees no GPU")
-        self.handles = self._visible_handles(count)
+        self.handles = (
+            [pynvml.nvmlDeviceGetHandleByIndex(i) for i in devices if i < count]
+            if devices
+            else self._visible_handles(count)
+        )
         self.baseline = self._device_used()
 
     def _visible_handles(self, count: int) -> list[Any]:
@@ -88,7 +92,15 @@ class _Nvml:
 class MemorySampler:
     """Samples the tree under `root_pid` every `interval_s` until stopped; keeps the peak."""
 
-    def __init__(self, root_pid: int, *, use_gpu: bool, interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        root_pid: int,
+        *,
+        use_gpu: bool,
+        devices: list[int] | None = None,
+        interval_s: float = 0.25,
+    ) -> None:
+        """`devices`: the NVML indices the engine was pinned to (autotune run --gpus)."""
         self.root_pid = root_pid
         self.interval_s = interval_s
         self.peak_mib = 0.0
@@ -97,7 +109,7 @@ class MemorySampler:
         self.nvml: _Nvml | None = None
         if use_gpu:
             try:
-                self.nvml = _Nvml()
+                self.nvml = _Nvml(devices)
                 self.source = "nvml"
             except Exception:  # no driver, no GPU, no pynvml: the host RSS is what is left
                 self.nvml = None

@@ -24,6 +24,7 @@ import httpx
 
 from autotune.client import ChatError, ChatPrompt, run_passes
 from autotune.engines import server_process
+from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
 from autotune.engines.server_process import (
@@ -104,8 +105,9 @@ def as_oom(failure: TrialFailure) -> TrialFailure:
     return failure
 
 
-def _server_env(export: Export, device: str) -> dict[str, str]:
-    env = {**os.environ, **export.env, "PYTHONUNBUFFERED": "1"}  # log lines as they happen
+def _server_env(export: Export, device: str, pinned: dict[str, str]) -> dict[str, str]:
+    # PYTHONUNBUFFERED: log lines as they happen. `pinned`: the GPUs the launch was given.
+    env = {**os.environ, **export.env, "PYTHONUNBUFFERED": "1", **pinned}
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU space stays on the CPU on a GPU host too
     return env
@@ -159,9 +161,11 @@ class ServerSession:
         prompts: list[ChatPrompt],
         startup_timeout_s: float,
         trial_timeout_s: float,
+        gpus: list[Gpu] | None = None,
         log_dir: Path | None = None,
     ) -> None:
         self.render = render
+        self.gpus = gpus
         self.launch = launch
         self.fmt = fmt
         self.device = device
@@ -209,14 +213,16 @@ class ServerSession:
             export = self.render(self.launch, port)
             server = ServerProcess(
                 export.argv,
-                env=_server_env(export, self.device),
+                env=_server_env(export, self.device, pinned_env(self.gpus) if self.gpus else {}),
                 port=port,
                 log_path=self._workdir / f"server-{attempt}.log",
             )
             self.server, self.export = server, export
             try:
                 server.start()
-                self.sampler = MemorySampler(server.pid, use_gpu=self.device != "cpu").start()
+                self.sampler = MemorySampler(
+                    server.pid, use_gpu=self.device != "cpu", devices=gpu_indices(self.gpus)
+                ).start()
                 self.ready = server.wait_ready(self.startup_timeout_s)
                 self.startup_s = self.ready.startup_s
                 return

@@ -50,6 +50,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     argv += ["--dtype", dtype, "--max-batch-size", str(batch_cap(config))]
     if config.kv_cache_fraction is not None:
         argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
+    if config.tensor_parallel > 1:
+        argv += ["--tp", str(config.tensor_parallel)]
     if config.compile_mode == "none":
         argv += ["--eager-mode"]  # no CUDA graphs: what compile_mode none measured
     if opts.session_len is not None:

@@ -46,6 +46,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     # the value the trial passed with this same flag.
     if config.kv_cache_fraction is not None:
         argv += ["--gpu-memory-utilization", str(config.kv_cache_fraction)]
+    if config.tensor_parallel > 1:
+        argv += ["--tensor-parallel-size", str(config.tensor_parallel)]
     if opts.session_len is not None:
         argv += ["--max-model-len", str(opts.session_len)]
     if config.compile_mode == "none":

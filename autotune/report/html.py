@@ -15,10 +15,13 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import __version__
+from autotune.engines.gpus import describe
 from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.report.data import ReportData, TopConfig, changed_params, collect, finite
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
+from autotune.report.text import gpu_mismatch
+from autotune.study.storage import failure_of
 
 # (user attribute, label, format, higher is better) for the figures tables.
 FIGURES: tuple[tuple[str, str, str, bool], ...] = (
@@ -148,7 +151,7 @@ def _top_section(data: ReportData) -> str:
     study = data.study.study_name
     rows = ["<tr><th>trial</th>"]
     rows[0] += "".join(f"<th>{_e(label)}</th>" for _, label, _, _ in FIGURES[:6])
-    rows[0] += "<th>parameters (changed from the reference)</th></tr>"
+    rows[0] += "<th>parameters (changed from the reference)</th><th>GPU</th></tr>"
     blocks = []
     for top in data.top:
         rows.append(_top_row(top, data))
@@ -181,7 +184,14 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
     )
     params = _e(_params_text(changed_params(top.trial, data.reference)))
     css = " class='rec'" if top.recommended else ""
-    return f"<tr{css}><td>{label}</td>{figures}<td>{params}</td></tr>"
+    return f"<tr{css}><td>{label}</td>{figures}<td>{params}</td>{_gpu_cell(top.trial, data)}</tr>"
+
+
+def _gpu_cell(trial: FrozenTrial, data: ReportData) -> str:
+    """Where the trial ran, tagged when its GPU differs from the reference's."""
+    unlike = gpu_mismatch(trial, data.reference)
+    tag = f" <span class='tag bad' title='{_e(unlike)}'>unlike reference</span>" if unlike else ""
+    return f"<td>{_e(describe(trial.user_attrs.get('gpus')) or '-')}{tag}</td>"
 
 
 def _what_if_section(data: ReportData) -> str:
@@ -246,34 +256,39 @@ def _recommended_section(data: ReportData) -> str:
         else "<p class='note'>No completed reference trial.</p>"
     )
     params = _e(_params_text(changed_params(rec.trial, ref)))
+    ran_on = describe(rec.trial.user_attrs.get("gpus"))
+    unlike = gpu_mismatch(rec.trial, ref)
+    where = f"<p>Measured on {_e(ran_on)}.</p>" if ran_on else ""
+    if unlike:
+        where += f"<p class='note'>Its GPU is unlike the reference's: {_e(unlike)}.</p>"
     return (
         f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{feasible_note}</h2>"
-        f"<p>{_e(rec.reason)}. Parameters: <code>{params}</code></p>{ties}"
+        f"<p>{_e(rec.reason)}. Parameters: <code>{params}</code></p>{where}{ties}"
         f"<div class='grid'><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}"
         f"{ref_line}</div><div><h3>Sample outputs of trial {rec.trial.number}</h3>"
         f"{_samples_table(data)}</div></div>"
     )
 
 
-def _reason(trial: FrozenTrial) -> str:
-    reason = trial.user_attrs.get("failure_reason")
+def _reason(trial: FrozenTrial, data: ReportData) -> str:
+    reason = failure_of(data.study, trial).get("failure_reason")
     if reason:
         return str(reason)
     # Optuna keeps no message for a pruned trial; screening is the only thing that prunes.
     return "screening: accuracy already below the floor" if trial.state == TrialState.PRUNED else ""
 
 
-def _state(trial: FrozenTrial) -> str:
-    kind = trial.user_attrs.get("failure_kind")
+def _state(trial: FrozenTrial, data: ReportData) -> str:
+    kind = failure_of(data.study, trial).get("failure_kind")
     # An out-of-memory trial is PRUNED for the sampler's sake; it failed all the same.
     return f"FAIL ({kind})" if kind else trial.state.name
 
 
 def _unfinished_section(data: ReportData) -> str:
     rows = [
-        f"<tr><td>{t.number}</td><td>{_e(_state(t))}</td>"
+        f"<tr><td>{t.number}</td><td>{_e(_state(t, data))}</td>"
         f"<td>{_e(_params_text(changed_params(t, data.reference)))}</td>"
-        f"<td>{_e(_reason(t))}</td></tr>"
+        f"<td>{_e(_reason(t, data))}</td></tr>"
         for t in data.trials
         if t.state in (TrialState.FAIL, TrialState.PRUNED)
     ]

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
+from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
 from autotune.params import PARAM_NAMES
 from autotune.study.select import (
@@ -23,8 +24,10 @@ from autotune.study.select import (
     is_feasible,
     objective_names,
     recommend,
+    reference_trial,
     throughput_interval,
 )
+from autotune.study.storage import failure_of
 from autotune.study.timeshare import study_time_share
 
 HEADLINE = (
@@ -37,7 +40,7 @@ HEADLINE = (
 )
 
 
-def trial_summary(trial: FrozenTrial) -> dict[str, Any]:
+def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
     return {
         "trial": trial.number,
@@ -51,7 +54,16 @@ def trial_summary(trial: FrozenTrial) -> dict[str, Any]:
         "config": attrs.get("config"),
         "launch_id": attrs.get("launch_id"),
         "time_s": attrs.get("time_s"),
+        "gpus": attrs.get("gpus"),
+        "gpu_unlike_reference": gpu_mismatch(trial, reference),
     }
+
+
+def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | None:
+    """Why the trial's GPU is not the reference's kind (model or clock), or None."""
+    if reference is None or reference.number == trial.number:
+        return None
+    return differs(trial.user_attrs.get("gpus") or [], reference.user_attrs.get("gpus") or [])
 
 
 def best_json(study: optuna.Study) -> dict[str, Any]:
@@ -68,6 +80,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
         "floor_warning": study.user_attrs.get("floor_warning"),
     }
+    ref = reference_trial(study)
     try:
         rec = recommend(study)
     except NoDeployableTrial as exc:
@@ -83,9 +96,9 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
     return {
         **data,
         "feasible_found": rec.feasible,
-        "recommended": trial_summary(rec.trial),
+        "recommended": trial_summary(rec.trial, ref),
         "reason": rec.reason,
-        "pareto_front": [trial_summary(t) for t in rec.front],
+        "pareto_front": [trial_summary(t, ref) for t in rec.front],
         "ties": [t.number for t in rec.ties],
         "what_ifs": [_what_if(t, why) for t, why in rec.what_ifs],
     }
@@ -97,6 +110,15 @@ def _infeasible(study: optuna.Study) -> dict[int, list[str]]:
         t.number: reasons
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
+    }
+
+
+def _unlike_reference(study: optuna.Study) -> dict[int, str]:
+    reference = reference_trial(study)
+    return {
+        t.number: why
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if (why := gpu_mismatch(t, reference)) is not None
     }
 
 
@@ -185,6 +207,11 @@ def best_text(study: optuna.Study) -> str:
             console.print(f"  trial {number}: {'; '.join(reasons)}", markup=False)
     if study.user_attrs.get("floor_warning"):
         console.print(f"note: {study.user_attrs['floor_warning']}", markup=False)
+    unlike = _unlike_reference(study)
+    if unlike:
+        console.print("trials on a GPU unlike the reference's (compare their figures with care):")
+        for number, why in unlike.items():
+            console.print(f"  trial {number}: {why}", markup=False)
     if what_ifs:
         console.print(
             _table(
@@ -205,6 +232,9 @@ def best_text(study: optuna.Study) -> str:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
+    ran_on = describe(rec.trial.user_attrs.get("gpus"))
+    if ran_on:
+        console.print(f"  measured on {ran_on}", markup=False)
     if rec.ties:
         tied = ", ".join(f"trial {t.number} ({_throughput_cell(t)} tok/s)" for t in rec.ties)
         console.print(f"  ties (throughput intervals overlap): {tied}")
@@ -219,6 +249,6 @@ def failures_text(study: optuna.Study) -> str:
     """Why each trial of a study without a completed one ended, one line each."""
     lines = [f"study '{study.study_name}': no trial completed"]
     for trial in study.get_trials(deepcopy=False):
-        reason = trial.user_attrs.get("failure_reason") or trial.state.name.lower()
+        reason = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
         lines.append(f"  trial {trial.number} {trial.state.name}: {reason}")
     return "\n".join(lines)

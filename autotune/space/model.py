@@ -163,7 +163,7 @@ class SearchSpace(_Strict):
         if values["backend"] in SERVER_BACKENDS and values.get("max_batch_size") is None:
             values["max_batch_size"] = self.server_max_batch_size()
         if values["backend"] not in ("lmdeploy", "vllm"):
-            values["kv_cache_fraction"] = None
+            values.update(kv_cache_fraction=None, tensor_parallel=1)
         return TrialConfig(**values)
 
     def fixed_params(self, config: TrialConfig) -> dict[str, Any]:
@@ -209,7 +209,7 @@ class SearchSpace(_Strict):
             for name in SAMPLING_PARAMS:
                 values[name] = None
         if values["backend"] not in ("lmdeploy", "vllm"):
-            values["kv_cache_fraction"] = None
+            values.update(kv_cache_fraction=None, tensor_parallel=1)
         if values["backend"] not in SERVER_BACKENDS:
             values["max_batch_size"] = None
         elif values["max_batch_size"] is None or not self.applies("max_batch_size", values):
@@ -292,6 +292,59 @@ class SearchSpace(_Strict):
                 f"deploy: to one of {', '.join(DEPLOY_TARGETS)}"
             )
         return restricted, [f"dropped from the search: {reason}" for reason in dropped]
+
+    def for_gpus(self, count: int) -> tuple[SearchSpace, list[str]]:
+        """This space with tensor_parallel limited to the `count` GPUs a run may give one
+        launch, and what was dropped. 1 for a run without GPUs."""
+        where = self.source or self.name
+        if self.reference_config().tensor_parallel > count:
+            raise SpaceError(
+                f"{where}: the reference needs tensor_parallel "
+                f"{self.reference_config().tensor_parallel} GPUs and this run has {count}; "
+                "give more with --gpus, or lower it"
+            )
+        spec = self.params.get("tensor_parallel")
+        if spec is None:
+            return self, []
+        if spec.choices is not None:
+            keep = [value for value in spec.choices if int(value) <= count]
+            dropped = [int(value) for value in spec.choices if int(value) > count]
+            narrowed = spec.model_copy(update={"choices": keep})
+        else:
+            assert spec.low is not None and spec.high is not None
+            keep = [count] if spec.low <= count else []
+            dropped = [count + 1] if spec.high > count else []
+            narrowed = spec.model_copy(update={"high": float(min(spec.high, count))})
+        if not keep:
+            raise SpaceError(
+                f"{where}: every params.tensor_parallel value needs more than the {count} "
+                "GPU(s) this run has; give more with --gpus"
+            )
+        if not dropped:
+            return self, []
+        params = {**self.params, "tensor_parallel": narrowed}
+        note = (
+            f"dropped from the search: tensor_parallel above {count} (this run has {count} "
+            "GPU(s); --gpus gives more)"
+        )
+        return self.model_copy(update={"params": params}), [note]
+
+    def distribution(self, name: str) -> optuna.distributions.BaseDistribution:
+        """The Optuna distribution parameter `name` is suggested from (see _suggest_one)."""
+        import optuna
+
+        spec = self.params[name]
+        if spec.choices is not None:
+            return optuna.distributions.CategoricalDistribution(spec.choices)
+        assert spec.low is not None and spec.high is not None
+        if _is_int_param(name):
+            step = int(spec.step) if spec.step else 1
+            return optuna.distributions.IntDistribution(
+                int(spec.low), int(spec.high), step=step, log=spec.log
+            )
+        return optuna.distributions.FloatDistribution(
+            spec.low, spec.high, step=spec.step, log=spec.log
+        )
 
     def directions(self) -> list[str]:
         return [str(objective.direction) for objective in self.objectives]

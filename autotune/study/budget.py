@@ -1,7 +1,9 @@
 """A wall-clock budget for a study's trials: start nothing that cannot finish inside it.
 
 The budget counts trial time (start-ups, warm-up, measuring, accuracy), summed over every run of
-the study, so a resumed study goes on with what is left. Before each trial the study estimates
+the study, so a resumed study goes on with what is left. With several workers (--gpus) a
+trial counts its share of the GPUs, so the budget is spent at wall-clock pace: two workers on
+two GPUs run twice the trials of one in the same budget. Before each trial the study estimates
 what it will cost from the trials it has already run: the median start-up of its launches
 (only when the next trial needs a new one) plus the median of the rest of a trial. A trial that
 does not fit is not started; a trial that is started is measured whole (its load test is
@@ -15,7 +17,7 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.study.timeshare import trial_seconds
+from autotune.study.timeshare import budget_seconds, trial_seconds
 
 # Start-up guesses before a study has launched anything of its own, in seconds.
 STARTUP_GUESS_S = {"transformers": 20.0, "swift": 30.0, "lmdeploy": 90.0, "vllm": 120.0}
@@ -34,7 +36,7 @@ class Budget:
         self.total_s = total_s
 
     def spent(self, study: optuna.Study) -> float:
-        return sum(trial_seconds(t) for t in _finished(study))
+        return sum(budget_seconds(t) for t in _finished(study))
 
     def remaining(self, study: optuna.Study) -> float | None:
         if self.total_s is None:
@@ -46,7 +48,9 @@ class Budget:
         running launch, else the backends its new launch may have (the slowest counts)."""
         trials = [t for t in _finished(study) if t.user_attrs.get("time_s")]
         work = [
-            trial_seconds(t) - float(t.user_attrs["time_s"].get("startup", 0.0))
+            trial_seconds(t)
+            - float(t.user_attrs["time_s"].get("startup", 0.0))
+            - float(t.user_attrs["time_s"].get("gpu_wait", 0.0))
             for t in trials
             if "duplicate_of" not in t.user_attrs
         ]

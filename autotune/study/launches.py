@@ -10,7 +10,9 @@ itself are drawn at random (`launches.random_launches`, Optuna's RandomSampler):
 nothing to compare launches by until it has seen several, and would stay on the first.
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
-one engine at a time) and starts its own. A failed trial ends its launch.
+one engine at a time) and starts its own. A failed trial ends its launch. Each launch holds
+its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.gpu_pool)
+until it stops, so the engines of parallel workers never share a device.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import EngineSession, PhaseCallback, open_session
+from autotune.engines.gpus import Gpu
 from autotune.params import LAUNCH_PARAMS, TrialConfig
+from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
 
 
@@ -37,6 +41,21 @@ class LaunchScheduler:
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
         self.free_launches = 0  # launches started by the sampler's own proposals
+        self.pool = GpuPool(plan.gpus) if plan.gpus else None
+        self.lease: GpuLease | None = None
+        self.gpu_wait_s = 0.0  # the last launch's wait for its GPUs
+
+    @property
+    def gpus(self) -> list[Gpu]:
+        """The GPUs of the running launch ([] without a pool)."""
+        return self.lease.gpus if self.lease is not None else []
+
+    @property
+    def gpu_share(self) -> float:
+        """The running launch's share of the run's GPUs: what its time costs the budget."""
+        if self.pool is None or self.lease is None:
+            return 1.0
+        return len(self.lease.gpus) / len(self.pool.gpus)
 
     def session_for(
         self, config: TrialConfig, on_phase: PhaseCallback | None
@@ -48,15 +67,26 @@ class LaunchScheduler:
             return current, False
         self.close()
         plan = self.plan
-        self.session = open_session(
-            plan.space,
-            config,
-            model_path=plan.model_path,
-            evalset=plan.evalset,
-            endpoint=plan.endpoint,
-            image_geometry=plan.image_geometry,
-            on_phase=on_phase,
-        )
+        self.gpu_wait_s = 0.0
+        if self.pool is not None:
+            self.lease = self.pool.acquire(config.tensor_parallel, on_wait=on_phase)
+            self.gpu_wait_s = self.lease.waited_s
+            if on_phase is not None:
+                on_phase("on GPU " + ",".join(str(gpu.index) for gpu in self.lease.gpus))
+        try:
+            self.session = open_session(
+                plan.space,
+                config,
+                model_path=plan.model_path,
+                evalset=plan.evalset,
+                endpoint=plan.endpoint,
+                image_geometry=plan.image_geometry,
+                on_phase=on_phase,
+                gpus=self.gpus or None,
+            )
+        except BaseException:
+            self.close()
+            raise
         self.trials_on_session = 1
         return self.session, True
 
@@ -107,3 +137,6 @@ class LaunchScheduler:
             self.session.close()
         self.session = None
         self.trials_on_session = 0
+        if self.lease is not None:  # after the engine is down: its memory is free again
+            self.lease.release()
+        self.lease = None

@@ -17,10 +17,11 @@ from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.study.budget import Budget
+from autotune.study.counting import counted_trials
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
-from autotune.study.progress import Progress
+from autotune.study.progress import SURPLUS, Progress
 from autotune.study.recovery import Spool, fail_orphaned, recover
 from autotune.study.select import reference_trial
 from autotune.study.storage import StorageUnavailable, open_storage
@@ -81,12 +82,41 @@ def _check_resumable(study: optuna.Study, plan: StudyPlan) -> None:
             f"study '{plan.study_name}' measured {where}; resume it the same way, or use "
             "another --study name"
         )
+    _check_same_distributions(study, plan)
     if bool(study.user_attrs.get("dummy_weights")) != plan.dummy_weights:
         how = "with" if study.user_attrs.get("dummy_weights") else "without"
         raise StudyError(
             f"study '{plan.study_name}' was run {how} --dummy-weights; resume it the same way, "
             "or use another --study name"
         )
+
+
+def _check_same_distributions(study: optuna.Study, plan: StudyPlan) -> None:
+    """Optuna refuses a parameter searched over other values than the study's; say it before
+    a trial fails on it (an engine not installed here, fewer GPUs for tensor_parallel)."""
+    stored: dict[str, optuna.distributions.BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        stored.update(trial.distributions)
+    for name, before in stored.items():
+        if name not in plan.space.params:
+            continue
+        now = plan.space.distribution(name)
+        try:
+            optuna.distributions.check_distribution_compatibility(before, now)
+        except ValueError:
+            raise StudyError(
+                f"study '{plan.study_name}' searched {name} over {_values(before)}, this run "
+                f"can only search {_values(now)} (a choice whose engine is not installed, or that "
+                "needs more GPUs than --gpus gives, is dropped); resume it where the same "
+                "values can run, or use another --study name"
+            ) from None
+
+
+def _values(distribution: optuna.distributions.BaseDistribution) -> str:
+    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+        return "[" + ", ".join(str(choice) for choice in distribution.choices) + "]"
+    low, high = getattr(distribution, "low", "?"), getattr(distribution, "high", "?")
+    return f"{low}..{high}"
 
 
 def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
@@ -106,23 +136,6 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
             study.enqueue_trial(
                 plan.space.fixed_params(config), user_attrs={"candidate": candidate.name}
             )
-
-
-def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int:
-    """Measured trials, the ones --trials asks for: not a repeated proposal, not a failed,
-    interrupted or out-of-memory trial. With `include_running`, trials other processes are
-    still running count too, so processes that share a study stop together at the target
-    instead of overshooting it."""
-    states = {TrialState.COMPLETE, TrialState.PRUNED}
-    if include_running:
-        states.add(TrialState.RUNNING)
-    return sum(
-        1
-        for t in study.get_trials(deepcopy=False)
-        if t.state in states
-        and "duplicate_of" not in t.user_attrs
-        and "failure_kind" not in t.user_attrs
-    )
 
 
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
@@ -175,7 +188,8 @@ class _AfterTrial:
         self.progress.trial_finished(study, trial, counted=counted)
         self.launches.after_trial(study, trial)
         self.repeats = self.repeats + 1 if "duplicate_of" in trial.user_attrs else 0
-        self.failures = self.failures + 1 if "failure_kind" in trial.user_attrs else 0
+        kind = trial.user_attrs.get("failure_kind")
+        self.failures = self.failures + 1 if kind not in (None, SURPLUS) else 0
         if trial.user_attrs.get("is_reference") and trial.state == TrialState.COMPLETE:
             warn_if_set_too_small(study, self.plan, self.progress)
         if trial.user_attrs.get("is_reference") and trial.state != TrialState.COMPLETE:
@@ -203,16 +217,25 @@ class _AfterTrial:
             study.stop()
 
     def fits(self, study: optuna.Study) -> bool:
-        backends = None if self.launches.keeps_launch() else _launch_backends(self.plan)
-        if self.budget.fits(study, launch_backends=backends):
-            return True
-        left = self.budget.remaining(study) or 0.0
-        need = self.budget.estimate(study, launch_backends=backends)
-        self.progress.note(
-            f"budget: {max(left, 0.0):.0f} s left of {self.budget.total_s:.0f} s, the next trial "
-            f"needs about {need:.0f} s; stopping here (raise --budget to go on)"
+        return budget_allows(
+            study, self.plan, self.budget, self.progress, keeps_launch=self.launches.keeps_launch()
         )
-        return False
+
+
+def budget_allows(
+    study: optuna.Study, plan: StudyPlan, budget: Budget, progress: Progress, *, keeps_launch: bool
+) -> bool:
+    """Whether the next trial fits in the budget; says so when it does not."""
+    backends = None if keeps_launch else _launch_backends(plan)
+    if budget.fits(study, launch_backends=backends):
+        return True
+    left = budget.remaining(study) or 0.0
+    need = budget.estimate(study, launch_backends=backends)
+    progress.note(
+        f"budget: {max(left, 0.0):.0f} s left of {budget.total_s:.0f} s, the next trial "
+        f"needs about {need:.0f} s; stopping here (raise --budget to go on)"
+    )
+    return False
 
 
 def _storage_failure(exc: BaseException) -> StorageUnavailable | None:
@@ -228,18 +251,11 @@ def _storage_failure(exc: BaseException) -> StorageUnavailable | None:
     return None
 
 
-def run_study(
-    plan: StudyPlan,
-    *,
-    trials: int | None = None,
-    timeout_s: float | None = None,
-    progress: Progress | None = None,
-) -> optuna.Study:
-    """Run (or resume) the study until it holds `trials` counted trials or the budget ends."""
-    target = trials if trials is not None else plan.space.trials
-    study, base_sampler = open_study(plan)
+def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:
+    """Open (or resume) the study, repair what an earlier run left behind, and queue the
+    reference and the candidates. None when there is nothing to run (target or budget met)."""
+    study, _ = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
-    progress = progress or Progress(total=target)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.
     repairs = [*clean_up(), *fail_orphaned(study), *recover(study, spool)]
@@ -249,19 +265,36 @@ def run_study(
         progress.note(note)
     if done >= target:
         progress.note(f"study '{plan.study_name}' already has {done} counted trials")
-        return study
+        return None
     warn_if_set_too_small(study, plan, progress)
+    budget = Budget(plan.budget_s)
+    if reference_trial(study) is not None and not budget_allows(
+        study, plan, budget, progress, keeps_launch=False
+    ):
+        return None
+    _ensure_reference(study, plan)
+    return study
+
+
+def optimize(
+    plan: StudyPlan,
+    *,
+    target: int,
+    timeout_s: float | None,
+    progress: Progress,
+) -> optuna.Study:
+    """Run trials in this process until the study holds `target` counted trials, the budget
+    ends or another worker's stop condition holds; prepare_study has run."""
+    study, base_sampler = open_study(plan)
+    spool = Spool(plan.storage_url, plan.study_name)
     launches = LaunchScheduler(plan, base_sampler)
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
-    if reference_trial(study) is not None and not after.fits(study):
-        return study
-    _ensure_reference(study, plan)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(
-                Objective(plan, progress, launches, budget, spool),
+                Objective(plan, progress, launches, budget, spool, target=target),
                 timeout=timeout_s,
                 catch=(TrialFailure,),
                 callbacks=[after],
@@ -284,6 +317,28 @@ def run_study(
         ) from None
     finally:
         launches.close()
+    return study
+
+
+def run_study(
+    plan: StudyPlan,
+    *,
+    trials: int | None = None,
+    timeout_s: float | None = None,
+    progress: Progress | None = None,
+) -> optuna.Study:
+    """Run (or resume) the study until it holds `trials` counted trials or the budget ends."""
+    target = trials if trials is not None else plan.space.trials
+    progress = progress or Progress(total=target)
+    prepared = prepare_study(plan, target, progress)
+    if prepared is None:
+        study, _ = open_study(plan)
+        return study
+    study = optimize(plan, target=target, timeout_s=timeout_s, progress=progress)
+    finish_study(study, progress)
+    return study
+
+
+def finish_study(study: optuna.Study, progress: Progress) -> None:
     progress.note(f"time: {study_time_share(study).line()}")
     progress.finish(study)
-    return study

@@ -31,9 +31,10 @@ from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
+from autotune.study.counting import is_surplus
 from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
-from autotune.study.progress import Progress
+from autotune.study.progress import SURPLUS, Progress
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 
@@ -44,7 +45,7 @@ MIN_MEASURE_S = 5.0
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
 _RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
-                   "candidate")  # fmt: skip
+                   "candidate", "gpus", "gpu_share")  # fmt: skip
 
 
 def constraint_values(
@@ -110,16 +111,37 @@ _NOT_INHERITED = frozenset(
         "time_s",
         "launch_id",
         "launch_started",
+        "gpus",
+        "gpu_share",
     }
 )
 
 
-def identical_trial(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+# How often a trial looks whether the same configuration, running in another worker, is done.
+TWIN_POLL_S = 1.0
+
+
+def identical_trial(
+    study: optuna.Study, config: TrialConfig, *, number: int, timeout_s: float = 0.0
+) -> FrozenTrial | None:
+    """A completed trial of the same configuration. One that another worker is running is
+    waited for (up to `timeout_s`): measuring it twice at once would cost a GPU the trial's
+    time for figures the study already gets."""
     wanted = config.model_dump()
-    for other in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if other.user_attrs.get("config") == wanted and "constraints" in other.user_attrs:
-            return other
-    return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        running = False
+        for other in study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
+        ):
+            if other.number == number or other.user_attrs.get("config") != wanted:
+                continue
+            if other.state == TrialState.COMPLETE and "constraints" in other.user_attrs:
+                return other
+            running = running or other.state == TrialState.RUNNING
+        if not running or time.monotonic() > deadline:
+            return None
+        time.sleep(TWIN_POLL_S)
 
 
 def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
@@ -179,8 +201,12 @@ class Objective:
         launches: LaunchScheduler,
         budget: Budget,
         spool: Spool,
+        *,
+        target: int | None = None,
     ) -> None:
+        """`target`: the study's trial target, shared with other workers."""
         self.plan = plan
+        self.target = target
         self.progress = progress
         self.launches = launches
         self.budget = budget
@@ -191,6 +217,12 @@ class Objective:
         self.started = time.perf_counter()
         time_s: dict[str, float] = {"startup": 0.0}
         trial.set_user_attr("owner", owner())
+        if self.target is not None and is_surplus(trial.study, trial.number, self.target):
+            trial.study.stop()
+            trial.set_user_attr("failure_kind", SURPLUS)
+            reason = "the trial target was reached by trials other workers started first"
+            trial.set_user_attr("failure_reason", reason)
+            raise TrialFailure(reason, kind=SURPLUS)
         try:
             return self._run(trial, time_s)
         except KeyboardInterrupt:
@@ -216,10 +248,16 @@ class Objective:
         trial.set_user_attr("config", config.model_dump())
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
-        twin = None if is_reference or candidate else identical_trial(trial.study, config)
-        if twin is not None:
-            return self._copy_twin(trial, twin)
-        reference = None if is_reference else await_reference(trial.study, space)
+        if not (is_reference or candidate):
+            waited = time.perf_counter()
+            twin = identical_trial(
+                trial.study, config, number=trial.number, timeout_s=space.trial_timeout_s
+            )
+            time_s["twin_wait"] = time.perf_counter() - waited
+            if twin is not None:
+                return self._copy_twin(trial, twin)
+        # Another worker may still be measuring the reference: measure now, judge after.
+        reference = None if is_reference else reference_trial(trial.study)
         cached = find_reusable(trial.study, output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         ids = [item.id for item in plan.evalset.items]
@@ -227,8 +265,12 @@ class Objective:
             session, launched = self.launches.session_for(config, self.progress.phase)
             trial.set_user_attr("launch_id", session.launch_id)
             trial.set_user_attr("launch_started", launched)
+            if self.launches.gpus:
+                trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
+                trial.set_user_attr("gpu_share", self.launches.gpu_share)
             if launched:
                 time_s["startup"] = session.startup_s
+                time_s["gpu_wait"] = self.launches.gpu_wait_s
             measure = measure_plan(
                 space,
                 config,
@@ -240,6 +282,8 @@ class Objective:
                 max_seconds=self._measure_seconds(trial.study),
             )
             result = session.measure(config, measure, on_phase=self.progress.phase)
+            if reference is None and not is_reference:
+                reference = await_reference(trial.study, space)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts)
         m = to_measurement(

@@ -9,11 +9,12 @@ from autotune import SCHEMA_VERSION, __version__
 from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
+from autotune.engines.gpus import Gpu, visible_gpus
 from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
-from autotune.study.storage import check_storage_url, default_storage_url
+from autotune.study.storage import check_several_writers, check_storage_url, default_storage_url
 
 
 @dataclass
@@ -28,6 +29,10 @@ class StudyPlan:
     notes: list[str] = field(default_factory=list)
     dummy_weights: bool = False
     image_geometry: dict[str, int] = field(default_factory=dict)
+    # The GPUs the run's launches are handed out from (autotune.study.gpu_pool); none on the
+    # CPU or for an endpoint. `workers`: how many trials run at once, one per GPU with --gpus.
+    gpus: list[Gpu] = field(default_factory=list)
+    workers: int = 1
 
     @property
     def budget_s(self) -> float | None:
@@ -44,6 +49,7 @@ def plan_study(
     evalset: str | None = None,
     dummy_weights: bool = False,
     budget_s: float | None = None,
+    gpus: list[Gpu] | None = None,
 ) -> StudyPlan:
     """Resolve the model and the eval set; every error here leaves no database behind.
 
@@ -54,13 +60,19 @@ def plan_study(
     With `endpoint` the trials measure that running server, and only request-side parameters
     are searched (SearchSpace.for_endpoint). With `dummy_weights` every backend loads a
     random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and
-    accuracy is switched off. `budget_s` (from --budget) overrides the space's budget.
+    accuracy is switched off. `budget_s` (from --budget) overrides the space's budget. `gpus`
+    (from --gpus) runs one worker per GPU; without it the run is one worker over the GPUs
+    this process sees.
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
     name = _checked_study_name(study_name or space.name)
-    storage = storage_url or default_storage_url(name)
+    run_gpus = _run_gpus(space, gpus, endpoint)
+    workers = len(gpus) if gpus else 1
+    storage = storage_url or default_storage_url(name, several_writers=workers > 1)
     check_storage_url(storage, create=True)
+    if workers > 1:
+        check_several_writers(storage)
     base_url = _checked_endpoint_url(endpoint) if endpoint is not None else None
     if base_url is None:  # an endpoint runs on its own machine: our GPUs do not matter
         _check_device(space)
@@ -69,6 +81,8 @@ def plan_study(
         space = space.for_endpoint()
     else:
         space, notes = space.runnable_here()
+        space, gpu_notes = space.for_gpus(max(1, len(run_gpus)))
+        notes += gpu_notes
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})
     model_id = model if model is not None else space.resolve_path(space.model)
@@ -95,7 +109,24 @@ def plan_study(
         notes=notes,
         dummy_weights=dummy_weights,
         image_geometry=read_geometry(model_path).to_dict(),
+        gpus=run_gpus,
+        workers=workers,
     )
+
+
+def _run_gpus(space: SearchSpace, chosen: list[Gpu] | None, endpoint: str | None) -> list[Gpu]:
+    if chosen:
+        if endpoint is not None:
+            raise SpaceError("--gpus cannot apply to --endpoint: that server runs on its own GPUs")
+        if space.device == "cpu" and not all(gpu.fake for gpu in chosen):
+            raise SpaceError(
+                f"--gpus: {space.source or space.name} runs on the CPU (device: cpu); use a "
+                "space with device: cuda or auto"
+            )
+        return chosen
+    if endpoint is not None or space.device == "cpu":
+        return []
+    return visible_gpus()
 
 
 def _checked_study_name(name: str) -> str:

@@ -29,6 +29,9 @@ from rich.progress import Progress as RichProgress
 from autotune.params import TrialConfig
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 
+# The failure_kind of a trial another worker made unnecessary (autotune.study.loop).
+SURPLUS = "surplus"
+
 
 def _fmt(value: object, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "-"
@@ -101,11 +104,19 @@ class Progress:
     Use as a context manager (or call `finish`) so an interrupted run restores the terminal.
     """
 
-    def __init__(self, *, total: int, quiet: bool = False, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        total: int,
+        quiet: bool = False,
+        console: Console | None = None,
+        live: bool = True,
+    ) -> None:
+        """`live`: a bar when on a terminal; False where lines come from several workers."""
         self.total = total
         self.quiet = quiet
         self.console = console or Console(stderr=True, highlight=False)
-        self.live = self.console.is_terminal and not quiet
+        self.live = live and self.console.is_terminal and not quiet
         self.done = 0
         self.bar: RichProgress | None = None
         self.task: TaskID | None = None
@@ -144,8 +155,9 @@ class Progress:
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            # With a live bar, rich prints this above it.
-            self.console.print(message, soft_wrap=True)
+            # With a live bar, rich prints this above it. No markup: a message may quote
+            # brackets ("[worker 1]", a path) that rich would take for style tags.
+            self.console.print(message, soft_wrap=True, markup=False)
 
     def trial_started(self, number: int, config: TrialConfig) -> None:
         self.trial_started_at = time.monotonic()
@@ -167,6 +179,9 @@ class Progress:
         self, study: optuna.Study, trial: FrozenTrial, *, counted: int | None = None
     ) -> None:
         self.done = counted if counted is not None else self.done + 1
+        if trial.user_attrs.get("failure_kind") == SURPLUS:
+            self.note(f"trial {trial.number} not run: {trial.user_attrs.get('failure_reason')}")
+            return
         seconds = time.monotonic() - self.trial_started_at
         best = best_so_far(study)
         tag = " (reference)" if trial.user_attrs.get("is_reference") else ""

@@ -27,17 +27,25 @@ import psutil
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.storage import STUDIES_DIR, _sqlite_file
+from autotune.study.storage import STUDIES_DIR, local_file
+
+# Names this host in trial owners where host names are not unique (containers started from
+# one image can share one), and lets tests play a second host on one machine.
+HOST_ENV = "AUTOTUNE_HOST"
+
+
+def host_name() -> str:
+    return os.environ.get(HOST_ENV) or socket.gethostname()
 
 
 def owner() -> dict[str, Any]:
     """Who runs a trial: enough to tell, on this host, whether that process is still there."""
     me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+    return {"host": host_name(), "pid": me.pid, "started": me.create_time()}
 
 
 def _owner_gone(record: dict[str, Any]) -> bool:
-    if record.get("host") != socket.gethostname():
+    if record.get("host") != host_name():
         return False  # another machine's trial: its heartbeat decides
     try:
         started = psutil.Process(int(record["pid"])).create_time()
@@ -46,17 +54,20 @@ def _owner_gone(record: dict[str, Any]) -> bool:
     return abs(started - float(record.get("started", 0.0))) > 1.0
 
 
-def fail_orphaned(study: optuna.Study) -> list[str]:
-    """Fail RUNNING trials whose process on this host is gone; one line for each."""
+def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> list[str]:
+    """Fail RUNNING trials whose process on this host is gone; one line for each.
+
+    `why`: what is known of a pid's end (a coordinator saw its worker die of a signal).
+    """
     storage = study._storage
     notes = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         record = trial.user_attrs.get("owner")
         if not record or not _owner_gone(record):
             continue
-        reason = (
-            f"its process (pid {record['pid']} on {record['host']}) is gone: the run was "
-            "killed or interrupted before the trial ended"
+        known = (why or {}).get(int(record["pid"]))
+        reason = f"its process (pid {record['pid']} on {record['host']}) is gone: " + (
+            known or "the run was killed or interrupted before the trial ended"
         )
         storage.set_trial_user_attr(trial._trial_id, "failure_kind", "orphaned")
         storage.set_trial_user_attr(trial._trial_id, "failure_reason", reason)
@@ -69,8 +80,8 @@ class Spool:
     """Measured trials not yet known to be recorded, one JSON file per trial."""
 
     def __init__(self, storage_url: str, study_name: str) -> None:
-        sqlite_file = _sqlite_file(storage_url)
-        beside = sqlite_file.parent if sqlite_file is not None else STUDIES_DIR
+        stored = local_file(storage_url)
+        beside = stored.parent if stored is not None else STUDIES_DIR
         key = hashlib.sha256(f"{storage_url}\0{study_name}".encode()).hexdigest()[:12]
         self.folders = [
             beside / f"{study_name}-spool",

@@ -1,5 +1,10 @@
 """Where studies live: SQLite under studies/ by default, any SQLAlchemy URL otherwise.
 
+Several workers on one host (`autotune run --gpus 0,1`) write to one study at once, which
+SQLite does not take well under load; they share an Optuna journal file instead
+(`studies/<study>.journal`, JournalStorage with its file backend and lock). Several hosts
+share PostgreSQL. A storage is named by a SQLAlchemy URL or by the path of a `.journal` file.
+
 Commands that only read a study (best, export, report, verify, dashboard) never create a
 database: a missing one is reported, not made. A URL is checked before anything is written
 (no in-memory SQLite that would lose the study, no folder created at a typo's path), and a
@@ -13,6 +18,7 @@ a measured trial.
 from __future__ import annotations
 
 import functools
+import os
 import random
 import sys
 import time
@@ -33,16 +39,52 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 WRITE_RETRIES = 6
 
 
+# A trial whose process sent no heartbeat for this long is failed by the next run or host.
+HEARTBEAT_GRACE_S = 120
+HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
+
+
+def heartbeat_grace_s() -> int:
+    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (at least 2 s)."""
+    try:
+        return max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S)))
+    except ValueError:
+        return HEARTBEAT_GRACE_S
+
+
 class StorageUnavailable(StudyError):
     """A write to the study's storage still failed after its retries (locked, disk full)."""
 
 
-def default_storage_url(study_name: str) -> str:
-    return f"sqlite:///{STUDIES_DIR / study_name}.db"
+JOURNAL_SUFFIX = ".journal"
+
+
+def is_journal(url: str) -> bool:
+    """A journal file's path (`studies/s.journal`), not a database URL."""
+    return "://" not in url and url.endswith(JOURNAL_SUFFIX)
+
+
+def default_storage_url(study_name: str, *, several_writers: bool = False) -> str:
+    """studies/<study>.db, or its journal file when it has one or several workers share it."""
+    journal = STUDIES_DIR / f"{study_name}{JOURNAL_SUFFIX}"
+    sqlite = STUDIES_DIR / f"{study_name}.db"
+    if journal.is_file():
+        return str(journal)
+    if several_writers:
+        if sqlite.is_file():
+            raise StudyError(
+                f"study '{study_name}' is stored in SQLite ({sqlite}), which several workers "
+                "cannot share safely; run it on one GPU, or start a new --study for --gpus "
+                "(it is stored in a journal file)"
+            )
+        return str(journal)
+    return f"sqlite:///{sqlite}"
 
 
 def display_url(url: str) -> str:
     """The URL as it may be printed: a password is masked."""
+    if is_journal(url):
+        return url
     try:
         from sqlalchemy.engine import make_url
 
@@ -57,9 +99,27 @@ def _sqlite_file(url: str) -> Path | None:
     return None
 
 
+def local_file(url: str) -> Path | None:
+    """The file that holds a study on this machine (SQLite or journal), None for a server."""
+    return Path(url) if is_journal(url) else _sqlite_file(url)
+
+
+def check_several_writers(url: str) -> None:
+    """Several workers of one run write at once: a SQLite file is refused in one line."""
+    if _sqlite_file(url) is not None:
+        raise StudyError(
+            f"storage '{display_url(url)}': several workers (--gpus) cannot share a SQLite "
+            "database safely; leave --storage out (a journal file under studies/ is used), "
+            "or give a .journal path or a PostgreSQL URL"
+        )
+
+
 def check_storage_url(url: str, *, create: bool) -> None:
     """One StudyError line for a URL that cannot hold a study; nothing is written."""
     shown = display_url(url)
+    if is_journal(url):
+        _check_local_path(Path(url), shown, create=create)
+        return
     try:
         from sqlalchemy.engine import make_url
 
@@ -77,8 +137,13 @@ def check_storage_url(url: str, *, create: bool) -> None:
             f"storage '{shown}' is an in-memory SQLite database, which ends with the process "
             "and so loses the study; give a file: sqlite:///studies/NAME.db"
         )
-    path = Path(name)
-    if path.name in ("", ".", "..") or url.rstrip().endswith("/"):
+    if url.rstrip().endswith("/"):
+        raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    _check_local_path(Path(name), shown, create=create)
+
+
+def _check_local_path(path: Path, shown: str, *, create: bool) -> None:
+    if path.name in ("", ".", ".."):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
     if path.is_dir():
         raise StudyError(f"storage '{shown}': {path} is a folder, not a database file")
@@ -90,9 +155,11 @@ def check_storage_url(url: str, *, create: bool) -> None:
         )
 
 
-def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
-    """An RDB storage; with create=False a missing SQLite file is an error, not a new file."""
+def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
+    """The study's storage; with create=False a missing file is an error, not a new file."""
     check_storage_url(url, create=create)
+    if is_journal(url):
+        return _open_journal(Path(url), create=create)
     shown = display_url(url)
     sqlite_file = _sqlite_file(url)
     engine_kwargs: dict[str, Any] = {}
@@ -108,9 +175,10 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
     if create:
         # A heartbeat lets a later run (or another machine) fail trials whose process died;
         # the callback says so in the trial's failure_reason.
+        grace = heartbeat_grace_s()
         kwargs |= {
-            "heartbeat_interval": 30,
-            "grace_period": 120,
+            "heartbeat_interval": max(1, min(30, grace // 4)),
+            "grace_period": grace,
             "heartbeat_stale_trial_callback": _record_stale,
         }
     for attempt in range(_SCHEMA_RACE_RETRIES + 1):
@@ -131,6 +199,39 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.RDBStorage:
     raise AssertionError("unreachable")
 
 
+def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
+    if not create and not path.is_file():
+        raise StudyError(
+            f"no study journal at {path}; run `autotune run --space NAME --gpus ...` first"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    # The open lock (O_EXCL lock file) rather than Optuna's default symlink lock: both work on
+    # a local disk, and this one also on file systems without symlinks. Its 30 s grace period
+    # breaks a lock that a killed process left behind.
+    backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
+    return GuardedJournalStorage(backend)
+
+
+class GuardedJournalStorage(optuna.storages.JournalStorage):
+    """Optuna's journal storage whose failed writes (disk full) are one StorageUnavailable
+    line, the measured results staying in the spool, as for a database."""
+
+
+def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: GuardedJournalStorage, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise StorageUnavailable(
+                f"cannot write to the study's journal: {exc.strerror or exc}"
+            ) from exc
+
+    return wrapper
+
+
 def _masked(message: str, url: str) -> str:
     """`message` without the password of `url`, wherever a driver quoted it."""
     try:
@@ -142,16 +243,32 @@ def _masked(message: str, url: str) -> str:
     return message.replace(str(password), "***") if password else message
 
 
+# A study attribute per trial Optuna's heartbeat failed: the trial itself is FAIL by then, and
+# Optuna refuses any write to a finished trial.
+LOST_ATTR_PREFIX = "lost_trial_"
+
+
 def _record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Optuna failed a trial whose process stopped sending heartbeats: say so in the trial."""
+    """Optuna failed a trial whose process stopped sending heartbeats: say so, for the
+    trial, in the study (see failure_of)."""
     reason = (
         "its process stopped sending heartbeats (killed, or its machine went away); failed "
-        f"by a later run after {study._storage.grace_period} s"  # type: ignore[attr-defined]
+        f"by a later run after {heartbeat_grace_s()} s"
     )
-    with_reason = {"failure_kind": "lost", "failure_reason": reason}
-    for key, value in with_reason.items():
-        if key not in trial.user_attrs:
-            study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    study.set_user_attr(
+        f"{LOST_ATTR_PREFIX}{trial.number}", {"failure_kind": "lost", "failure_reason": reason}
+    )
+
+
+def failure_of(study: optuna.Study, trial: FrozenTrial) -> dict[str, str]:
+    """A failed trial's failure_kind and failure_reason, wherever they were recorded."""
+    found = {
+        key: str(trial.user_attrs[key])
+        for key in ("failure_kind", "failure_reason")
+        if trial.user_attrs.get(key)
+    }
+    lost = study.user_attrs.get(f"{LOST_ATTR_PREFIX}{trial.number}")
+    return found or dict(lost or {})
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -207,7 +324,8 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     """
 
 
-for _name in (
+# Every storage method that writes: wrapped so a refused write is one StorageUnavailable line.
+_WRITES = (
     "create_new_study",
     "set_study_user_attr",
     "set_study_system_attr",
@@ -217,10 +335,12 @@ for _name in (
     "set_trial_intermediate_value",
     "set_trial_user_attr",
     "set_trial_system_attr",
-    "record_heartbeat",
-):
+)
+for _name in (*_WRITES, "record_heartbeat"):
     setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
-
+for _name in _WRITES:
+    journal_write = getattr(optuna.storages.JournalStorage, _name)
+    setattr(GuardedJournalStorage, _name, _journal_guarded(journal_write))
 
 _SCHEMA_RACE_RETRIES = 3
 
@@ -234,7 +354,10 @@ def _is_schema_race(message: str) -> bool:
 
 def _most_recent_study() -> str:
     """The study of the newest database under studies/ (what `run` wrote last)."""
-    candidates = sorted(STUDIES_DIR.glob("*.db"), key=lambda p: p.stat().st_mtime)
+    candidates = sorted(
+        [*STUDIES_DIR.glob("*.db"), *STUDIES_DIR.glob(f"*{JOURNAL_SUFFIX}")],
+        key=lambda p: p.stat().st_mtime,
+    )
     if not candidates:
         raise StudyError(
             f"no study databases in {STUDIES_DIR}/; run `autotune run --space NAME` first, "
@@ -273,7 +396,7 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
 
 def artifact_dir(storage_url: str, study_name: str) -> Path:
     """Where a study's artifacts (sample outputs per trial) live: beside its SQLite file."""
-    sqlite_file = _sqlite_file(storage_url)
-    if sqlite_file is not None:
-        return sqlite_file.with_name(f"{sqlite_file.stem}-artifacts")
+    stored = local_file(storage_url)
+    if stored is not None:
+        return stored.with_name(f"{stored.stem}-artifacts")
     return STUDIES_DIR / f"{study_name}-artifacts"

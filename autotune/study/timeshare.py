@@ -60,6 +60,16 @@ def trial_seconds(trial: FrozenTrial) -> float:
     return float((trial.user_attrs.get("time_s") or {}).get("total", 0.0))
 
 
+def budget_seconds(trial: FrozenTrial) -> float:
+    """What a trial costs a wall-clock budget: its time without its waits (for GPUs, for
+    another worker measuring the same configuration), times its share of the run's GPUs (two
+    workers on two GPUs spend the budget at wall-clock pace)."""
+    time_s = trial.user_attrs.get("time_s") or {}
+    waits = float(time_s.get("gpu_wait", 0.0)) + float(time_s.get("twin_wait", 0.0))
+    busy = float(time_s.get("total", 0.0)) - waits
+    return max(0.0, busy) * float(trial.user_attrs.get("gpu_share", 1.0))
+
+
 def time_share(trials: list[FrozenTrial]) -> TimeShare:
     parts = dict.fromkeys(PARTS, 0.0)
     total = 0.0

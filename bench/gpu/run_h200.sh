@@ -12,6 +12,8 @@
 #   bash bench/gpu/run_h200.sh issue10-a       # 2 GPUs: grid on GPU 1 beside the study on GPU 0
 #   bash bench/gpu/run_h200.sh issue10-b       # the study resumed to its budget, then verify
 #   bash bench/gpu/run_h200.sh oom             # trials that cannot fit fail as oom (issue 14)
+#   bash bench/gpu/run_h200.sh issue11         # 2 GPUs: the same 6 trials on --gpus 0 and on
+#                                              # --gpus 0,1 (wall times), then a tp-2 trial
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -113,10 +115,28 @@ oom() {
   autotune best --study h200-oom --storage "sqlite:///$OUT/h200-oom.db" --json >"$OUT/oom-best.json"
 }
 
+issue11() {
+  # Fresh studies each time: the comparison needs both runs to measure all six trials.
+  rm -f "$OUT"/issue11-*.journal*
+  local t0 t1 t2
+  t0=$(date +%s)
+  autotune run --space bench/gpu/issue11.yaml --dummy-weights --gpus 0 --study issue11-1gpu \
+    --storage "$OUT/issue11-1gpu.journal" 2>&1 | tee "$OUT/issue11-1gpu.log" | tail -3
+  t1=$(date +%s)
+  autotune run --space bench/gpu/issue11.yaml --dummy-weights --gpus 0,1 --study issue11-2gpu \
+    --storage "$OUT/issue11-2gpu.journal" 2>&1 | tee "$OUT/issue11-2gpu.log" | tail -3
+  t2=$(date +%s)
+  echo "{\"one_gpu_s\": $((t1 - t0)), \"two_gpus_s\": $((t2 - t1))}" >"$OUT/issue11-walls.json"
+  autotune run --space bench/gpu/issue11-tp.yaml --dummy-weights --gpus 0,1 --study issue11-tp \
+    --storage "$OUT/issue11-tp.journal" 2>&1 | tee "$OUT/issue11-tp.log" | tail -3
+  python3 bench/gpu/collect_issue11.py "$OUT" | tee "$OUT/issue11-summary.json" | head -20
+}
+
 case "$MODE" in
   setup) setup ;;
   train) train ;;
   oom) setup >/dev/null; oom ;;
+  issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;
   grid) setup >/dev/null; grid ;;
   verify) setup >/dev/null; verify ;;
@@ -136,7 +156,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|train" >&2
     exit 2
     ;;
 esac

@@ -8,6 +8,7 @@ process group is stopped and the next trial starts a new one.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import sys
@@ -35,8 +36,10 @@ class WorkerSession:
         evalset: str,
         launch: TrialConfig,
         trial_timeout_s: float,
+        pinned: dict[str, str] | None = None,
         log_dir: Path | None = None,
     ) -> None:
+        """`pinned`: environment that gives the worker its GPUs (autotune run --gpus)."""
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = 0.0
@@ -50,6 +53,7 @@ class WorkerSession:
         self.process = ManagedProcess(
             [sys.executable, "-m", "autotune.engines.inprocess.worker", str(request_path)],
             log_path=self._workdir / "worker.log",
+            env={**os.environ, **pinned} if pinned else None,
             capture_stdout=True,
             capture_stdin=True,
         )
