@@ -142,6 +142,14 @@ dummy_weights_option = click.option(
     help="Random weights of the model's real architecture (no checkpoint download): speed "
     "studies only; accuracy is switched off.",
 )
+adapter_option = click.option(
+    "--adapter",
+    "adapter_specs",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Serve this PEFT LoRA adapter on the model and measure requests against it "
+    "(repeatable: the first is measured, all are exported).",
+)
 endpoint_option = click.option(
     "--endpoint",
     default=None,
@@ -184,6 +192,15 @@ def main() -> None:
     help="Run one trial per GPU at a time (workers share the study; a tensor_parallel launch "
     "takes several). Several workers store the study in studies/<study>.journal.",
 )
+@adapter_option
+@click.option(
+    "--enqueue",
+    "enqueue_file",
+    default=None,
+    metavar="FILE.yaml",
+    help="Named configurations (a list of {name, config}) measured right after the "
+    "reference, labelled in best and the report.",
+)
 @click.option("--worker", is_flag=True, hidden=True, help="Internal: one worker of --gpus.")
 @user_errors
 def run(
@@ -199,16 +216,22 @@ def run(
     endpoint: str | None,
     dummy_weights: bool,
     gpus_spec: str | None,
+    adapter_specs: tuple[str, ...],
+    enqueue_file: str | None,
     worker: bool,
 ) -> None:
     """Run (or resume) a study over a search space."""
+    from autotune.checkpoints.adapters import parse_adapters
     from autotune.engines.gpus import select_gpus
-    from autotune.space import load_space
+    from autotune.space import load_space, with_enqueued
     from autotune.study import plan_study, run_study
     from autotune.study.progress import Progress
 
     budget_s = _option_duration("--budget", budget)
     loaded = load_space(space)
+    if enqueue_file is not None:
+        loaded = with_enqueued(loaded, enqueue_file)
+    adapters = parse_adapters(adapter_specs)
     plan = plan_study(
         loaded,
         model=model,
@@ -219,6 +242,7 @@ def run(
         dummy_weights=dummy_weights,
         budget_s=budget_s,
         gpus=select_gpus(gpus_spec) if gpus_spec else None,
+        adapters=adapters,
     )
     total = trials if trials is not None else loaded.trials
     if worker:
@@ -250,6 +274,8 @@ def run(
                 *(("--evalset", evalset) if evalset else ()),
                 *(("--dummy-weights",) if dummy_weights else ()),
                 *(("--quiet",) if quiet else ()),
+                *(("--enqueue", enqueue_file) if enqueue_file else ()),
+                *(arg for spec in adapter_specs for arg in ("--adapter", spec)),
             ]
             study = run_on_workers(plan, args, target=total, progress=progress)
         else:
@@ -361,6 +387,7 @@ def export(
     show_default=True,
     help="How much worse (relative) throughput and latency may be than recorded.",
 )
+@adapter_option
 @json_option
 @user_errors
 def verify(
@@ -370,15 +397,18 @@ def verify(
     fmt: str | None,
     endpoint: str | None,
     tolerance: float,
+    adapter_specs: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Relaunch the recommended (or a chosen) trial's command and check its figures.
 
     Exit status 0 when every figure is within tolerance, 1 when not.
     """
+    from autotune.checkpoints.adapters import parse_adapters
     from autotune.study.storage import load_study
     from autotune.verify import verify_text, verify_trial
 
+    adapters = parse_adapters(adapter_specs)
     study = load_study(study_name, storage)
     result = verify_trial(
         study,
@@ -387,6 +417,7 @@ def verify(
         endpoint=endpoint,
         tolerance=tolerance,
         on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
+        adapters=adapters or None,
     )
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else verify_text(result))
     sys.exit(0 if result.passed else 1)
@@ -464,6 +495,7 @@ def report(study_name: str | None, storage: str | None, out_path: str) -> None:
 )
 @endpoint_option
 @dummy_weights_option
+@adapter_option
 @json_option
 @user_errors
 def eval_command(
@@ -473,9 +505,11 @@ def eval_command(
     params: tuple[str, ...],
     endpoint: str | None,
     dummy_weights: bool,
+    adapter_specs: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Score one configuration (the space's reference, with --param overrides)."""
+    from autotune.checkpoints.adapters import parse_adapters
     from autotune.errors import TrialFailure
     from autotune.evaluate import configured, evaluate, parse_overrides
     from autotune.space import load_space
@@ -483,9 +517,15 @@ def eval_command(
 
     overrides = parse_overrides(params)
     loaded = load_space(space)
-    configured(loaded.reference_config(), overrides)  # a bad --param fails before any loading
+    # A bad --param fails before any loading.
+    configured(loaded.reference_config(), overrides, device=loaded.device)
     plan = plan_study(
-        loaded, model=model, evalset=evalset, endpoint=endpoint, dummy_weights=dummy_weights
+        loaded,
+        model=model,
+        evalset=evalset,
+        endpoint=endpoint,
+        dummy_weights=dummy_weights,
+        adapters=parse_adapters(adapter_specs),
     )
     try:
         result = evaluate(plan, overrides, endpoint=plan.endpoint)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
 from autotune.measure.measurement import measure_once
 from autotune.params import BACKEND_PARAMS, PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
+from autotune.space.support import config_problems
 from autotune.study import StudyPlan
 
 # What --param may set: the searched parameters, and the sampling seed (a TrialConfig field the
@@ -52,7 +53,9 @@ def _scalar(raw: str) -> Any:
         return raw
 
 
-def configured(reference: TrialConfig, overrides: dict[str, Any]) -> TrialConfig:
+def configured(
+    reference: TrialConfig, overrides: dict[str, Any], *, device: str = "auto"
+) -> TrialConfig:
     """The reference with `overrides` applied; sampling knobs drop when greedy.
 
     Raises:
@@ -77,6 +80,8 @@ def configured(reference: TrialConfig, overrides: dict[str, Any]) -> TrialConfig
         message = str(error["msg"]).removeprefix("Value error, ")
         raise SpaceError(f"--param {where}: {message}") from None
     _check_backend_has(config.backend, overrides)
+    for problem in config_problems(config.model_dump(), device=device):
+        raise SpaceError(f"--param {problem}")
     return config
 
 
@@ -99,7 +104,7 @@ def evaluate(
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measure the space's reference (with overrides) once; the result as a JSON-able dict."""
-    config = configured(plan.space.reference_config(), overrides)
+    config = configured(plan.space.reference_config(), overrides, device=plan.space.device)
     m = measure_once(
         plan.space,
         config,
@@ -109,6 +114,8 @@ def evaluate(
         endpoint=endpoint,
         image_geometry=plan.image_geometry,
         measure_accuracy=not plan.dummy_weights,  # random weights answer noise
+        adapters=plan.adapters,
+        quantized_paths=plan.quantized_paths,
     )
     accuracy = m.accuracy
     return {
@@ -118,8 +125,10 @@ def evaluate(
         "config": config.model_dump(),
         "accuracy": accuracy.accuracy if accuracy else None,
         "accuracy_by_category": accuracy.by_category if accuracy else {},
+        "predictions": m.predictions,
         "figures": m.figures,
         "dummy_weights": plan.dummy_weights,
+        "adapters": [adapter.to_dict() for adapter in plan.adapters],
         "memory_source": m.memory_source,
         "environment": m.environment,
     }

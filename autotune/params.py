@@ -22,16 +22,21 @@ Backend = Literal["transformers", "swift", "lmdeploy", "vllm"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 AttnImplementation = Literal["eager", "sdpa", "flash_attention_2"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune"]
+WeightQuant = Literal["none", "fp8"]
+KvQuant = Literal["none", "int8", "int4", "fp8"]
 
 PARAM_NAMES: tuple[str, ...] = (
     # Launch-time: fixed while an engine is up (LAUNCH_PARAMS).
     "backend",
     "dtype",
+    "weight_quant",
+    "kv_quant",
     "attn_implementation",
     "compile_mode",
     "kv_cache_fraction",
     "max_batch_size",
     "tensor_parallel",
+    "prefix_cache",
     # Request-time: a client chooses them per request, on an engine that is already up.
     "image_max_side",
     "batch_size",
@@ -63,10 +68,21 @@ SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 # max_batch_size is a server's cap on requests it batches; in-process, batch_size is the batch.
 # tensor_parallel splits one model over several GPUs: LMDeploy --tp, vLLM
 # --tensor-parallel-size; the transformers engine (in-process, or under swift deploy) has none.
+# Quantisation and caches: which values each engine supports for Qwen3-VL is in
+# autotune.space.support; ms-swift's transformers engine is measured plain (no flag of
+# `swift deploy` quantises on load or caches images).
 BACKEND_PARAMS: dict[str, frozenset[str]] = {
     "transformers": frozenset(PARAM_NAMES)
     - {"kv_cache_fraction", "max_batch_size", "tensor_parallel"},
-    "swift": frozenset(PARAM_NAMES) - {"kv_cache_fraction", "compile_mode", "tensor_parallel"},
+    "swift": frozenset(PARAM_NAMES)
+    - {
+        "kv_cache_fraction",
+        "compile_mode",
+        "tensor_parallel",
+        "weight_quant",
+        "kv_quant",
+        "prefix_cache",
+    },
     "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation"},
     "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
 }
@@ -126,6 +142,17 @@ class TrialConfig(BaseModel):
 
     backend: Backend = Field("transformers", description="Serving engine.")
     dtype: Dtype = Field("auto", description="Weight and activation dtype; auto = checkpoint's.")
+    weight_quant: WeightQuant = Field(
+        "none",
+        description="Weights: none (the dtype) or fp8: LMDeploy serves the block-FP8 "
+        "checkpoint (quantized_checkpoints.fp8), vLLM --quantization fp8, transformers "
+        "FineGrainedFP8Config in-process (a what-if).",
+    )
+    kv_quant: KvQuant = Field(
+        "none",
+        description="KV-cache quantisation: LMDeploy --quant-policy, vLLM --kv-cache-dtype "
+        "(autotune.space.support lists what each engine allows for Qwen3-VL).",
+    )
     attn_implementation: AttnImplementation = Field("sdpa", description="Attention kernels.")
     compile_mode: CompileMode = Field(
         "none",
@@ -151,6 +178,12 @@ class TrialConfig(BaseModel):
         le=64,
         description="GPUs one engine spreads the model over (LMDeploy --tp, vLLM "
         "--tensor-parallel-size); 1 everywhere else.",
+    )
+    prefix_cache: StrictBool = Field(
+        False,
+        description="Reuse work for repeated prompts and images: LMDeploy "
+        "--enable-prefix-caching, vLLM prefix caching and its multimodal processor cache; "
+        "in-process, a content-hash cache of vision embeddings (a what-if).",
     )
     batch_size: int = Field(
         1, ge=1, le=1024, description="In-process: the static batch; servers: requests in flight."
@@ -198,3 +231,14 @@ class TrialConfig(BaseModel):
         if self.do_sample:
             names.append("batch_size")
         return {name: getattr(self, name) for name in names}
+
+
+# An Optuna parameter name is the parameter's own, or `name@backend` where a backend supports
+# fewer of the space's choices than the others (autotune.space.model.SearchSpace.searched):
+# Optuna needs one distribution per name, and an unsupported value must never be proposed.
+BACKEND_QUALIFIER = "@"
+
+
+def base_param(key: str) -> str:
+    """The parameter an Optuna parameter name stands for (`kv_quant@vllm` -> `kv_quant`)."""
+    return key.split(BACKEND_QUALIFIER, 1)[0]

@@ -20,7 +20,8 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
-from autotune.checkpoints.source import study_model_path
+from autotune.checkpoints.adapters import Adapter, stored_adapters
+from autotune.checkpoints.source import study_model_path, study_quantized_paths
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
@@ -143,8 +144,13 @@ def verify_trial(
     endpoint: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     on_phase: Callable[[str], None] | None = None,
+    adapters: list[Adapter] | None = None,
 ) -> VerifyResult:
-    """Re-measure the recommended (or a given) trial through its deploy command."""
+    """Re-measure the recommended (or a given) trial through its deploy command.
+
+    `adapters` (from --adapter) replace the study's own, e.g. where their folders live
+    elsewhere on this machine; the first must carry the name the trials measured.
+    """
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     config = trial_config(trial)
     space = stored_space(study)
@@ -178,6 +184,8 @@ def verify_trial(
             image_geometry=study.user_attrs.get("image_geometry"),
             measure_accuracy=not study.user_attrs.get("dummy_weights"),
             on_phase=on_phase,
+            adapters=_adapters(study, adapters),
+            quantized_paths=study_quantized_paths(study.user_attrs, device=space.device),
         )
     except TrialFailure as failure:
         result.failure = f"{failure.kind}: {failure.reason}"
@@ -242,3 +250,15 @@ def verify_text(result: VerifyResult) -> str:
     failed = [c.metric for c in result.checks if c.passed is False]
     console.print("PASS" if not failed else f"FAIL: {', '.join(failed)} outside tolerance")
     return buffer.getvalue().rstrip()
+
+
+def _adapters(study: optuna.Study, given: list[Adapter] | None) -> list[Adapter]:
+    stored = stored_adapters(study.user_attrs)
+    if not given:
+        return stored
+    if stored and given[0].name != stored[0].name:
+        raise StudyError(
+            f"--adapter {given[0].name}: the study measured adapter '{stored[0].name}'; give "
+            "that name first"
+        )
+    return given

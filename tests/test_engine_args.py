@@ -30,7 +30,7 @@ def test_keys_are_normalised_per_format(tmp_path: Path) -> None:
             space_with(
                 tmp_path,
                 {
-                    "lmdeploy": {"vision_max_batch_size": 16, "--enable-prefix-caching": True},
+                    "lmdeploy": {"vision_max_batch_size": 16, "--disable-fastapi-docs": True},
                     "swift": {"max-pixels": 1000},
                 },
             )
@@ -38,7 +38,7 @@ def test_keys_are_normalised_per_format(tmp_path: Path) -> None:
     )
     assert space.engine_args.for_format("lmdeploy") == {
         "vision-max-batch-size": 16,
-        "enable-prefix-caching": True,
+        "disable-fastapi-docs": True,
     }
     assert space.engine_args.for_format("swift") == {"max_pixels": 1000}
     assert space.engine_args.for_format("yaml") == {}
@@ -83,7 +83,7 @@ def test_render_flags_by_value_type() -> None:
     args = EngineArgs(
         lmdeploy={
             "max-prefill-token-num": 4096,
-            "enable-prefix-caching": True,
+            "disable-fastapi-docs": True,
             "empty-init": False,
             "cudagraph-capture-batch-sizes": [1, 8],
             "hf-overrides": {"text_config": {"rope_theta": 1e6}},
@@ -91,7 +91,7 @@ def test_render_flags_by_value_type() -> None:
     ).for_format("lmdeploy")
     assert render_flags("lmdeploy", args) == [
         "--max-prefill-token-num", "4096",
-        "--enable-prefix-caching",
+        "--disable-fastapi-docs",
         "--cudagraph-capture-batch-sizes", "1", "8",
         "--hf-overrides", '{"text_config":{"rope_theta":1000000.0}}',
     ]  # fmt: skip

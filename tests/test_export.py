@@ -250,7 +250,7 @@ def test_swift_vllm_engine_maps_compile_mode_none_to_enforce_eager() -> None:
 
 LMDEPLOY_EXTRAS = {
     "vision-max-batch-size": 16,
-    "enable_prefix_caching": True,
+    "disable_fastapi_docs": True,
     "max-prefill-token-num": 8192,
     "session-len": 8192,
     "log-level": "INFO",
@@ -264,8 +264,8 @@ def test_lmdeploy_engine_args_are_appended_as_flags() -> None:
     )
     argv = result.argv
     assert flag(argv, "--vision-max-batch-size") == "16"
-    assert "--enable-prefix-caching" in argv  # a switch: no value after it
-    assert argv[argv.index("--enable-prefix-caching") + 1].startswith("--")
+    assert "--disable-fastapi-docs" in argv  # a switch: no value after it
+    assert argv[argv.index("--disable-fastapi-docs") + 1].startswith("--")
     assert flag(argv, "--max-prefill-token-num") == "8192"
     assert flag(argv, "--session-len") == "8192"
     assert flag(argv, "--log-level") == "INFO"
@@ -288,9 +288,9 @@ def test_vllm_and_swift_engine_args() -> None:
         TrialConfig(backend="vllm"),
         fmt="vllm",
         model=MODEL,
-        engine_args={"enable-prefix-caching": True, "compilation_config": {"level": 3}},
+        engine_args={"enable-chunked-prefill": True, "compilation_config": {"level": 3}},
     )
-    assert "--enable-prefix-caching" in vllm.argv
+    assert "--enable-chunked-prefill" in vllm.argv
     assert json.loads(flag(vllm.argv, "--compilation-config")) == {"level": 3}
     swift = render_export(
         GREEDY, fmt="swift", model=MODEL, engine_args={"max-pixels": 1000, "stream": False}

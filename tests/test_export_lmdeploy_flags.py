@@ -112,7 +112,7 @@ def test_every_flag_is_accepted_with_its_value(
 # The space-file pass-through a GPU study uses (search_spaces/default-gpu-quick.yaml).
 ENGINE_ARGS = {
     "vision-max-batch-size": 16,
-    "enable-prefix-caching": True,
+    "disable-fastapi-docs": True,
     "max-prefill-token-num": 4096,
     "session-len": 8192,
     "cudagraph-capture-batch-sizes": [1, 2, 4, 8, 16],
@@ -124,7 +124,7 @@ def test_engine_args_parse_with_their_values(lmdeploy_cli: argparse.ArgumentPars
     result = render_export(config, fmt="lmdeploy", model=MODEL, engine_args=ENGINE_ARGS)
     ns = parse(lmdeploy_cli, result.argv)
     assert ns.vision_max_batch_size == 16
-    assert ns.enable_prefix_caching is True
+    assert ns.disable_fastapi_docs is True
     assert ns.max_prefill_token_num == 4096
     assert ns.session_len == 8192
     assert ns.cudagraph_capture_batch_sizes == [1, 2, 4, 8, 16]
@@ -142,3 +142,25 @@ def test_dtype_choices_exclude_float32(lmdeploy_cli: argparse.ArgumentParser) ->
     choices = api_server_options(lmdeploy_cli)["--dtype"].choices
     assert "float32" not in choices
     assert {"auto", "float16", "bfloat16"} <= set(choices)
+
+
+def test_quantisation_caches_and_adapters_parse(lmdeploy_cli: argparse.ArgumentParser) -> None:
+    """FP8 weights (the -FP8 checkpoint), the prefix cache, a KV policy and adapters, as
+    LMDeploy's own parser reads them."""
+    from autotune.checkpoints.adapters import Adapter
+
+    config = TrialConfig(backend="lmdeploy", weight_quant="fp8", prefix_cache=True, kv_quant="int8")
+    result = render_export(
+        config,
+        fmt="lmdeploy",
+        model=MODEL,
+        quantized_models={"fp8": "Qwen/Qwen3-VL-2B-Instruct-FP8"},
+        adapters=[Adapter("ocr", "/adapters/ocr", 8), Adapter("cap", "/adapters/cap", 16)],
+    )
+    ns = parse(lmdeploy_cli, result.argv)
+    assert ns.model_path == "Qwen/Qwen3-VL-2B-Instruct-FP8"
+    assert ns.enable_prefix_caching is True
+    assert ns.quant_policy == 8
+    assert ns.adapters == ["ocr=/adapters/ocr", "cap=/adapters/cap"]
+    # Neither the KV policy nor the adapters are served for Qwen3-VL: not exact.
+    assert result.exact is False

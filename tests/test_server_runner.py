@@ -160,7 +160,9 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         "peak_memory_mib",
         "memory_source",
         "environment",
+        "repeated_requests",
     }
+    assert result["repeated_requests"] == 0  # workload.repeat_image_share is 0: all fresh
     assert len(result["timings"]) == 6  # workload.requests, warm-up excluded
     assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
     for t in result["timings"]:

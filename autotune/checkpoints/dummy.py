@@ -92,10 +92,13 @@ def architecture_config(model: str) -> dict[str, Any]:
     return config
 
 
-def checkpoint_key(config: dict[str, Any]) -> str:
-    """Names one architecture + tokenizer + builder version; the cache folder's name."""
+def checkpoint_key(config: dict[str, Any], layout: str = "none") -> str:
+    """Names one architecture + weight layout + tokenizer + builder version; the cache
+    folder's name."""
     digest = hashlib.sha256()
     digest.update(json.dumps(config, sort_keys=True).encode())
+    if layout != "none":
+        digest.update(f"layout {layout}".encode())
     for name in TOKENIZER_FILES:
         digest.update(name.encode())
         digest.update((TOKENIZER_SOURCE / name).read_bytes())
@@ -103,10 +106,18 @@ def checkpoint_key(config: dict[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
-def dummy_checkpoint(model: str, *, device: str = "auto", timeout_s: float = 1800) -> str:
-    """The folder of a random-weight checkpoint of `model`'s architecture; built if missing."""
+def dummy_checkpoint(
+    model: str, *, device: str = "auto", layout: str = "none", timeout_s: float = 1800
+) -> str:
+    """The folder of a random-weight checkpoint of `model`'s architecture; built if missing.
+
+    `layout` fp8: the weights in the block-FP8 layout of Qwen's -FP8 releases
+    (autotune.checkpoints.fp8), for engines that serve such a checkpoint.
+    """
+    if layout not in ("none", "fp8"):
+        raise ModelError(f"dummy weights have no {layout!r} layout (none or fp8)")
     config = architecture_config(model)
-    target = cache_root() / checkpoint_key(config)
+    target = cache_root() / checkpoint_key(config, layout)
     if (target / COMPLETE_MARKER).is_file():
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +126,7 @@ def dummy_checkpoint(model: str, *, device: str = "auto", timeout_s: float = 180
     staging.mkdir()
     (staging / "source-config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     argv = [sys.executable, "-m", "autotune.checkpoints.dummy", str(staging), "--device", device]
+    argv += ["--layout", layout]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -160,7 +172,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def build(out: Path, *, device: str) -> None:
+def build(out: Path, *, device: str, layout: str = "none") -> None:
     """Build and save the checkpoint described by out/source-config.json into `out`."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -182,6 +194,11 @@ def build(out: Path, *, device: str) -> None:
     model.save_pretrained(out)
     # The source config, not the re-serialised one: engines that parse config.json themselves
     # (LMDeploy, vLLM) then see the released checkpoint's layout and keys.
+    if layout == "fp8":
+        from autotune.checkpoints.fp8 import QUANTIZATION_CONFIG, quantize_checkpoint
+
+        quantize_checkpoint(out)
+        source = {**source, "quantization_config": QUANTIZATION_CONFIG}
     _write_json(out / "config.json", source)
     for name in TOKENIZER_FILES:
         shutil.copyfile(TOKENIZER_SOURCE / name, out / name)
@@ -201,7 +218,7 @@ def build(out: Path, *, device: str) -> None:
     for path in out.iterdir():
         path.chmod(0o644)  # save_pretrained writes 0600; servers may run as another user
     (out / COMPLETE_MARKER).write_text(
-        json.dumps({"parameters": params, "device": device, "seed": SEED}) + "\n",
+        json.dumps({"parameters": params, "device": device, "seed": SEED, "layout": layout}) + "\n",
         encoding="utf-8",
     )
     print(
@@ -215,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build a random-weight checkpoint (internal).")
     parser.add_argument("out", type=Path, help="folder holding source-config.json")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--layout", default="none", choices=["none", "fp8"])
     args = parser.parse_args(argv)
-    build(args.out, device=args.device)
+    build(args.out, device=args.device, layout=args.layout)
     return 0
 
 

@@ -90,3 +90,26 @@ def study_model_path(attrs: dict[str, Any], *, device: str = "auto") -> str:
     if recorded and (Path(recorded) / "config.json").is_file():
         return recorded
     return resolve_model(model)
+
+
+def study_quantized_paths(attrs: dict[str, Any], *, device: str = "auto") -> dict[str, str]:
+    """The quantised checkpoints a stored study served, on this machine (found or rebuilt,
+    like `study_model_path`)."""
+    paths: dict[str, str] = {}
+    model = str(attrs.get("model") or "")
+    for layout, recorded in (attrs.get("quantized_paths") or {}).items():
+        if recorded and (Path(recorded) / "config.json").is_file():
+            paths[layout] = str(recorded)
+        elif attrs.get("dummy_weights"):
+            from autotune.checkpoints.dummy import dummy_checkpoint
+
+            paths[layout] = dummy_checkpoint(model, device=device, layout=layout)
+        else:
+            checkpoint = (attrs.get("quantized_checkpoints") or {}).get(layout)
+            if not checkpoint:
+                raise ModelError(
+                    f"the study served a {layout} checkpoint that is not here and names no id "
+                    "to fetch it again; pass its space's quantized_checkpoints"
+                )
+            paths[layout] = resolve_model(str(checkpoint))
+    return paths

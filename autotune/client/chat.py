@@ -20,6 +20,7 @@ import httpx
 from PIL import Image
 
 from autotune.engines.inprocess.base import resize_to_max_side
+from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
 
 
@@ -34,6 +35,7 @@ class ChatPrompt:
     item_id: str
     image: Image.Image
     prompt: str
+    mark: int | None = None  # load tests: the image's cache-busting mark (measure.repeats)
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,12 @@ class ChatReply:
     timing: RequestTiming
 
 
-def image_data_url(image: Image.Image, max_side: int | None) -> str:
-    """The image, shrunk to `max_side` as the in-process engine does, as a PNG data URL."""
+def image_data_url(image: Image.Image, max_side: int | None, mark: int | None = None) -> str:
+    """The image, shrunk to `max_side` as the in-process engine does (then marked), as a PNG
+    data URL."""
     buffer = io.BytesIO()
     # PNG is lossless: the server decodes exactly the pixels the resize produced.
-    resize_to_max_side(image, max_side).save(buffer, format="PNG")
+    mark_image(resize_to_max_side(image, max_side), mark).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -92,7 +95,9 @@ class ChatClient:
     async def send(self, prompt: ChatPrompt) -> ChatReply:
         start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
         # PIL releases the GIL while encoding; a thread keeps other streams' clocks honest.
-        image_url = await asyncio.to_thread(image_data_url, prompt.image, self.image_max_side)
+        image_url = await asyncio.to_thread(
+            image_data_url, prompt.image, self.image_max_side, prompt.mark
+        )
         body = chat_body(self.model, prompt.prompt, image_url, self.fields)
         first: float | None = None
         last: float | None = None

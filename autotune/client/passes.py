@@ -7,15 +7,17 @@ is known (autotune.measure.convergence), then one answer per accuracy item.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
-from autotune.client.chat import ChatClient, ChatPrompt
+from autotune.client.chat import ChatClient, ChatPrompt, ChatReply
 from autotune.client.load import closed_loop, closed_loop_until, open_loop
 from autotune.engines.session import MeasurePlan, cycled
+from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
 
 
@@ -66,17 +68,24 @@ async def run_passes(
 
         phase("load test")
         workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
+        repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
+
+        async def send_load(prompt: ChatPrompt) -> ChatReply:
+            # A fresh image, or one this trial sent before (autotune.measure.repeats).
+            item_id, mark = repeats.next(prompt.item_id)
+            return await chat.send(dataclasses.replace(by_id[item_id], mark=mark))
+
         t0 = time.perf_counter()
         if plan.request_rate_per_s is None:
             # A block is one pass over the workload (see autotune.engines.inprocess.worker).
             rule = plan.stop_rule(block_size=plan.workload_requests)
-            replies, steady, stop_reason = await closed_loop_until(chat.send, workload, batch, rule)
+            replies, steady, stop_reason = await closed_loop_until(send_load, workload, batch, rule)
         else:
             # An offered load is a fixed schedule of two passes: its length is part of what is
             # measured, so it does not stretch until the interval closes.
             schedule = [by_id[i] for i in cycled(ids, plan.min_requests)]
             replies = await open_loop(
-                chat.send, schedule, plan.request_rate_per_s, seed=config.seed
+                send_load, schedule, plan.request_rate_per_s, seed=config.seed
             )
             steady, stop_reason = len(replies), "fixed schedule (open loop)"
         measure_s = time.perf_counter() - t0
@@ -101,4 +110,5 @@ async def run_passes(
         "stop_reason": stop_reason,
         "predictions": predictions or {},
         "screened_out": False,
+        "repeated_requests": repeats.repeated,
     }

@@ -7,6 +7,9 @@ backends (autotune.engines.inprocess), the exported server command for server ba
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from autotune.checkpoints.adapters import Adapter
 from autotune.engines.gpus import Gpu, pinned_env
 from autotune.engines.session import EngineSession, MeasurePlan, PhaseCallback, measure_plan
 from autotune.evalset.dataset import EvalSet
@@ -32,11 +35,15 @@ def open_session(
     image_geometry: dict[str, int] | None = None,
     on_phase: PhaseCallback | None = None,
     gpus: list[Gpu] | None = None,
+    adapters: Sequence[Adapter] = (),
+    quantized_paths: dict[str, str] | None = None,
 ) -> EngineSession:
     """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not).
 
     `gpus`: the devices the launch holds (autotune.study.gpu_pool); the engine sees only
-    those. None leaves it what this process sees.
+    those. None leaves it what this process sees. `adapters`: LoRA adapters to serve, the
+    first one measured. `quantized_paths`: the model's checkpoints in a quantised layout, by
+    weight_quant value, for engines that load one (LMDeploy's FP8).
     """
     if endpoint is not None:
         from autotune.engines.endpoint import EndpointSession
@@ -47,6 +54,7 @@ def open_session(
             launch=launch,
             prompts=chat_prompts(evalset),
             trial_timeout_s=space.trial_timeout_s,
+            adapters=list(adapters),
         ).start(on_phase=on_phase)
     fmt = session_format(launch, server_format)
     if fmt is not None:
@@ -57,6 +65,8 @@ def open_session(
             model=model_path,
             engine_args=space.engine_args.for_format(fmt),
             geometry=image_geometry,
+            adapters=adapters,
+            quantized_paths=quantized_paths,
         )
         return ServerSession(
             render,
@@ -67,6 +77,7 @@ def open_session(
             startup_timeout_s=space.workload.startup_timeout_s,
             trial_timeout_s=space.trial_timeout_s,
             gpus=gpus,
+            adapters=list(adapters),
         ).start(on_phase=on_phase)
     from autotune.engines.inprocess.session import WorkerSession
 
@@ -77,6 +88,7 @@ def open_session(
         launch=launch,
         trial_timeout_s=space.trial_timeout_s,
         pinned=pinned_env(gpus) if gpus else None,
+        adapters=list(adapters),
     ).start(on_phase=on_phase)
 
 

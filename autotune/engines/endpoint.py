@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, ChatPrompt, http_client, list_models, normalize_base_url
 from autotune.engines.server import drive_passes
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
@@ -52,9 +53,16 @@ class EndpointSession:
     """A server someone else runs: every trial is a request-time setting on it."""
 
     def __init__(
-        self, url: str, *, launch: TrialConfig, prompts: list[ChatPrompt], trial_timeout_s: float
+        self,
+        url: str,
+        *,
+        launch: TrialConfig,
+        prompts: list[ChatPrompt],
+        trial_timeout_s: float,
+        adapters: list[Adapter] | None = None,
     ) -> None:
         self.base = normalize_base_url(url)
+        self.adapters = adapters or []
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = math.nan
@@ -62,16 +70,23 @@ class EndpointSession:
         self.trial_timeout_s = trial_timeout_s
 
     def start(self, *, on_phase: PhaseCallback | None = None) -> EndpointSession:
-        served_models(self.base)  # fail here, before any trial, if nothing answers
+        models = served_models(self.base)  # fail here, before any trial, if nothing answers
+        missing = [adapter.name for adapter in self.adapters if adapter.name not in models]
+        if missing:
+            raise TrialFailure(
+                f"the endpoint serves no model named {missing[0]!r} (it serves "
+                f"{', '.join(models)}); start it with the adapter, or drop --adapter",
+                kind="unsupported",
+            )
         return self
 
     def measure(
         self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
     ) -> dict[str, Any]:
-        models = served_models(self.base)
+        model = served_model(self.adapters, served_models(self.base))
         passes = drive_passes(
             self.base,
-            models[0],
+            model,
             prompts=self.prompts,
             config=config,
             fields=endpoint_fields(config),
@@ -83,7 +98,7 @@ class EndpointSession:
             **passes,
             "peak_memory_mib": math.nan,
             "memory_source": "unavailable (endpoint)",
-            "environment": {"runner": "endpoint", "endpoint": self.base, "served_model": models[0]},
+            "environment": {"runner": "endpoint", "endpoint": self.base, "served_model": model},
         }
 
     def alive(self) -> bool:

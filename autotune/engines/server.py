@@ -15,13 +15,14 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
 from autotune.client import ChatError, ChatPrompt, run_passes
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
@@ -114,7 +115,13 @@ def _server_env(export: Export, device: str, pinned: dict[str, str]) -> dict[str
 
 
 def renderer(
-    fmt: str, *, model: str, engine_args: dict[str, Any], geometry: dict[str, int] | None
+    fmt: str,
+    *,
+    model: str,
+    engine_args: dict[str, Any],
+    geometry: dict[str, int] | None,
+    adapters: Sequence[Adapter] = (),
+    quantized_paths: dict[str, str] | None = None,
 ) -> Render:
     """render(config, port): the `fmt` command for `config`, bound to 127.0.0.1:port."""
 
@@ -127,6 +134,8 @@ def renderer(
             port=port,
             engine_args=engine_args,
             image_geometry=geometry,
+            adapters=adapters,
+            quantized_models=quantized_paths,
         )
 
     return render
@@ -163,8 +172,10 @@ class ServerSession:
         trial_timeout_s: float,
         gpus: list[Gpu] | None = None,
         log_dir: Path | None = None,
+        adapters: list[Adapter] | None = None,
     ) -> None:
         self.render = render
+        self.adapters = adapters or []
         self.gpus = gpus
         self.launch = launch
         self.fmt = fmt
@@ -185,6 +196,11 @@ class ServerSession:
     def start(self, *, on_phase: PhaseCallback | None = None) -> ServerSession:
         """Start the server until it is ready; a lost port race gets a fresh port and a retry."""
         check_renders(self.render, self.launch, self.fmt)
+        if self.adapters and self.fmt in CANNOT_SERVE:
+            raise TrialFailure(
+                f"{CANNOT_SERVE[self.fmt]}; this launch would not serve the adapter",
+                kind="unsupported",
+            )
         if on_phase is not None:
             on_phase("starting server")
         try:
@@ -252,7 +268,7 @@ class ServerSession:
         try:
             passes = drive_passes(
                 ready.base_url,
-                ready.models[0],
+                served_model(self.adapters, ready.models),
                 prompts=self.prompts,
                 config=config,
                 fields=dict(trial_export.request),
@@ -278,7 +294,7 @@ class ServerSession:
             "server_port": str(ready.port),
             "requested_port": str(server.requested_port),
             "server_pid": str(server.pid),
-            "served_model": ready.models[0],
+            "served_model": served_model(self.adapters, ready.models),
             "export_exact": str(trial_export.exact).lower(),
             "engine": self.engine_actual,
             "engine_requested": check_engine(export.format, export.argv, "").requested,

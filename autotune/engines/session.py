@@ -46,6 +46,8 @@ class MeasurePlan(BaseModel):
     accuracy_ids: list[str] | None = None  # None: no accuracy pass
     accuracy_batch_size: int = 1
     screening: ScreeningRequest | None = None
+    repeat_image_share: float = 0.0
+    seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
 
     def stop_rule(self, block_size: int) -> StopRule:
         return StopRule(
@@ -86,6 +88,8 @@ def measure_plan(
         accuracy_ids=accuracy_ids,
         accuracy_batch_size=accuracy_batch,
         screening=screening,
+        repeat_image_share=workload.repeat_image_share,
+        seed=config.seed,
     )
 
 

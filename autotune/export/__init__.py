@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
 from ..engine_args import SESSION_LEN_FLAG, EngineArgs
 from ..errors import ExportError
@@ -40,6 +41,8 @@ def render_export(
     session_len: int | None = None,
     engine_args: dict[str, Any] | None = None,
     image_geometry: ImageGeometry | dict[str, int] | None = None,
+    adapters: list[Adapter] | tuple[Adapter, ...] = (),
+    quantized_models: dict[str, str] | None = None,
 ) -> Export:
     """Render `config` as a deploy command for `fmt`.
 
@@ -56,6 +59,10 @@ def render_export(
             appended as given; keys autotune sets itself are refused.
         image_geometry: The checkpoint processor's image grid and pixel bounds (a study's
             `image_geometry` attribute); None means Qwen3-VL's released values.
+        adapters: LoRA adapters to serve (autotune.checkpoints.adapters); requests name the
+            first.
+        quantized_models: The model's checkpoints in a quantised layout, by weight_quant
+            value (a space's `quantized_checkpoints`), for engines that load one.
 
     Raises:
         ExportError: Unknown format, bad option, or a configuration the target cannot serve.
@@ -86,6 +93,8 @@ def render_export(
         image_geometry=image_geometry
         if isinstance(image_geometry, ImageGeometry)
         else ImageGeometry.from_dict(image_geometry),
+        adapters=tuple(adapters),
+        quantized_models=dict(quantized_models or {}),
     )
     return renderer(config, opts)
 

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
 from ..params import TrialConfig
 
@@ -29,6 +30,11 @@ class ServeOptions:
     # The checkpoint processor's image grid and pixel bounds, pinned where an engine has its
     # own defaults (ms-swift).
     image_geometry: ImageGeometry = field(default_factory=ImageGeometry)
+    # LoRA adapters served on the model (autotune.checkpoints.adapters); requests name the
+    # first one.
+    adapters: tuple[Adapter, ...] = ()
+    # Checkpoints of the model in a quantised layout, by weight_quant value ({"fp8": id}).
+    quantized_models: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -177,3 +183,13 @@ def engine_knob_notes(config: TrialConfig, *, engine: str, graphs: str, kernels:
             f"attn_implementation {config.attn_implementation!r} has no {engine} flag; {kernels}."
         )
     return notes
+
+
+def adapter_note(opts: ServeOptions) -> str | None:
+    """How a client reaches the adapter the trials measured."""
+    if not opts.adapters:
+        return None
+    return (
+        f'requests name the LoRA adapter: "model": "{opts.adapters[0].name}" (autotune '
+        "measured that adapter); the base model stays servable under its own name."
+    )

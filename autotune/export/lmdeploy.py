@@ -8,11 +8,15 @@ client's request body (`Export.request`) and in the client-side image resize.
 
 from __future__ import annotations
 
+from ..checkpoints.adapters import CANNOT_SERVE
 from ..engine_args import render_flags
+from ..errors import ExportError
 from ..params import TrialConfig
+from ..space.support import unsupported_reason
 from .base import (
     Export,
     ServeOptions,
+    adapter_note,
     address_flags,
     backend_note,
     batch_cap,
@@ -46,8 +50,16 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
     # would fall back to pytorch only after a warning.
-    argv = ["lmdeploy", "serve", "api_server", opts.model, "--backend", "pytorch"]
+    argv = ["lmdeploy", "serve", "api_server", _model(config, opts), "--backend", "pytorch"]
     argv += ["--dtype", dtype, "--max-batch-size", str(batch_cap(config))]
+    if config.kv_quant != "none":
+        argv += ["--quant-policy", config.kv_quant]
+        reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
+        if reason:
+            exact = False
+            notes.append(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
+    if config.prefix_cache:
+        argv += ["--enable-prefix-caching"]
     if config.kv_cache_fraction is not None:
         argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
     if config.tensor_parallel > 1:
@@ -56,6 +68,13 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--eager-mode"]  # no CUDA graphs: what compile_mode none measured
     if opts.session_len is not None:
         argv += ["--session-len", str(opts.session_len)]
+    if opts.adapters:
+        argv += ["--adapters", *(f"{a.name}={a.path}" for a in opts.adapters)]
+        exact = False
+        notes.append(
+            f"{CANNOT_SERVE['lmdeploy']}: autotune did not measure this command with the "
+            "adapter; serve it with swift deploy or vLLM."
+        )
     argv += render_flags("lmdeploy", opts.engine_args)
     argv += address_flags(opts, host="--server-name", port="--server-port", name="--model-name")
     notes += engine_knob_notes(
@@ -71,6 +90,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
+    if opts.adapters:
+        notes.append(str(adapter_note(opts)))
     notes.append(
         "LMDeploy takes decoding settings per request: send these fields in every "
         "chat-completions body (extra_body in the OpenAI client): " + compact_json(request)
@@ -81,3 +102,18 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             "generation_config.json (LMDeploy's default --generation-config auto)."
         )
     return Export(format="lmdeploy", argv=argv, notes=notes, exact=exact, request=request)
+
+
+def _model(config: TrialConfig, opts: ServeOptions) -> str:
+    """The checkpoint to serve: FP8 weights are the block-FP8 checkpoint LMDeploy detects from
+    its config.json (the layout of Qwen's -FP8 releases)."""
+    if config.weight_quant == "none":
+        return opts.model
+    checkpoint = opts.quantized_models.get(config.weight_quant)
+    if checkpoint is None:
+        raise ExportError(
+            f"weight_quant {config.weight_quant} on LMDeploy serves a checkpoint in that "
+            f"layout: name it in the space's quantized_checkpoints ({config.weight_quant}: "
+            "Qwen/Qwen3-VL-2B-Instruct-FP8, or a local folder)"
+        )
+    return checkpoint

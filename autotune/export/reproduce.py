@@ -4,9 +4,10 @@ A recommendation must be a command that, launched as printed, gives the recorded
 same engine, the same flags, the same request fields. That holds for a trial measured through
 the target's own server command. It also holds for an in-process transformers trial exported
 to `swift deploy`, which serves the same transformers model with the same image preprocessing,
-when the trial neither compiled (no ms-swift flag applies torch.compile) nor sampled (another
-random stream): tests/test_swift_reproduces.py launches the export and compares the answers
-item by item. Every other trial is a what-if, shown apart with the reason.
+when the trial neither compiled (no ms-swift flag applies torch.compile), sampled (another
+random stream), quantised on load nor cached vision embeddings (no ms-swift flag does either):
+tests/test_swift_reproduces.py launches the export and compares the answers item by item.
+Every other trial is a what-if, shown apart with the reason.
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ def reproduction(attrs: dict[str, Any], target: str | None) -> Reproduction:
     if config.do_sample:
         return Reproduction(
             False, "sampled in-process: ms-swift's sampler draws other random numbers"
+        )
+    if config.weight_quant != "none":
+        return Reproduction(
+            False,
+            f"{config.weight_quant} weights quantised in-process (FineGrainedFP8Config): no "
+            "swift deploy flag quantises on load",
+        )
+    if config.prefix_cache:
+        return Reproduction(
+            False,
+            "vision embeddings of repeated images reused in-process: ms-swift's transformers "
+            "engine has no such cache",
         )
     return Reproduction(
         True,

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.checkpoints.adapters import stored_adapters
 from autotune.export import Export, render_export
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
@@ -47,6 +48,8 @@ def export_trial(
         port=port,
         engine_args=study_engine_args(study, fmt) if fmt != "yaml" else None,
         image_geometry=study.user_attrs.get("image_geometry"),
+        adapters=stored_adapters(study.user_attrs),
+        quantized_models=_quantized_models(study.user_attrs, str(model)),
     )
     if fmt != "yaml":
         check = reproduction(trial.user_attrs, fmt)
@@ -64,3 +67,13 @@ def export_trial(
         )
         result = dataclasses.replace(result, notes=[note, *result.notes])
     return result, trial
+
+
+def _quantized_models(attrs: dict[str, Any], model: str) -> dict[str, str]:
+    """The ids `export` prints for a quantised layout: the space's, or for a dummy-weights
+    study Qwen's naming of its releases (<model>-FP8)."""
+    named = dict(attrs.get("quantized_checkpoints") or {})
+    if attrs.get("dummy_weights"):
+        for layout in attrs.get("quantized_paths") or {}:
+            named.setdefault(layout, f"{model}-{layout.upper()}")
+    return named

@@ -19,6 +19,7 @@ from ..params import TrialConfig
 from .base import (
     Export,
     ServeOptions,
+    adapter_note,
     backend_note,
     batch_cap,
     client_note,
@@ -77,6 +78,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
                 "which picks its own attention kernels."
             )
     notes.extend(_gap_notes(config))
+    if opts.adapters:
+        argv += ["--adapters", *(f"{a.name}={a.path}" for a in opts.adapters)]
     argv += render_flags("swift", opts.engine_args)
     argv += ["--host", opts.host]
     if opts.port is not None:
@@ -94,6 +97,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
+    if opts.adapters:
+        notes.append(str(adapter_note(opts)))
 
     request = sampling_request(config, greedy={"temperature": 0})
     notes.append(
@@ -110,7 +115,12 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 
 def _in_process_gap(config: TrialConfig) -> bool:
     """Whether an in-process transformers trial measured something `swift deploy` cannot do."""
-    return config.compile_mode != "none" or config.do_sample
+    return (
+        config.compile_mode != "none"
+        or config.do_sample
+        or config.weight_quant != "none"
+        or config.prefix_cache
+    )
 
 
 def _gap_notes(config: TrialConfig) -> list[str]:
@@ -122,6 +132,17 @@ def _gap_notes(config: TrialConfig) -> list[str]:
             f"compile_mode {config.compile_mode!r} (static KV cache + torch.compile) has no "
             "ms-swift flag: this server runs the model uncompiled and will be slower than "
             "measured."
+        )
+    if config.weight_quant != "none":
+        notes.append(
+            f"weight_quant {config.weight_quant} was applied in-process (transformers' "
+            "FineGrainedFP8Config); no swift deploy flag quantises on load: this server runs "
+            "the unquantised weights."
+        )
+    if config.prefix_cache:
+        notes.append(
+            "prefix_cache reused vision embeddings of repeated images in-process; ms-swift's "
+            "transformers engine has no such cache: this server encodes every image."
         )
     if config.do_sample:
         notes.append(

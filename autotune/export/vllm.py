@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from ..engine_args import render_flags
 from ..params import TrialConfig
+from ..space.support import unsupported_reason
 from .base import (
     Export,
     ServeOptions,
+    adapter_note,
     address_flags,
     backend_note,
     batch_cap,
@@ -29,6 +31,15 @@ from .base import (
 # autotune's evaluation prompts carry one image and no video; declaring that lets vLLM size
 # its multimodal memory profile for one image instead of the default maximum.
 LIMIT_MM_PER_PROMPT = {"image": 1, "video": 0}
+
+# The values vLLM's --max-lora-rank accepts.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_flag(opts: ServeOptions) -> int:
+    """The smallest --max-lora-rank that holds every adapter's rank."""
+    largest = max(adapter.rank for adapter in opts.adapters)
+    return next((rank for rank in LORA_RANKS if rank >= largest), LORA_RANKS[-1])
 
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:
@@ -52,6 +63,25 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--max-model-len", str(opts.session_len)]
     if config.compile_mode == "none":
         argv += ["--enforce-eager"]  # no compile, no CUDA graphs: what compile_mode none means
+    if config.weight_quant == "fp8":
+        argv += ["--quantization", "fp8"]  # the bf16 weights, quantised on load
+    if config.kv_quant == "fp8":
+        argv += ["--kv-cache-dtype", "fp8"]
+    elif config.kv_quant != "none":
+        exact = False
+        notes.append(
+            f"kv_quant {config.kv_quant}: {unsupported_reason('vllm', 'kv_quant', config.kv_quant)}"
+            "; this command keeps the KV cache in the model's dtype."
+        )
+    # Explicit both ways: vLLM caches prefixes and decoded images by default, and a trial
+    # without the cache measured neither.
+    if config.prefix_cache:
+        argv += ["--enable-prefix-caching"]
+    else:
+        argv += ["--no-enable-prefix-caching", "--mm-processor-cache-gb", "0"]
+    if opts.adapters:
+        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_flag(opts))]
+        argv += ["--lora-modules", *(f"{a.name}={a.path}" for a in opts.adapters)]
     argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
     argv += render_flags("vllm", opts.engine_args)
     argv += address_flags(opts, host="--host", port="--port", name="--served-model-name")
@@ -64,6 +94,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
+    if opts.adapters:
+        notes.append(str(adapter_note(opts)))
     request = sampling_request(config, greedy={"temperature": 0})
     notes.append(
         "decoding travels in each request; send these fields in every chat-completions body: "

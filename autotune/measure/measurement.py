@@ -6,12 +6,13 @@ Measurement here, so a figure means the same in each.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
+from autotune.checkpoints.adapters import Adapter
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.timing import RequestTiming, summarize
 from autotune.params import TrialConfig
@@ -31,6 +32,8 @@ class Measurement:
     screened_out: bool = False
     stop_reason: str = ""
     time_s: dict[str, float] = field(default_factory=dict)
+    # Load-test requests that resent an image of the same trial (workload.repeat_image_share).
+    repeated_requests: int = 0
 
     def user_attrs(self) -> dict[str, Any]:
         """What a trial stores: figures with units in their names, plus provenance."""
@@ -40,6 +43,7 @@ class Measurement:
         attrs["environment"] = self.environment
         attrs["measure_stop_reason"] = self.stop_reason
         attrs["time_s"] = self.time_s
+        attrs["repeated_requests"] = self.repeated_requests
         attrs["autotune_version"] = __version__
         attrs["schema_version"] = SCHEMA_VERSION
         if self.accuracy is not None:
@@ -87,6 +91,7 @@ def to_measurement(
         predictions=predictions,
         screened_out=screened_out,
         stop_reason=str(result.get("stop_reason", "")),
+        repeated_requests=int(result.get("repeated_requests", 0)),
         time_s={
             "warmup": float(result["warmup_s"]),
             "measuring": float(result.get("measure_s", 0.0)),
@@ -106,6 +111,8 @@ def measure_once(
     endpoint: str | None = None,
     server_format: str | None = None,
     image_geometry: dict[str, int] | None = None,
+    adapters: Sequence[Adapter] = (),
+    quantized_paths: dict[str, str] | None = None,
 ) -> Measurement:
     """Launch `config`'s engine fresh, measure it once, stop it (TrialFailure on failure).
 
@@ -124,6 +131,8 @@ def measure_once(
         server_format=server_format,
         image_geometry=image_geometry,
         on_phase=on_phase,
+        adapters=adapters,
+        quantized_paths=quantized_paths,
     )
     try:
         ids = [item.id for item in evalset.items]

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.export.study import export_trial
-from autotune.params import PARAM_NAMES
+from autotune.params import PARAM_NAMES, base_param
 from autotune.study.select import (
     NoDeployableTrial,
     Recommendation,
@@ -87,7 +87,8 @@ def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[st
     """The parameters whose value differs from the reference's (all searched ones without one)."""
     config = trial.user_attrs.get("config") or {}
     base = (reference.user_attrs.get("config") or {}) if reference is not None else {}
-    names = [n for n in PARAM_NAMES if n in trial.params or (base and n in config)]
+    searched = {base_param(key) for key in trial.params}
+    names = [n for n in PARAM_NAMES if n in searched or (base and n in config)]
     return {n: config.get(n) for n in names if not base or config.get(n) != base.get(n)}
 
 

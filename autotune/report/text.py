@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
-from autotune.params import PARAM_NAMES
+from autotune.params import PARAM_NAMES, base_param
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
@@ -141,7 +141,8 @@ def _throughput_cell(trial: FrozenTrial) -> str:
 
 def _changed_params(trial: FrozenTrial) -> str:
     config = trial.user_attrs.get("config") or {}
-    keys = [k for k in PARAM_NAMES if k in trial.params]
+    searched = {base_param(key) for key in trial.params}
+    keys = [k for k in PARAM_NAMES if k in searched]
     return " ".join(f"{k}={config.get(k)}" for k in keys)
 
 
@@ -227,6 +228,15 @@ def best_text(study: optuna.Study) -> str:
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
         )
+    named = _named_beside(study, rec)
+    if named:
+        title = "the reference and the named candidates beside the recommendation"
+        console.print(_table(title, named, rec.trial.number if rec is not None else None))
+        for trial in named:
+            if trial.state != TrialState.COMPLETE:
+                why = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
+                label = trial.user_attrs.get("candidate") or "reference"
+                console.print(f"  trial {trial.number} ({label}): {why}", markup=False)
     console.print(f"time: {study_time_share(study).line()}")
     if rec is None:
         return buffer.getvalue().rstrip()
@@ -243,6 +253,19 @@ def best_text(study: optuna.Study) -> str:
         + (f" --format {target}" if target else "")
     )
     return buffer.getvalue().rstrip()
+
+
+def _named_beside(study: optuna.Study, rec: Recommendation | None) -> list[FrozenTrial]:
+    """The reference, every named candidate (whatever its outcome) and the recommendation, in
+    trial order; empty for a study without candidates."""
+    trials = study.get_trials(deepcopy=False)
+    if not any(t.user_attrs.get("candidate") for t in trials):
+        return []
+    keep = {t.number for t in trials if t.user_attrs.get("candidate")}
+    keep |= {t.number for t in trials if t.user_attrs.get("is_reference")}
+    if rec is not None:
+        keep.add(rec.trial.number)
+    return [t for t in trials if t.number in keep]
 
 
 def failures_text(study: optuna.Study) -> str:

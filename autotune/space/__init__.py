@@ -1,6 +1,12 @@
 """Search spaces: the file format (settings, parameters), validation and loading."""
 
-from autotune.space.files import BUILTIN_SPACES_DIR, builtin_spaces, find_space_file, load_space
+from autotune.space.files import (
+    BUILTIN_SPACES_DIR,
+    builtin_spaces,
+    find_space_file,
+    load_space,
+    with_enqueued,
+)
 from autotune.space.model import REPO_ROOT, SearchSpace
 from autotune.space.settings import (
     AccuracyConstraint,
@@ -30,4 +36,5 @@ __all__ = [
     "find_space_file",
     "load_space",
     "parse_duration",
+    "with_enqueued",
 ]

@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -63,11 +64,10 @@ def _not_a_file(path: Path) -> str | None:
     return None
 
 
-def load_space(name_or_path: str) -> SearchSpace:
-    """Load and validate a space; every problem is one SpaceError line naming file and field."""
-    path = find_space_file(name_or_path)
+def _read_yaml(path: Path) -> Any:
+    """The YAML document in `path`; one SpaceError line for anything unreadable."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -80,6 +80,12 @@ def load_space(name_or_path: str) -> SearchSpace:
         raise SpaceError(f"{path}: the YAML is too deeply nested to be a space file") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise SpaceError(f"{path}: a value cannot be read: {exc}") from None
+
+
+def load_space(name_or_path: str) -> SearchSpace:
+    """Load and validate a space; every problem is one SpaceError line naming file and field."""
+    path = find_space_file(name_or_path)
+    data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpaceError(f"{path}: a space file must be a YAML mapping of fields")
     if "name" not in data and not NAME_PATTERN.fullmatch(path.stem):
@@ -88,11 +94,42 @@ def load_space(name_or_path: str) -> SearchSpace:
             "add a name: field"
         )
     data.setdefault("name", path.stem)
-    try:
-        space = SearchSpace.model_validate(data)
-    except ValidationError as exc:
-        raise SpaceError(f"{path}: {_first_error(exc, top_level=True)}") from None
-    except (RecursionError, MemoryError):
-        raise SpaceError(f"{path}: a value is too deeply nested") from None
+    space = _validated(data, path, top_level=True)
     space.source = path.resolve()
     return space
+
+
+def _validated(data: dict[str, Any], path: Path, *, top_level: bool = False) -> SearchSpace:
+    """The space `data` describes; one SpaceError line naming `path` and the field."""
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError(f"{path}: {_first_error(exc, top_level=top_level)}") from None
+    except (RecursionError, MemoryError):
+        raise SpaceError(f"{path}: a value is too deeply nested") from None
+
+
+def with_enqueued(space: SearchSpace, candidates_file: str) -> SearchSpace:
+    """`space` with the named configurations of `candidates_file` (--enqueue) measured right
+    after the reference, before the space's own candidates.
+
+    The file holds a list of {name, config} entries, or a mapping with such a `candidates:`
+    list; each config is checked like a space's candidates (values, support, unique names).
+    """
+    path = Path(candidates_file).expanduser()
+    problem = _not_a_file(path)
+    if problem is not None:
+        raise SpaceError(f"--enqueue {candidates_file}: the file {problem}")
+    data = _read_yaml(path)
+    if isinstance(data, dict) and set(data) == {"candidates"}:
+        data = data["candidates"]
+    if not isinstance(data, list) or not data:
+        raise SpaceError(
+            f"{path}: --enqueue takes a list of candidates, each '- name: ...' with a "
+            "'config:' mapping (or a file with one 'candidates:' list)"
+        )
+    values = space.model_dump()
+    values["candidates"] = [*data, *values["candidates"]]
+    enqueued = _validated(values, path)
+    enqueued.source = space.source
+    return enqueued

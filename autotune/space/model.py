@@ -18,6 +18,7 @@ from autotune.engine_args import EngineArgs
 from autotune.errors import SpaceError, did_you_mean
 from autotune.params import (
     BACKEND_PARAMS,
+    BACKEND_QUALIFIER,
     DEPLOY_TARGETS,
     DEPLOYABLE_BACKENDS,
     MAX_SEED,
@@ -40,6 +41,7 @@ from autotune.space.settings import (
     _Strict,
     parse_duration,
 )
+from autotune.space.support import config_problems, supported_choices, unsupported_reason
 
 if TYPE_CHECKING:
     import optuna
@@ -96,6 +98,12 @@ class SearchSpace(_Strict):
         "Optuna's enqueue_trial (known recipes to compare the search with).",
     )
     params: dict[str, ParamSpec] = Field(default_factory=dict)
+    quantized_checkpoints: dict[Literal["fp8"], str] = Field(
+        default_factory=dict,
+        description="The model in a quantised layout, by weight_quant value, for engines that "
+        "serve a checkpoint (LMDeploy's FP8: Qwen/Qwen3-VL-2B-Instruct-FP8). With "
+        "--dummy-weights a random checkpoint in that layout is built instead.",
+    )
     engine_args: EngineArgs = Field(
         default_factory=EngineArgs,
         description="Extra server flags per export format (lmdeploy, vllm, swift), passed "
@@ -123,17 +131,21 @@ class SearchSpace(_Strict):
                 for value in values:
                     _validate_value(other, value, f"params.{name}.when.{other}")
         try:
-            self.reference_config()
+            reference = self.reference_config()
         except ValidationError as exc:
             raise ValueError(f"reference: {_first_error(exc)}") from None
+        for problem in config_problems(reference.model_dump(), device=self.device):
+            raise ValueError(f"reference: {problem}")
         names = [candidate.name for candidate in self.candidates]
         for index, candidate in enumerate(self.candidates):
             if names.index(candidate.name) != index:
                 raise ValueError(f"candidates[{index}]: name '{candidate.name}' is used twice")
             try:
-                self.candidate_config(candidate.name)
+                config = self.candidate_config(candidate.name)
             except ValidationError as exc:
                 raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
+            for problem in config_problems(config.model_dump(), device=self.device):
+                raise ValueError(f"candidates[{index}].config: {problem}")
         # The reference is measured first and need not be a candidate (an in-process baseline
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.
@@ -167,13 +179,15 @@ class SearchSpace(_Strict):
         return TrialConfig(**values)
 
     def fixed_params(self, config: TrialConfig) -> dict[str, Any]:
-        """The values of `config` that lie inside the search, for `study.enqueue_trial`."""
+        """The values of `config` that lie inside the search, for `study.enqueue_trial`,
+        under their Optuna names."""
         values = config.model_dump()
-        return {
-            name: values[name]
-            for name in PARAM_NAMES
-            if self.applies(name, values) and _contains(self.params[name], values[name])
-        }
+        fixed = {}
+        for name in PARAM_NAMES:
+            searched = self.searched(name, values)
+            if searched is not None and _contains(searched[1], values[name]):
+                fixed[searched[0]] = values[name]
+        return fixed
 
     def applies(self, name: str, decided: dict[str, Any]) -> bool:
         """Whether parameter `name` is searched, given the values decided so far."""
@@ -186,6 +200,56 @@ class SearchSpace(_Strict):
         if spec is None:
             return False
         return all(decided.get(other) in values for other, values in spec.when.items())
+
+    def searched(self, name: str, decided: dict[str, Any]) -> tuple[str, ParamSpec] | None:
+        """The Optuna name and the spec parameter `name` is suggested from, given the values
+        decided so far; None when it is not searched for them.
+
+        Choices the decided backend cannot serve (autotune.space.support) are left out. A
+        backend left with fewer choices than the space lists gets its own Optuna name
+        (`kv_quant@vllm`), since Optuna holds one distribution per name; one left with a
+        single choice is not searched at all.
+        """
+        if not self.applies(name, decided):
+            return None
+        spec = self.params[name]
+        if spec.choices is None:
+            return name, spec
+        backend = str(decided.get("backend", self.reference_config().backend))
+        keep = supported_choices(backend, name, spec.choices, device=self.device)
+        if len(keep) == len(spec.choices):
+            return name, spec
+        if len(keep) < 2:
+            return None
+        return f"{name}{BACKEND_QUALIFIER}{backend}", spec.model_copy(update={"choices": keep})
+
+    def _unsearched_value(self, name: str, values: dict[str, Any]) -> Any:
+        """The value of a parameter the space lists but the backend cannot vary: the one
+        supported choice, or the plain value when none is."""
+        spec = self.params[name]
+        backend = str(values["backend"])
+        if unsupported_reason(backend, name, values[name], device=self.device) is None:
+            return values[name]
+        keep = supported_choices(backend, name, spec.choices or [], device=self.device)
+        return keep[0] if keep else TrialConfig.model_fields[name].default
+
+    def unsupported_notes(self) -> list[str]:
+        """Each combination of a searched backend and a listed value that is never proposed,
+        once, with the reason."""
+        spec = self.params.get("backend")
+        backends = list(spec.choices) if spec is not None and spec.choices else []
+        reference = self.reference_config().backend
+        backends += [] if reference in backends else [reference]
+        notes = []
+        for backend in backends:
+            for name, param in self.params.items():
+                if param.choices is None or not self.applies(name, {"backend": backend}):
+                    continue
+                for value in param.choices:
+                    reason = unsupported_reason(str(backend), name, value, device=self.device)
+                    if reason is not None:
+                        notes.append(f"not proposed: {name} {value} on {backend}: {reason}")
+        return notes
 
     def suggest(
         self, trial: optuna.trial.BaseTrial, *, fixed: TrialConfig | None = None
@@ -200,11 +264,15 @@ class SearchSpace(_Strict):
             for name in SAMPLING_PARAMS:
                 values[name] = None  # a reference that samples must not leak into greedy trials
         for name in PARAM_NAMES:
-            if not self.applies(name, values):
+            searched = self.searched(name, values)
+            if searched is None:
+                if self.applies(name, values) and self.params[name].choices is not None:
+                    values[name] = self._unsearched_value(name, values)
                 continue
-            if fixed is not None and not _contains(self.params[name], values[name]):
+            key, spec = searched
+            if fixed is not None and not _contains(spec, values[name]):
                 continue
-            values[name] = _suggest_one(trial, name, self.params[name])
+            values[name] = _suggest_one(trial, key, name, spec)
         if not values["do_sample"]:
             for name in SAMPLING_PARAMS:
                 values[name] = None
@@ -329,11 +397,16 @@ class SearchSpace(_Strict):
         )
         return self.model_copy(update={"params": params}), [note]
 
-    def distribution(self, name: str) -> optuna.distributions.BaseDistribution:
-        """The Optuna distribution parameter `name` is suggested from (see _suggest_one)."""
+    def distribution(self, key: str) -> optuna.distributions.BaseDistribution:
+        """The Optuna distribution the parameter named `key` (`name` or `name@backend`) is
+        suggested from (see _suggest_one and `searched`)."""
         import optuna
 
+        name, _, backend = key.partition(BACKEND_QUALIFIER)
         spec = self.params[name]
+        if backend and spec.choices is not None:
+            keep = supported_choices(backend, name, spec.choices, device=self.device)
+            spec = spec.model_copy(update={"choices": keep})
         if spec.choices is not None:
             return optuna.distributions.CategoricalDistribution(spec.choices)
         assert spec.low is not None and spec.high is not None
@@ -358,14 +431,15 @@ class SearchSpace(_Strict):
         return value
 
 
-def _suggest_one(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec) -> Any:
+def _suggest_one(trial: optuna.trial.BaseTrial, key: str, name: str, spec: ParamSpec) -> Any:
+    """Ask `trial` for parameter `name` under its Optuna name `key`."""
     if spec.choices is not None:
-        return trial.suggest_categorical(name, spec.choices)
+        return trial.suggest_categorical(key, spec.choices)
     assert spec.low is not None and spec.high is not None
     if _is_int_param(name):
         step = int(spec.step) if spec.step else 1
-        return trial.suggest_int(name, int(spec.low), int(spec.high), step=step, log=spec.log)
-    return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
+        return trial.suggest_int(key, int(spec.low), int(spec.high), step=step, log=spec.log)
+    return trial.suggest_float(key, spec.low, spec.high, step=spec.step, log=spec.log)
 
 
 def _base_type(name: str) -> Any:

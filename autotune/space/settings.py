@@ -154,6 +154,15 @@ class Workload(_Strict):
     startup_timeout_s: float = Field(
         600, gt=0, description="Server backends: time allowed until /v1/models answers."
     )
+    repeat_image_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of load-test requests that resend an image (and prompt) already "
+        "sent in the same trial; every other request carries an image no cache has seen (the "
+        "item's image with an invisible per-request mark), so caches help only as much as the "
+        "workload repeats (autotune.measure.repeats).",
+    )
 
     @model_validator(mode="after")
     def _max_not_below_two_passes(self) -> Workload:

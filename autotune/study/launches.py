@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import EngineSession, PhaseCallback, open_session
 from autotune.engines.gpus import Gpu
-from autotune.params import LAUNCH_PARAMS, TrialConfig
+from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
 
@@ -83,6 +83,8 @@ class LaunchScheduler:
                 image_geometry=plan.image_geometry,
                 on_phase=on_phase,
                 gpus=self.gpus or None,
+                adapters=plan.adapters,
+                quantized_paths=plan.quantized_paths,
             )
         except BaseException:
             self.close()
@@ -113,7 +115,9 @@ class LaunchScheduler:
         )
         if keep and self.fixed is None:
             self.fixed = {
-                name: trial.params[name] for name in LAUNCH_PARAMS if name in trial.params
+                key: value
+                for key, value in trial.params.items()
+                if base_param(key) in LAUNCH_PARAMS
             }
         elif not keep:
             self.fixed = None
@@ -128,8 +132,11 @@ class LaunchScheduler:
         """Whether fixing this trial's parameters pins its whole launch: not so for a reference
         whose launch values lie outside the search (they are not trial parameters)."""
         config = trial.user_attrs.get("config") or {}
+        space = self.plan.space
         return bool(config) and all(
-            name in trial.params for name in LAUNCH_PARAMS if self.plan.space.applies(name, config)
+            searched[0] in trial.params
+            for name in LAUNCH_PARAMS
+            if (searched := space.searched(name, config)) is not None
         )
 
     def close(self) -> None:

@@ -16,13 +16,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
+from autotune.params import base_param
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.progress import SURPLUS, Progress
-from autotune.study.recovery import Spool, fail_orphaned, recover
+from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.select import reference_trial
 from autotune.study.storage import StorageUnavailable, open_storage
 from autotune.study.timeshare import study_time_share
@@ -98,7 +99,7 @@ def _check_same_distributions(study: optuna.Study, plan: StudyPlan) -> None:
     for trial in study.get_trials(deepcopy=False):
         stored.update(trial.distributions)
     for name, before in stored.items():
-        if name not in plan.space.params:
+        if base_param(name) not in plan.space.params:
             continue
         now = plan.space.distribution(name)
         try:
@@ -258,7 +259,7 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
     spool = Spool(plan.storage_url, plan.study_name)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.
-    repairs = [*clean_up(), *fail_orphaned(study), *recover(study, spool)]
+    repairs = [*clean_up(), *fail_orphaned(study), *fail_stale(study), *recover(study, spool)]
     done = counted_trials(study)
     progress.start(done=done, study_name=plan.study_name)
     for note in [*plan.notes, *repairs]:

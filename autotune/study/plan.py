@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
+from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter
 from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
@@ -14,6 +15,7 @@ from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
+from autotune.space.support import supported_choices
 from autotune.study.storage import check_several_writers, check_storage_url, default_storage_url
 
 
@@ -33,6 +35,11 @@ class StudyPlan:
     # CPU or for an endpoint. `workers`: how many trials run at once, one per GPU with --gpus.
     gpus: list[Gpu] = field(default_factory=list)
     workers: int = 1
+    # LoRA adapters served on the model (--adapter), the first one measured.
+    adapters: list[Adapter] = field(default_factory=list)
+    # Local folders of the model in a quantised layout, by weight_quant value, for engines
+    # that serve such a checkpoint (LMDeploy's FP8); the ids export prints are the space's.
+    quantized_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def budget_s(self) -> float | None:
@@ -50,6 +57,7 @@ def plan_study(
     dummy_weights: bool = False,
     budget_s: float | None = None,
     gpus: list[Gpu] | None = None,
+    adapters: list[Adapter] | None = None,
 ) -> StudyPlan:
     """Resolve the model and the eval set; every error here leaves no database behind.
 
@@ -62,11 +70,17 @@ def plan_study(
     random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and
     accuracy is switched off. `budget_s` (from --budget) overrides the space's budget. `gpus`
     (from --gpus) runs one worker per GPU; without it the run is one worker over the GPUs
-    this process sees.
+    this process sees. `adapters` (from --adapter) are served by every engine and measured;
+    a backend that cannot serve them for this model is dropped with a note.
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
     name = _checked_study_name(study_name or space.name)
+    # Before anything that depends on this machine: a space that cannot serve the adapter
+    # fails the same everywhere.
+    space, adapter_notes = _for_adapters(
+        space, adapters or [], serving_endpoint=endpoint is not None
+    )
     run_gpus = _run_gpus(space, gpus, endpoint)
     workers = len(gpus) if gpus else 1
     storage = storage_url or default_storage_url(name, several_writers=workers > 1)
@@ -76,13 +90,13 @@ def plan_study(
     base_url = _checked_endpoint_url(endpoint) if endpoint is not None else None
     if base_url is None:  # an endpoint runs on its own machine: our GPUs do not matter
         _check_device(space)
-    notes: list[str] = []
+    notes: list[str] = list(adapter_notes)
     if endpoint is not None:
         space = space.for_endpoint()
     else:
         space, notes = space.runnable_here()
         space, gpu_notes = space.for_gpus(max(1, len(run_gpus)))
-        notes += gpu_notes
+        notes += gpu_notes + space.unsupported_notes()
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})
     model_id = model if model is not None else space.resolve_path(space.model)
@@ -95,6 +109,9 @@ def plan_study(
         notes.append(f"{REASON} (checkpoint: {model_path})")
     else:
         model_path = model_id if endpoint is not None else resolve_model(model_id)
+    quantized_paths = {}
+    for layout in _served_checkpoint_layouts(space) if endpoint is None else []:
+        quantized_paths[layout] = _quantized_path(space, layout, model_id, dummy_weights)
     loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     if base_url is not None:
         _check_endpoint_answers(base_url)
@@ -111,7 +128,71 @@ def plan_study(
         image_geometry=read_geometry(model_path).to_dict(),
         gpus=run_gpus,
         workers=workers,
+        adapters=list(adapters or []),
+        quantized_paths=quantized_paths,
     )
+
+
+def _for_adapters(
+    space: SearchSpace, adapters: list[Adapter], *, serving_endpoint: bool
+) -> tuple[SearchSpace, list[str]]:
+    """`space` without the backends that cannot serve a LoRA adapter of this model."""
+    if not adapters or serving_endpoint:
+        return space, []
+    where = space.source or space.name
+    if space.deploy in CANNOT_SERVE:
+        raise SpaceError(
+            f"--adapter: {where} deploys with {space.deploy}, and {CANNOT_SERVE[space.deploy]}; "
+            "use a space with deploy: swift or vllm"
+        )
+    if space.reference_config().backend in CANNOT_SERVE:
+        backend = space.reference_config().backend
+        raise SpaceError(f"--adapter: the reference runs {backend}: {CANNOT_SERVE[backend]}")
+    spec = space.params.get("backend")
+    if spec is None or spec.choices is None:
+        return space, []
+    keep = [b for b in spec.choices if b not in CANNOT_SERVE]
+    notes = [
+        f"dropped from the search: backend {b} ({CANNOT_SERVE[b]})"
+        for b in spec.choices
+        if b in CANNOT_SERVE
+    ]
+    if not keep:
+        raise SpaceError(f"--adapter: no backend of {where} can serve a LoRA adapter")
+    params = {**space.params, "backend": spec.model_copy(update={"choices": keep})}
+    return space.model_copy(update={"params": params}), notes
+
+
+def _served_checkpoint_layouts(space: SearchSpace) -> list[str]:
+    """The weight_quant values this run may launch on an engine that serves a checkpoint in
+    that layout (LMDeploy: FP8 weights are the -FP8 checkpoint)."""
+    configs = [space.reference_config()] + [
+        space.candidate_config(c.name) for c in space.candidates
+    ]
+    layouts = {c.weight_quant for c in configs if c.backend == "lmdeploy"}
+    backend = space.params.get("backend")
+    quant = space.params.get("weight_quant")
+    searched = set(backend.choices or []) if backend is not None else set()
+    lmdeploy = {"backend": "lmdeploy"}
+    if "lmdeploy" in searched and quant is not None and space.applies("weight_quant", lmdeploy):
+        choices = quant.choices or []
+        layouts |= set(supported_choices("lmdeploy", "weight_quant", choices, device=space.device))
+    return sorted(layouts - {"none"})
+
+
+def _quantized_path(space: SearchSpace, layout: str, model_id: str, dummy_weights: bool) -> str:
+    if dummy_weights:
+        from autotune.checkpoints.dummy import dummy_checkpoint
+
+        return dummy_checkpoint(model_id, device=space.device, layout=layout)
+    checkpoint = space.quantized_checkpoints.get(layout)  # type: ignore[call-overload]
+    if checkpoint is None:
+        raise SpaceError(
+            f"{space.source or space.name}: weight_quant {layout} on LMDeploy serves a "
+            f"checkpoint in that layout; name it under quantized_checkpoints ({layout}: "
+            "Qwen/Qwen3-VL-2B-Instruct-FP8), or use --dummy-weights"
+        )
+    return resolve_model(space.resolve_path(checkpoint))
 
 
 def _run_gpus(space: SearchSpace, chosen: list[Gpu] | None, endpoint: str | None) -> list[Gpu]:
@@ -197,6 +278,10 @@ def study_attrs(plan: StudyPlan) -> dict[str, Any]:
         "image_geometry": plan.image_geometry,
         "notes": plan.notes,
         "dummy_weights": plan.dummy_weights,
+        "adapters": [adapter.to_dict() for adapter in plan.adapters],
+        # What `export` prints for a quantised layout (ids, not this machine's folders).
+        "quantized_checkpoints": dict(space.quantized_checkpoints),
+        "quantized_paths": plan.quantized_paths,
         "autotune_version": __version__,
         "schema_version": SCHEMA_VERSION,
     }

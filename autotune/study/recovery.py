@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,27 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
         storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         notes.append(f"trial {trial.number} failed: {reason}")
     return notes
+
+
+def fail_stale(study: optuna.Study) -> list[str]:
+    """Fail RUNNING trials whose heartbeat stopped longer than the grace period ago (a process
+    on another host that died), through Optuna's own heartbeat check; one line for each.
+
+    Optuna checks only when this process starts a trial: done here first, a dead host's trial
+    neither counts towards --trials nor stays RUNNING when this run has nothing left to do.
+    """
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not before:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    return [
+        f"trial {number} failed: its process stopped sending heartbeats (killed, or its "
+        "machine went away)"
+        for number in sorted(before - still)
+    ]
 
 
 class Spool:

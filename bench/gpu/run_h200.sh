@@ -14,6 +14,10 @@
 #   bash bench/gpu/run_h200.sh oom             # trials that cannot fit fail as oom (issue 14)
 #   bash bench/gpu/run_h200.sh issue11         # 2 GPUs: the same 6 trials on --gpus 0 and on
 #                                              # --gpus 0,1 (wall times), then a tp-2 trial
+#   bash bench/gpu/run_h200.sh issue12         # FP8 vs bf16 and prefix cache off vs on, side
+#                                              # by side (bench/gpu/issue12.yaml), ~6 min
+#   bash bench/gpu/run_h200.sh issue12-default # the default space (guide's recipe, reference,
+#                                              # tuned recommendation) for 7 min, then collect
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -132,8 +136,27 @@ issue11() {
   python3 bench/gpu/collect_issue11.py "$OUT" | tee "$OUT/issue11-summary.json" | head -20
 }
 
+issue12() {
+  # The FP8 dummy checkpoint is built on first use (a few minutes on the CPU side of the host).
+  autotune run --space bench/gpu/issue12.yaml --dummy-weights --study issue12 \
+    --storage "sqlite:///$OUT/issue12.db" 2>&1 | tee "$OUT/issue12.log" | tail -12
+  python3 bench/gpu/collect_issue12.py "$OUT" >/dev/null && cat "$OUT/issue12.json" | head -60
+}
+
+issue12_default() {
+  autotune run --space default --dummy-weights --budget "${ISSUE12_BUDGET:-7m}" \
+    --study issue12-default --storage "sqlite:///$OUT/issue12-default.db" 2>&1 \
+    | tee "$OUT/issue12-default.log" | tail -5
+  autotune best --study issue12-default --storage "sqlite:///$OUT/issue12-default.db" \
+    >"$OUT/issue12-default-best.txt" 2>&1
+  cat "$OUT/issue12-default-best.txt"
+  python3 bench/gpu/collect_issue12.py "$OUT" >/dev/null
+}
+
 case "$MODE" in
   setup) setup ;;
+  issue12) setup >/dev/null; issue12 ;;
+  issue12-default) setup >/dev/null; issue12_default ;;
   train) train ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
@@ -156,7 +179,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|train" >&2
     exit 2
     ;;
 esac

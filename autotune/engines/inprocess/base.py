@@ -17,6 +17,7 @@ class Request:
     item_id: str
     image: Image.Image
     prompt: str
+    mark: int | None = None  # load tests: the image's cache-busting mark (measure.repeats)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.checkpoints.adapters import Adapter
 from autotune.engines.inprocess.worker import LaunchRequest, MeasureCommand
 from autotune.engines.process import ManagedProcess
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
@@ -38,8 +39,10 @@ class WorkerSession:
         trial_timeout_s: float,
         pinned: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        adapters: list[Adapter] | None = None,
     ) -> None:
-        """`pinned`: environment that gives the worker its GPUs (autotune run --gpus)."""
+        """`pinned`: environment that gives the worker its GPUs (autotune run --gpus);
+        `adapters`: LoRA adapters the worker loads, the first one active."""
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = 0.0
@@ -47,7 +50,13 @@ class WorkerSession:
         self.pid: int | None = None
         self.trial_timeout_s = trial_timeout_s
         self._workdir = Path(tempfile.mkdtemp(prefix="autotune-worker-", dir=log_dir))
-        request = LaunchRequest(model=model, device=device, evalset=evalset, launch=launch)
+        request = LaunchRequest(
+            model=model,
+            device=device,
+            evalset=evalset,
+            launch=launch,
+            adapters=[adapter.to_dict() for adapter in adapters or []],
+        )
         request_path = self._workdir / "launch.json"
         request_path.write_text(request.model_dump_json(), encoding="utf-8")
         self.process = ManagedProcess(

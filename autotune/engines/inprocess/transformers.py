@@ -19,8 +19,11 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
+from autotune.checkpoints.adapters import Adapter
 from autotune.checkpoints.geometry import ImageGeometry
 from autotune.engines.inprocess.base import Completion, Request, resize_to_max_side
+from autotune.engines.inprocess.vision_cache import VisionCache, image_key
+from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 
@@ -61,14 +64,23 @@ class TransformersEngine:
     call takes its trial's own configuration for everything chosen per request.
     """
 
-    def __init__(self, model_path: str, launch: TrialConfig, *, device: str = "auto") -> None:
+    def __init__(
+        self,
+        model_path: str,
+        launch: TrialConfig,
+        *,
+        device: str = "auto",
+        adapters: list[Adapter] | None = None,
+    ) -> None:
         self.model_path = model_path
         self.launch = launch
         self.device = resolve_device(device)
+        self.adapters = adapters or []
         self.model: Any = None
         self.processor: Any = None
         self.geometry = ImageGeometry()
         self.eos_ids: set[int] = set()
+        self.vision_cache: VisionCache | None = None
 
     def load(self) -> None:
         kwargs: dict[str, Any] = {"attn_implementation": self.launch.attn_implementation}
@@ -84,8 +96,17 @@ class TransformersEngine:
             min_pixels=int(image_processor.size["shortest_edge"]),
             max_pixels=int(image_processor.size["longest_edge"]),
         )
-        model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
-        self.model = model.to(self.device).eval()
+        if self.launch.weight_quant == "fp8":
+            kwargs.update(_fp8_load_kwargs(self.device))
+            model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        else:
+            model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+            model = model.to(self.device)
+        if self.adapters:
+            model = _with_adapters(model, self.adapters)
+        self.model = model.eval()
+        if self.launch.prefix_cache:
+            self.vision_cache = VisionCache(self.model)
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         if self.device == "cuda":
@@ -120,7 +141,9 @@ class TransformersEngine:
         return GenerationConfig(**values)
 
     def reset_peak_memory(self) -> None:
-        """Start a new peak: each trial on a launch reports its own."""
+        """Start a new peak: each trial on a launch reports its own (and a cold cache)."""
+        if self.vision_cache is not None:
+            self.vision_cache.clear()
         if self.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -129,8 +152,13 @@ class TransformersEngine:
     def generate(self, batch: list[Request], config: TrialConfig) -> list[Completion]:
         start = time.perf_counter()
         images = [
-            self.geometry.fit(resize_to_max_side(r.image, config.image_max_side)) for r in batch
+            mark_image(
+                self.geometry.fit(resize_to_max_side(r.image, config.image_max_side)), r.mark
+            )
+            for r in batch
         ]
+        if self.vision_cache is not None:
+            self.vision_cache.next_keys = [image_key(image) for image in images]
         # Render the template to text, then call the processor: the same two steps on every
         # transformers 5.x (keyword routing inside apply_chat_template changed between them).
         texts = [
@@ -209,3 +237,29 @@ class TransformersEngine:
         self.model = None
         if self.device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _fp8_load_kwargs(device: str) -> dict[str, Any]:
+    """from_pretrained arguments that quantise the weights to block FP8 on load (a what-if:
+    no deploy target quantises on load this way)."""
+    if device != "cuda":
+        raise RuntimeError("weight_quant fp8: transformers' FineGrainedFP8Config runs on CUDA only")
+    from transformers import FineGrainedFP8Config
+
+    # The vision tower stays in the dtype, as in Qwen's -FP8 releases.
+    config = FineGrainedFP8Config(modules_to_not_convert=["visual", "lm_head"])
+    return {"quantization_config": config, "device_map": device}
+
+
+def _with_adapters(model: Any, adapters: list[Adapter]) -> Any:
+    """`model` with every LoRA adapter loaded, the first one active (what requests measure)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise RuntimeError("--adapter needs peft: pip install 'autotune[lora]'") from None
+    first, *others = adapters
+    wrapped = PeftModel.from_pretrained(model, first.path, adapter_name=first.name)
+    for adapter in others:
+        wrapped.load_adapter(adapter.path, adapter_name=adapter.name)
+    wrapped.set_adapter(first.name)
+    return wrapped

@@ -22,6 +22,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
+from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
 
 
@@ -32,6 +33,7 @@ class LaunchRequest(BaseModel):
     device: str = "auto"
     evalset: str
     launch: TrialConfig
+    adapters: list[dict[str, Any]] = []  # autotune.checkpoints.adapters.Adapter.to_dict()
 
 
 class MeasureCommand(BaseModel):
@@ -63,7 +65,14 @@ class Worker:
         self.by_id = {item.id: item for item in self.evalset.items}
         self.ids = self.evalset.balanced_ids()  # the order load tests cycle
         self.images: dict[str, Any] = {}
-        self.engine = TransformersEngine(launch.model, launch.launch, device=launch.device)
+        from autotune.checkpoints.adapters import Adapter
+
+        self.engine = TransformersEngine(
+            launch.model,
+            launch.launch,
+            device=launch.device,
+            adapters=[Adapter.from_dict(a) for a in launch.adapters],
+        )
         self.launch = launch.launch
 
     def load(self) -> float:
@@ -71,13 +80,13 @@ class Worker:
         self.engine.load()
         return time.perf_counter() - started
 
-    def _request(self, item_id: str) -> Any:
+    def _request(self, item_id: str, mark: int | None = None) -> Any:
         from autotune.engines.inprocess.base import Request
 
         if item_id not in self.images:
             self.images[item_id] = self.by_id[item_id].load_image()
         item = self.by_id[item_id]
-        return Request(item_id=item_id, image=self.images[item_id], prompt=item.prompt)
+        return Request(item_id=item_id, image=self.images[item_id], prompt=item.prompt, mark=mark)
 
     def measure(self, config: TrialConfig, plan: MeasurePlan, events: _Events) -> dict[str, Any]:
         if config.launch_key() != self.launch.launch_key():
@@ -122,6 +131,7 @@ class Worker:
             screened_out = _screened_out(self.evalset, predictions, plan.screening)
 
         timings: list[Any] = []
+        repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         stop_reason = "screened out"
         measure_s = accuracy_s = 0.0
         if not screened_out:
@@ -134,7 +144,11 @@ class Worker:
             stop: str | None = None
             index = 0
             while stop is None:
-                group = groups[index % len(groups)]
+                # Fresh images, or ones this trial sent before (autotune.measure.repeats).
+                group = [
+                    self._request(*repeats.next(request.item_id))
+                    for request in groups[index % len(groups)]
+                ]
                 index += 1
                 timings.extend(c.timing for c in engine.generate(group, config))
                 stop = rule.reason_to_stop(timings, time.perf_counter() - started)
@@ -163,6 +177,7 @@ class Worker:
             "peak_memory_mib": peak_mib,
             "memory_source": memory_source,
             "environment": engine.describe(),
+            "repeated_requests": repeats.repeated,
         }
 
 
