@@ -45,7 +45,10 @@ def test_enqueued_candidates_come_first_and_carry_their_labels(tmp_path: Path) -
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "small-images" in html and "batched" in html
+    named = html[html.index("Known recipes beside the recommendation") :]
+    named = named[: named.index("</table>")]
+    for label in ("small-images", "batched", "reference", "recommended"):
+        assert f"<span class='tag'>{label}</span>" in named, label
 
 
 @pytest.mark.parametrize(

@@ -250,3 +250,17 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         importances=importances(study, complete),
         environment=environment(study, trials),
     )
+
+
+def named_beside(study: optuna.Study, rec: Recommendation | None) -> list[FrozenTrial]:
+    """The reference, every named candidate (whatever its outcome) and the recommendation, in
+    trial order, so known recipes are read beside what the search found; empty for a study
+    without candidates."""
+    trials = study.get_trials(deepcopy=False)
+    if not any(t.user_attrs.get("candidate") for t in trials):
+        return []
+    keep = {t.number for t in trials if t.user_attrs.get("candidate")}
+    keep |= {t.number for t in trials if t.user_attrs.get("is_reference")}
+    if rec is not None:
+        keep.add(rec.trial.number)
+    return [t for t in trials if t.number in keep]

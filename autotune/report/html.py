@@ -18,7 +18,14 @@ from autotune import __version__
 from autotune.engines.gpus import describe
 from autotune.errors import AutotuneError
 from autotune.export import Export
-from autotune.report.data import ReportData, TopConfig, changed_params, collect, finite
+from autotune.report.data import (
+    ReportData,
+    TopConfig,
+    changed_params,
+    collect,
+    finite,
+    named_beside,
+)
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 from autotune.report.text import gpu_mismatch
 from autotune.study.storage import failure_of
@@ -178,10 +185,7 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
     if top.trial.user_attrs.get("candidate"):
         tags.append(str(top.trial.user_attrs["candidate"]))
     label = str(top.trial.number) + "".join(f"<span class='tag'>{t}</span>" for t in tags)
-    figures = "".join(
-        f"<td class='num'>{_fmt(top.trial.user_attrs.get(key), spec)}</td>"
-        for key, _, spec, _ in FIGURES[:6]
-    )
+    figures = _figure_cells(top.trial)
     params = _e(_params_text(changed_params(top.trial, data.reference)))
     css = " class='rec'" if top.recommended else ""
     return f"<tr{css}><td>{label}</td>{figures}<td>{params}</td>{_gpu_cell(top.trial, data)}</tr>"
@@ -194,6 +198,55 @@ def _gpu_cell(trial: FrozenTrial, data: ReportData) -> str:
     return f"<td>{_e(describe(trial.user_attrs.get('gpus')) or '-')}{tag}</td>"
 
 
+def _figure_cells(trial: FrozenTrial) -> str:
+    return "".join(
+        f"<td class='num'>{_fmt(trial.user_attrs.get(key), spec)}</td>"
+        for key, _, spec, _ in FIGURES[:6]
+    )
+
+
+def _named_section(data: ReportData) -> str:
+    """The reference and the named candidates (known recipes) beside the recommendation."""
+    named = named_beside(data.study, data.recommendation)
+    if not named:
+        return ""
+    rec = data.recommendation.trial.number if data.recommendation is not None else None
+    what_ifs = {t.number: why for t, why in data.what_ifs}
+    head = "<tr><th>trial</th>" + "".join(f"<th>{_e(label)}</th>" for _, label, _, _ in FIGURES[:6])
+    head += "<th>parameters</th><th>outcome</th></tr>"
+    rows = []
+    for trial in named:
+        attrs = trial.user_attrs
+        tags = ["recommended"] if trial.number == rec else []
+        tags += ["reference"] if attrs.get("is_reference") else []
+        tags += [str(attrs["candidate"])] if attrs.get("candidate") else []
+        label = str(trial.number) + "".join(f"<span class='tag'>{_e(t)}</span>" for t in tags)
+        if trial.state != TrialState.COMPLETE:
+            outcome = f"{trial.state.name.lower()}: " + str(
+                failure_of(data.study, trial).get("failure_reason") or "no reason recorded"
+            )
+        elif trial.number in data.infeasible:
+            outcome = "infeasible: " + "; ".join(data.infeasible[trial.number])
+        elif trial.number in what_ifs:
+            outcome = f"what-if: {what_ifs[trial.number]}"
+        else:
+            outcome = "recommended" if trial.number == rec else "deployable, feasible"
+        params = _e(_params_text(_set_values(attrs.get("config") or {})))
+        css = " class='rec'" if trial.number == rec else ""
+        rows.append(
+            f"<tr{css}><td>{label}</td>{_figure_cells(trial)}<td>{params}</td>"
+            f"<td>{_e(outcome)}</td></tr>"
+        )
+    return (
+        "<h2 id='named'>Known recipes beside the recommendation</h2><p>The reference and every "
+        "named candidate (the space's <code>candidates:</code> and <code>--enqueue</code>), "
+        "measured under the same floor as the search.</p><table>"
+        + head
+        + "".join(rows)
+        + "</table>"
+    )
+
+
 def _what_if_section(data: ReportData) -> str:
     if not data.what_ifs:
         return ""
@@ -204,10 +257,7 @@ def _what_if_section(data: ReportData) -> str:
         tag = "<span class='tag'>reference</span>" if trial.user_attrs.get("is_reference") else ""
         if trial.user_attrs.get("candidate"):
             tag += f"<span class='tag'>{_e(trial.user_attrs['candidate'])}</span>"
-        figures = "".join(
-            f"<td class='num'>{_fmt(trial.user_attrs.get(key), spec)}</td>"
-            for key, _, spec, _ in FIGURES[:6]
-        )
+        figures = _figure_cells(trial)
         params = _e(_params_text(_set_values(trial.user_attrs.get("config") or {})))
         rows.append(
             f"<tr><td>{trial.number}{tag}</td>{figures}<td>{params}</td><td>{_e(why)}</td></tr>"
@@ -358,6 +408,7 @@ generated {generated} by autotune {_e(__version__)}</p>
 {notes_html}
 
 {_recommended_section(data)}
+{_named_section(data)}
 
 <h2 id="pareto">Pareto front</h2>
 {_figure_html(pareto_figure(data), "plot-pareto")}

@@ -14,6 +14,7 @@ from rich.table import Table
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
 from autotune.params import PARAM_NAMES, base_param
+from autotune.report.data import named_beside
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
@@ -228,7 +229,7 @@ def best_text(study: optuna.Study) -> str:
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
         )
-    named = _named_beside(study, rec)
+    named = named_beside(study, rec)
     if named:
         title = "the reference and the named candidates beside the recommendation"
         console.print(_table(title, named, rec.trial.number if rec is not None else None))
@@ -253,19 +254,6 @@ def best_text(study: optuna.Study) -> str:
         + (f" --format {target}" if target else "")
     )
     return buffer.getvalue().rstrip()
-
-
-def _named_beside(study: optuna.Study, rec: Recommendation | None) -> list[FrozenTrial]:
-    """The reference, every named candidate (whatever its outcome) and the recommendation, in
-    trial order; empty for a study without candidates."""
-    trials = study.get_trials(deepcopy=False)
-    if not any(t.user_attrs.get("candidate") for t in trials):
-        return []
-    keep = {t.number for t in trials if t.user_attrs.get("candidate")}
-    keep |= {t.number for t in trials if t.user_attrs.get("is_reference")}
-    if rec is not None:
-        keep.add(rec.trial.number)
-    return [t for t in trials if t.number in keep]
 
 
 def failures_text(study: optuna.Study) -> str:
