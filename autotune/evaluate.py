@@ -13,6 +13,7 @@ from autotune.measure.measurement import measure_once
 from autotune.params import BACKEND_PARAMS, PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
 from autotune.space.support import config_problems
 from autotune.study import StudyPlan
+from autotune.study.plan import with_checkpoint_for
 
 # What --param may set: the searched parameters, and the sampling seed (a TrialConfig field the
 # space's reference may set too).
@@ -105,6 +106,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Measure the space's reference (with overrides) once; the result as a JSON-able dict."""
     config = configured(plan.space.reference_config(), overrides, device=plan.space.device)
+    plan = with_checkpoint_for(plan, config)
     m = measure_once(
         plan.space,
         config,

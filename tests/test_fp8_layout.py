@@ -64,3 +64,32 @@ def test_dummy_weights_in_the_fp8_layout(tmp_path: Path, monkeypatch: pytest.Mon
             else:
                 assert q.get_tensor(name).dtype == p.get_tensor(name).dtype, name
     assert quantised > 0
+
+
+@pytest.mark.slow
+def test_eval_of_lmdeploy_fp8_finds_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`autotune eval --param backend=lmdeploy --param weight_quant=fp8` needs the FP8
+    checkpoint even when the space does not search FP8: built for dummy weights, else the
+    space's quantized_checkpoints entry, else one line naming that field."""
+    from autotune.errors import SpaceError
+    from autotune.params import TrialConfig
+    from autotune.space import load_space
+    from autotune.study import plan_study
+    from autotune.study.plan import with_checkpoint_for
+
+    monkeypatch.setenv("AUTOTUNE_DUMMY_DIR", str(tmp_path))
+    fp8 = TrialConfig(backend="lmdeploy", weight_quant="fp8")
+    space = load_space("smoke")
+    dummy = plan_study(space, storage_url=f"sqlite:///{tmp_path}/a.db", dummy_weights=True)
+    assert dummy.quantized_paths == {}
+    built = with_checkpoint_for(dummy, fp8).quantized_paths["fp8"]
+    assert json.loads((Path(built) / "config.json").read_text())["quantization_config"]
+    plain = plan_study(space, storage_url=f"sqlite:///{tmp_path}/b.db")
+    with pytest.raises(SpaceError, match="quantized_checkpoints"):
+        with_checkpoint_for(plain, fp8)
+    named = space.model_copy(update={"quantized_checkpoints": {"fp8": str(built)}})
+    plan = plan_study(named, storage_url=f"sqlite:///{tmp_path}/c.db")
+    assert with_checkpoint_for(plan, fp8).quantized_paths == {"fp8": str(Path(built).resolve())}
+    assert with_checkpoint_for(plan, TrialConfig()) is plan  # nothing to find

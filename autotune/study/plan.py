@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from autotune.client.chat import normalize_base_url
 from autotune.engines.gpus import Gpu, visible_gpus
 from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
+from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
 from autotune.space.support import supported_choices
@@ -111,7 +113,7 @@ def plan_study(
         model_path = model_id if endpoint is not None else resolve_model(model_id)
     quantized_paths = {}
     for layout in _served_checkpoint_layouts(space) if endpoint is None else []:
-        quantized_paths[layout] = _quantized_path(space, layout, model_id, dummy_weights)
+        quantized_paths[layout] = quantized_path(space, layout, model_id, dummy_weights)
     loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     if base_url is not None:
         _check_endpoint_answers(base_url)
@@ -180,7 +182,9 @@ def _served_checkpoint_layouts(space: SearchSpace) -> list[str]:
     return sorted(layouts - {"none"})
 
 
-def _quantized_path(space: SearchSpace, layout: str, model_id: str, dummy_weights: bool) -> str:
+def quantized_path(space: SearchSpace, layout: str, model_id: str, dummy_weights: bool) -> str:
+    """The local folder of the model in `layout` (built for dummy weights, else the space's
+    quantized_checkpoints entry, fetched like any model); one SpaceError line without one."""
     if dummy_weights:
         from autotune.checkpoints.dummy import dummy_checkpoint
 
@@ -285,3 +289,15 @@ def study_attrs(plan: StudyPlan) -> dict[str, Any]:
         "autotune_version": __version__,
         "schema_version": SCHEMA_VERSION,
     }
+
+
+def with_checkpoint_for(plan: StudyPlan, config: TrialConfig) -> StudyPlan:
+    """`plan` with the quantised checkpoint `config` needs (`autotune eval --param
+    weight_quant=fp8` on LMDeploy, which the space itself may not search)."""
+    layout = config.weight_quant
+    if config.backend != "lmdeploy" or layout == "none" or layout in plan.quantized_paths:
+        return plan
+    if plan.endpoint is not None:
+        return plan
+    path = quantized_path(plan.space, layout, plan.model, plan.dummy_weights)
+    return dataclasses.replace(plan, quantized_paths={**plan.quantized_paths, layout: path})
