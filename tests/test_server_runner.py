@@ -198,10 +198,8 @@ def test_tokens_counted_from_chunks_without_usage_and_open_loop() -> None:
 # --- failures ----------------------------------------------------------------------------------
 
 
-def test_broken_command_fails_with_the_log_tail() -> None:
-    marker = token()
-    script = f"import sys; print('fatal: no such model ({marker})', file=sys.stderr); sys.exit(3)"
-    started = time.monotonic()
+def python_server_failure(script: str) -> TrialFailure:
+    """The trial failure of a "server" that runs this Python script and exits."""
     with pytest.raises(TrialFailure) as info:
         measure_command(
             command([sys.executable, "-c", script]),
@@ -209,9 +207,17 @@ def test_broken_command_fails_with_the_log_tail() -> None:
             prompts=PROMPTS,
             space=space(),
         )
-    assert info.value.kind == "crash"
-    assert "status 3" in info.value.reason
-    assert f"fatal: no such model ({marker})" in info.value.log_tail
+    return info.value
+
+
+def test_broken_command_fails_with_the_log_tail() -> None:
+    marker = token()
+    script = f"import sys; print('fatal: no such model ({marker})', file=sys.stderr); sys.exit(3)"
+    started = time.monotonic()
+    failure = python_server_failure(script)
+    assert failure.kind == "crash"
+    assert "status 3" in failure.reason
+    assert f"fatal: no such model ({marker})" in failure.log_tail
     assert time.monotonic() - started < 10  # fails fast, not at the start-up timeout
     assert not leftovers(marker)
 
@@ -222,15 +228,9 @@ def test_a_server_that_runs_out_of_memory_is_an_oom_failure() -> None:
         "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
         f"20.00 GiB ({marker})', file=sys.stderr); sys.exit(1)"
     )
-    with pytest.raises(TrialFailure) as info:
-        measure_command(
-            command([sys.executable, "-c", script]),
-            config=space().reference_config(),
-            prompts=PROMPTS,
-            space=space(),
-        )
-    assert info.value.kind == "oom"
-    assert "CUDA out of memory" in info.value.log_tail
+    failure = python_server_failure(script)
+    assert failure.kind == "oom"
+    assert "CUDA out of memory" in failure.log_tail
     assert not leftovers(marker)
 
 
