@@ -32,6 +32,7 @@ from pathlib import Path
 from PIL import Image
 from rapidfuzz import fuzz
 
+from autotune.engines.inprocess.base import resize_to_max_side
 from autotune.evalset.dataset import EvalItem, load_evalset
 from autotune.evalset.metrics import cer, normalize
 from tools.make_evalset import CALIBRATION_BEGIN, CALIBRATION_END
@@ -76,11 +77,11 @@ Step = Fraction | int  # a share of the pixel area, or an image max side in pixe
 def shrink(img: Image.Image, step: Step) -> Image.Image:
     if isinstance(step, Fraction):
         scale = float(step) ** 0.5
-    else:  # an image max side, as autotune's client resizes (never enlarging)
-        scale = min(1.0, step / max(img.size)) if step else 1.0
-    small = img.resize(
-        (max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.LANCZOS
-    )
+        small = img.resize(
+            (max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.LANCZOS
+        )
+    else:  # an image max side (0: full size), as autotune's client resizes
+        small = resize_to_max_side(img, step or None)
     return small.resize((img.width * 2, img.height * 2), Image.LANCZOS)
 
 

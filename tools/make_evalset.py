@@ -216,14 +216,8 @@ def _calibration_block(set_name: str, old_readme: str) -> str:
     )
     if match:
         return match.group(0)  # written by tools/calibrate_evalset.py; keep it
-    note = CALIBRATION_NOTES.get(
-        set_name,
-        f"Not calibrated yet: run `python -m tools.calibrate_evalset {set_name} --write-readme`.",
-    )
+    note = f"Not calibrated yet: run `python -m tools.calibrate_evalset {set_name} --write-readme`."
     return f"{CALIBRATION_BEGIN}\n{note}\n{CALIBRATION_END}"
-
-
-CALIBRATION_NOTES: dict[str, str] = {}
 
 
 def _prompt_templates(records: list[dict]) -> list[str]:

@@ -153,11 +153,6 @@ def select_gpus(spec: str) -> list[Gpu]:
     return chosen
 
 
-def parse_indices(text: str) -> list[int]:
-    """'0,1' -> [0, 1] (what a coordinator hands its workers)."""
-    return [int(part) for part in text.split(",") if part.strip()]
-
-
 def pinned_env(gpus: list[Gpu]) -> dict[str, str]:
     """The environment that gives an engine exactly these GPUs.
 

@@ -185,11 +185,16 @@ def engine_knob_notes(config: TrialConfig, *, engine: str, graphs: str, kernels:
     return notes
 
 
-def adapter_note(opts: ServeOptions) -> str | None:
-    """How a client reaches the adapter the trials measured."""
+def adapter_specs(opts: ServeOptions) -> list[str]:
+    """Each adapter as NAME=PATH, the form every engine's flag takes."""
+    return [f"{adapter.name}={adapter.path}" for adapter in opts.adapters]
+
+
+def adapter_notes(opts: ServeOptions) -> list[str]:
+    """How a client reaches the adapter the trials measured (nothing without adapters)."""
     if not opts.adapters:
-        return None
-    return (
+        return []
+    return [
         f'requests name the LoRA adapter: "model": "{opts.adapters[0].name}" (autotune '
         "measured that adapter); the base model stays servable under its own name."
-    )
+    ]

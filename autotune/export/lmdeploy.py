@@ -16,7 +16,8 @@ from ..space.support import unsupported_reason
 from .base import (
     Export,
     ServeOptions,
-    adapter_note,
+    adapter_notes,
+    adapter_specs,
     address_flags,
     backend_note,
     batch_cap,
@@ -69,7 +70,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if opts.session_len is not None:
         argv += ["--session-len", str(opts.session_len)]
     if opts.adapters:
-        argv += ["--adapters", *(f"{a.name}={a.path}" for a in opts.adapters)]
+        argv += ["--adapters", *adapter_specs(opts)]
         exact = False
         notes.append(
             f"{CANNOT_SERVE['lmdeploy']}: autotune did not measure this command with the "
@@ -90,8 +91,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
-    if opts.adapters:
-        notes.append(str(adapter_note(opts)))
+    notes += adapter_notes(opts)
     notes.append(
         "LMDeploy takes decoding settings per request: send these fields in every "
         "chat-completions body (extra_body in the OpenAI client): " + compact_json(request)

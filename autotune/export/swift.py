@@ -19,7 +19,8 @@ from ..params import TrialConfig
 from .base import (
     Export,
     ServeOptions,
-    adapter_note,
+    adapter_notes,
+    adapter_specs,
     backend_note,
     batch_cap,
     client_note,
@@ -79,7 +80,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             )
     notes.extend(_gap_notes(config))
     if opts.adapters:
-        argv += ["--adapters", *(f"{a.name}={a.path}" for a in opts.adapters)]
+        argv += ["--adapters", *adapter_specs(opts)]
     argv += render_flags("swift", opts.engine_args)
     argv += ["--host", opts.host]
     if opts.port is not None:
@@ -97,8 +98,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
-    if opts.adapters:
-        notes.append(str(adapter_note(opts)))
+    notes += adapter_notes(opts)
 
     request = sampling_request(config, greedy={"temperature": 0})
     notes.append(

@@ -17,7 +17,8 @@ from ..space.support import unsupported_reason
 from .base import (
     Export,
     ServeOptions,
-    adapter_note,
+    adapter_notes,
+    adapter_specs,
     address_flags,
     backend_note,
     batch_cap,
@@ -81,7 +82,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--no-enable-prefix-caching", "--mm-processor-cache-gb", "0"]
     if opts.adapters:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_flag(opts))]
-        argv += ["--lora-modules", *(f"{a.name}={a.path}" for a in opts.adapters)]
+        argv += ["--lora-modules", *adapter_specs(opts)]
     argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
     argv += render_flags("vllm", opts.engine_args)
     argv += address_flags(opts, host="--host", port="--port", name="--served-model-name")
@@ -94,8 +95,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.image_max_side is not None:
         notes.append(image_note(config.image_max_side))
     notes.append(client_note(config))
-    if opts.adapters:
-        notes.append(str(adapter_note(opts)))
+    notes += adapter_notes(opts)
     request = sampling_request(config, greedy={"temperature": 0})
     notes.append(
         "decoding travels in each request; send these fields in every chat-completions body: "

@@ -23,7 +23,7 @@ from autotune.study.select import (
     NoDeployableTrial,
     Recommendation,
     deploy_target,
-    infeasibility,
+    infeasible_trials,
     is_feasible,
     objective_names,
     recommend,
@@ -237,11 +237,7 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         what_ifs=what_ifs,
         deploy_target=deploy_target(study),
         time=study_time_share(study),
-        infeasible={
-            t.number: reasons
-            for t in complete
-            if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
-        },
+        infeasible=infeasible_trials(study, complete),
         reference=reference,
         top=top_configs(study, rec),
         samples=_shown_samples(rows),
@@ -252,15 +248,17 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
     )
 
 
-def named_beside(study: optuna.Study, rec: Recommendation | None) -> list[FrozenTrial]:
-    """The reference, every named candidate (whatever its outcome) and the recommendation, in
-    trial order, so known recipes are read beside what the search found; empty for a study
-    without candidates."""
-    trials = study.get_trials(deepcopy=False)
+def named_beside(trials: list[FrozenTrial], rec: Recommendation | None) -> list[FrozenTrial]:
+    """Of a study's `trials`: the reference, every named candidate (whatever its outcome) and
+    the recommendation, in trial order, so known recipes are read beside what the search
+    found; empty for a study without candidates."""
     if not any(t.user_attrs.get("candidate") for t in trials):
         return []
-    keep = {t.number for t in trials if t.user_attrs.get("candidate")}
-    keep |= {t.number for t in trials if t.user_attrs.get("is_reference")}
-    if rec is not None:
-        keep.add(rec.trial.number)
-    return [t for t in trials if t.number in keep]
+    recommended = rec.trial.number if rec is not None else None
+    return [
+        t
+        for t in trials
+        if t.user_attrs.get("candidate")
+        or t.user_attrs.get("is_reference")
+        or t.number == recommended
+    ]

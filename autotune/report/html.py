@@ -207,7 +207,7 @@ def _figure_cells(trial: FrozenTrial) -> str:
 
 def _named_section(data: ReportData) -> str:
     """The reference and the named candidates (known recipes) beside the recommendation."""
-    named = named_beside(data.study, data.recommendation)
+    named = named_beside(data.trials, data.recommendation)
     if not named:
         return ""
     rec = data.recommendation.trial.number if data.recommendation is not None else None

@@ -13,15 +13,14 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
-from autotune.params import PARAM_NAMES, base_param
-from autotune.report.data import named_beside
+from autotune.report.data import changed_params, named_beside
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
     Recommendation,
     constraint_values,
     deploy_target,
-    infeasibility,
+    infeasible_trials,
     is_feasible,
     objective_names,
     recommend,
@@ -106,12 +105,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
 
 
 def _infeasible(study: optuna.Study) -> dict[int, list[str]]:
-    """Every completed, measured, infeasible trial and why, by trial number."""
-    return {
-        t.number: reasons
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
-    }
+    return infeasible_trials(study, study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 def _unlike_reference(study: optuna.Study) -> dict[int, str]:
@@ -141,10 +135,8 @@ def _throughput_cell(trial: FrozenTrial) -> str:
 
 
 def _changed_params(trial: FrozenTrial) -> str:
-    config = trial.user_attrs.get("config") or {}
-    searched = {base_param(key) for key in trial.params}
-    keys = [k for k in PARAM_NAMES if k in searched]
-    return " ".join(f"{k}={config.get(k)}" for k in keys)
+    """The searched parameters' values, as `name=value` words."""
+    return " ".join(f"{k}={v}" for k, v in changed_params(trial, None).items())
 
 
 def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
@@ -229,7 +221,7 @@ def best_text(study: optuna.Study) -> str:
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
         )
-    named = named_beside(study, rec)
+    named = named_beside(study.get_trials(deepcopy=False), rec)
     if named:
         title = "the reference and the named candidates beside the recommendation"
         console.print(_table(title, named, rec.trial.number if rec is not None else None))

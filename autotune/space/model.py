@@ -215,22 +215,30 @@ class SearchSpace(_Strict):
         spec = self.params[name]
         if spec.choices is None:
             return name, spec
-        backend = str(decided.get("backend", self.reference_config().backend))
-        keep = supported_choices(backend, name, spec.choices, device=self.device)
+        backend = decided["backend"] if "backend" in decided else self.reference_config().backend
+        narrowed = self._narrowed(name, str(backend))
+        keep = narrowed.choices or []
         if len(keep) == len(spec.choices):
             return name, spec
         if len(keep) < 2:
             return None
-        return f"{name}{BACKEND_QUALIFIER}{backend}", spec.model_copy(update={"choices": keep})
+        return f"{name}{BACKEND_QUALIFIER}{backend}", narrowed
+
+    def _narrowed(self, name: str, backend: str) -> ParamSpec:
+        """Parameter `name`'s spec with only the choices `backend` can serve (a range as is)."""
+        spec = self.params[name]
+        if spec.choices is None:
+            return spec
+        keep = supported_choices(backend, name, spec.choices, device=self.device)
+        return spec.model_copy(update={"choices": keep})
 
     def _unsearched_value(self, name: str, values: dict[str, Any]) -> Any:
         """The value of a parameter the space lists but the backend cannot vary: the one
         supported choice, or the plain value when none is."""
-        spec = self.params[name]
         backend = str(values["backend"])
         if unsupported_reason(backend, name, values[name], device=self.device) is None:
             return values[name]
-        keep = supported_choices(backend, name, spec.choices or [], device=self.device)
+        keep = self._narrowed(name, backend).choices
         return keep[0] if keep else TrialConfig.model_fields[name].default
 
     def unsupported_notes(self) -> list[str]:
@@ -403,10 +411,7 @@ class SearchSpace(_Strict):
         import optuna
 
         name, _, backend = key.partition(BACKEND_QUALIFIER)
-        spec = self.params[name]
-        if backend and spec.choices is not None:
-            keep = supported_choices(backend, name, spec.choices, device=self.device)
-            spec = spec.model_copy(update={"choices": keep})
+        spec = self._narrowed(name, backend) if backend else self.params[name]
         if spec.choices is not None:
             return optuna.distributions.CategoricalDistribution(spec.choices)
         assert spec.low is not None and spec.high is not None

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.params import BACKEND_PARAMS
+
 # (backend, parameter) -> {unsupported value: reason}. A value not listed is supported.
 _UNSUPPORTED: dict[tuple[str, str], dict[Any, str]] = {
     ("lmdeploy", "kv_quant"): {
@@ -70,8 +72,6 @@ PLAIN: dict[str, Any] = {"weight_quant": "none", "kv_quant": "none", "prefix_cac
 
 def config_problems(values: dict[str, Any], *, device: str = "auto") -> list[str]:
     """One line per value of a configuration its backend cannot serve."""
-    from autotune.params import BACKEND_PARAMS
-
     backend = str(values.get("backend"))
     problems = []
     for name, plain in PLAIN.items():

@@ -43,12 +43,16 @@ class LaunchScheduler:
         self.free_launches = 0  # launches started by the sampler's own proposals
         self.pool = GpuPool(plan.gpus) if plan.gpus else None
         self.lease: GpuLease | None = None
-        self.gpu_wait_s = 0.0  # the last launch's wait for its GPUs
 
     @property
     def gpus(self) -> list[Gpu]:
         """The GPUs of the running launch ([] without a pool)."""
         return self.lease.gpus if self.lease is not None else []
+
+    @property
+    def gpu_wait_s(self) -> float:
+        """How long the running launch waited for its GPUs (0 without a pool)."""
+        return self.lease.waited_s if self.lease is not None else 0.0
 
     @property
     def gpu_share(self) -> float:
@@ -67,10 +71,8 @@ class LaunchScheduler:
             return current, False
         self.close()
         plan = self.plan
-        self.gpu_wait_s = 0.0
         if self.pool is not None:
             self.lease = self.pool.acquire(config.tensor_parallel, on_wait=on_phase)
-            self.gpu_wait_s = self.lease.waited_s
             if on_phase is not None:
                 on_phase("on GPU " + ",".join(str(gpu.index) for gpu in self.lease.gpus))
         try:

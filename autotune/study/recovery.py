@@ -70,11 +70,16 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
         reason = f"its process (pid {record['pid']} on {record['host']}) is gone: " + (
             known or "the run was killed or interrupted before the trial ended"
         )
-        storage.set_trial_user_attr(trial._trial_id, "failure_kind", "orphaned")
-        storage.set_trial_user_attr(trial._trial_id, "failure_reason", reason)
-        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        _fail(storage, trial, "orphaned", reason)
         notes.append(f"trial {trial.number} failed: {reason}")
     return notes
+
+
+def _fail(storage: Any, trial: FrozenTrial, kind: str, reason: str) -> None:
+    """Record why `trial` ended, then end it as FAIL (a finished trial takes no attributes)."""
+    storage.set_trial_user_attr(trial._trial_id, "failure_kind", kind)
+    storage.set_trial_user_attr(trial._trial_id, "failure_reason", reason)
+    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
 def fail_stale(study: optuna.Study) -> list[str]:
@@ -186,9 +191,7 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
         recovered = max(t.number for t in study.get_trials(deepcopy=False))
         if original is not None and original.state == TrialState.RUNNING:
             reason = f"its results could not be stored then; recorded as trial {recovered}"
-            study._storage.set_trial_user_attr(original._trial_id, "failure_kind", "recovered")
-            study._storage.set_trial_user_attr(original._trial_id, "failure_reason", reason)
-            study._storage.set_trial_state_values(original._trial_id, TrialState.FAIL)
+            _fail(study._storage, original, "recovered", reason)
         spool.remove(number)
         notes.append(
             f"recorded the results of trial {number}, which the storage could not take then, "

@@ -42,6 +42,15 @@ def objective_names(study: optuna.Study) -> list[str]:
     ]
 
 
+def infeasible_trials(study: optuna.Study, complete: list[FrozenTrial]) -> dict[int, list[str]]:
+    """Of completed trials: every measured (not copied) infeasible one and why, by number."""
+    return {
+        t.number: reasons
+        for t in complete
+        if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
+    }
+
+
 def infeasibility(study: optuna.Study, trial: FrozenTrial) -> list[str]:
     """Why a completed trial is infeasible, in words ([] when it is feasible)."""
     if trial.state != TrialState.COMPLETE or is_feasible(trial):

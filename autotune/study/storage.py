@@ -267,8 +267,11 @@ def failure_of(study: optuna.Study, trial: FrozenTrial) -> dict[str, str]:
         for key in ("failure_kind", "failure_reason")
         if trial.user_attrs.get(key)
     }
+    if found:
+        return found
+    # A study attribute, written when Optuna's heartbeat had already finished the trial.
     lost = study.user_attrs.get(f"{LOST_ATTR_PREFIX}{trial.number}")
-    return found or dict(lost or {})
+    return dict(lost or {})
 
 
 def _is_busy(exc: BaseException) -> bool:

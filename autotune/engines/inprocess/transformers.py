@@ -96,11 +96,11 @@ class TransformersEngine:
             min_pixels=int(image_processor.size["shortest_edge"]),
             max_pixels=int(image_processor.size["longest_edge"]),
         )
-        if self.launch.weight_quant == "fp8":
+        fp8 = self.launch.weight_quant == "fp8"
+        if fp8:  # quantised on load, straight onto the GPU
             kwargs.update(_fp8_load_kwargs(self.device))
-            model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
-        else:
-            model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        model = AutoModelForImageTextToText.from_pretrained(self.model_path, **kwargs)
+        if not fp8:
             model = model.to(self.device)
         if self.adapters:
             model = _with_adapters(model, self.adapters)
