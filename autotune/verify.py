@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -32,6 +32,7 @@ from autotune.space import SearchSpace
 from autotune.study.select import deploy_target, find_trial, recommend
 
 DEFAULT_TOLERANCE = 0.25
+THROUGHPUT = "throughput_output_tokens_per_s"
 
 # Speed figures always checked; the study's own objectives are added to them.
 CHECKED_SPEED = ("throughput_output_tokens_per_s", "e2e_latency_p50_ms", "e2e_latency_p95_ms")
@@ -41,7 +42,11 @@ SHOWN = ("ttft_p50_ms", "tpot_p50_ms", "throughput_requests_per_s", "startup_s",
 
 @dataclass(frozen=True)
 class Check:
-    """One figure, recorded and re-measured; `passed` None means shown but not judged."""
+    """One figure, recorded and re-measured; `passed` None means shown but not judged.
+
+    For throughput, the two 95% intervals too, and whether the recorded one covers the new
+    figure: a relaunch that lands outside it means the study's interval was too narrow.
+    """
 
     metric: str
     recorded: float | None
@@ -49,6 +54,9 @@ class Check:
     bound: float | None
     rule: str
     passed: bool | None
+    recorded_interval: tuple[float, float] | None = None
+    measured_interval: tuple[float, float] | None = None
+    covered: bool | None = None
 
 
 @dataclass
@@ -91,6 +99,24 @@ def speed_check(metric: str, recorded: Any, measured: Any, tolerance: float) -> 
     return Check(metric, rec, mes, bound, rule, passed)
 
 
+def interval(figures: dict[str, Any]) -> tuple[float, float] | None:
+    """The throughput's 95% interval from a trial's (or a measurement's) figures."""
+    value, rel = _number(figures.get(THROUGHPUT)), _number(figures.get("throughput_ci_rel"))
+    if value is None or rel is None or not math.isfinite(rel):
+        return None
+    return value * max(0.0, 1 - rel), value * (1 + rel)
+
+
+def with_intervals(check: Check, recorded: dict[str, Any], measured: dict[str, Any]) -> Check:
+    """`check` with both throughput intervals and whether the recorded one covers the new
+    figure."""
+    before, now = interval(recorded), interval(measured)
+    covered = None
+    if before is not None and check.measured is not None:
+        covered = before[0] <= check.measured <= before[1]
+    return replace(check, recorded_interval=before, measured_interval=now, covered=covered)
+
+
 def accuracy_check(recorded: Any, measured: Any, max_drop: float) -> Check:
     rec, mes = _number(recorded), _number(measured)
     if rec is None or mes is None:
@@ -116,7 +142,10 @@ def compare(
     for metric in speed:
         if metric in ("accuracy", "peak_memory_mib", "startup_s", "compile_s"):
             continue
-        checks.append(speed_check(metric, recorded.get(metric), measured.get(metric), tolerance))
+        check = speed_check(metric, recorded.get(metric), measured.get(metric), tolerance)
+        if metric == THROUGHPUT:
+            check = with_intervals(check, recorded, measured)
+        checks.append(check)
     budget = space.constraints.memory_budget_mib
     for metric in SHOWN:
         if metric in speed:
@@ -247,6 +276,21 @@ def verify_text(result: VerifyResult) -> str:
         verdict = "-" if c.passed is None else ("ok" if c.passed else "FAIL")
         table.add_row(c.metric, _cell(c.recorded), _cell(c.measured), change, required, verdict)
     console.print(table)
+    for c in result.checks:
+        if c.recorded_interval is None or c.covered is None:
+            continue
+        low, high = c.recorded_interval
+        where = "inside" if c.covered else "OUTSIDE"
+        console.print(
+            f"{c.metric}: the new figure {_cell(c.measured)} is {where} the study's 95% interval "
+            f"[{_cell(low)}, {_cell(high)}]"
+            + (
+                f"; its own interval is [{_cell(c.measured_interval[0])}, "
+                f"{_cell(c.measured_interval[1])}]"
+                if c.measured_interval is not None
+                else ""
+            )
+        )
     failed = [c.metric for c in result.checks if c.passed is False]
     console.print("PASS" if not failed else f"FAIL: {', '.join(failed)} outside tolerance")
     return buffer.getvalue().rstrip()

@@ -83,7 +83,14 @@ def main(argv: list[str]) -> None:
                 return
             content = body["messages"][0]["content"]
             assert content[0]["image_url"]["url"].startswith("data:image/png;base64,")
-            words = args.answer.split(" ")[: int(body.get("max_tokens", 64))]
+            limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or 64)
+            words = args.answer.split(" ")[:limit]
+            # Usage counts two tokens per word (a chunk can carry several tokens), except when
+            # the length is forced (ignore_eos, as LMDeploy and vLLM take it): one per chunk.
+            tokens = len(words) * 2
+            if body.get("ignore_eos"):
+                words = [words[i % len(words)] for i in range(limit)]
+                tokens = limit
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
@@ -93,7 +100,7 @@ def main(argv: list[str]) -> None:
                 text = word if i == 0 else " " + word
                 self._chunk({"choices": [{"index": 0, "delta": {"content": text}}]})
             if not args.no_usage:
-                self._chunk({"choices": [], "usage": {"completion_tokens": len(words) * 2}})
+                self._chunk({"choices": [], "usage": {"completion_tokens": tokens}})
             self._send_raw(b"data: [DONE]\n\n")
             self._send_raw(b"")  # the zero-length chunk ends the chunked body
 

@@ -39,8 +39,13 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     data = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
     data["model"] = str(MODEL)
     data["evalset"] = str(small_evalset(tmp_path))
-    # Load tests stop after 3 s at most: these tests are about the loop, not the figures.
-    data["workload"] = {"warmup_requests": 1, "requests": 2, "max_measure_s": 3}
+    # Load tests stop after 4 s at most: these tests are about the loop, not the figures.
+    data["workload"] = {
+        "warmup_requests": 1,
+        "requests": 2,
+        "max_measure_s": 3,
+        "max_warmup_s": 1,
+    }
     data["screening"] = {"items": 0}
     data.update(overrides)
     path = tmp_path / f"{data.get('name', 'small')}.yaml"

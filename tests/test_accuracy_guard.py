@@ -29,7 +29,8 @@ def study_with_floor(tmp_path: Path, name: str, *, floor_enabled: bool) -> optun
         # The median over 16 requests: a one-token answer beats a full one by far more than a
         # busy 2-core machine's noise.
         objectives=[{"metric": "e2e_latency_p50_ms"}],
-        workload={"warmup_requests": 2, "requests": 8},  # passes of 8, at least 16
+        # Passes of 8; the load measures up to 10 s once settled (settling: 5 s at most).
+        workload={"warmup_requests": 2, "requests": 8, "max_measure_s": 10, "max_warmup_s": 5},
         constraints={"accuracy": {"mode": "relative", "max_drop": 0.05, "enabled": floor_enabled}},
         params={"max_new_tokens": {"choices": [16, 1]}},
     )

@@ -1,135 +1,290 @@
-"""Measuring until throughput is known: batch means, the interval, and the stop rule."""
+"""Measuring at steady state: the warm-up cut, streamed tokens, honest intervals, the stop rule."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import random
+import time
 
+import numpy as np
 import pytest
 
 from autotune.client.chat import ChatPrompt, ChatReply
-from autotune.client.load import closed_loop_until
-from autotune.measure.convergence import MAX_BLOCKS, StopRule, block_estimate
-from autotune.measure.timing import RequestTiming, summarize
+from autotune.client.load import LiveTokens, closed_loop_until
+from autotune.measure.convergence import (
+    CONVERGED,
+    MAX_REQUESTS,
+    MAX_SECONDS,
+    LoadSnapshot,
+    SteadyRule,
+)
+from autotune.measure.steady import (
+    BIN_S,
+    TESTED_BATCHES,
+    batch_means,
+    fixed_edges,
+    steady_state,
+    token_series,
+)
+from autotune.measure.summary import summarize
+from autotune.measure.timing import RequestTiming
+
+SECONDS = np.arange(int(120 / BIN_S)) * BIN_S
 
 
-def batches(rates: list[float], *, size: int = 4, tokens: int = 10) -> list[RequestTiming]:
-    """Static batches back to back, batch i producing size*tokens tokens at rates[i] tok/s."""
-    timings, now = [], 0.0
-    for rate in rates:
-        duration = size * tokens / rate
-        for _ in range(size):
-            timings.append(RequestTiming(now, now + 0.01, now + duration, now + duration, tokens))
-        now += duration
-    return timings
+def poisson(rate_per_s: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Tokens per bin of a load whose rate is `rate_per_s` at each bin."""
+    return np.random.default_rng(seed).poisson(rate_per_s * BIN_S).astype(float)
 
 
-def test_steady_batches_give_the_rate_and_a_narrow_interval() -> None:
-    estimate = block_estimate(batches([100.0] * 6), 4)
-    assert estimate is not None
-    assert estimate.tokens_per_s == pytest.approx(100.0)
-    assert estimate.ci_rel == pytest.approx(0.0, abs=1e-9)
-    assert estimate.blocks == 6 and estimate.requests == 24
+def waves(steady: float, *, slow_s: float = 0.0, period_s: float = 4.4) -> np.ndarray:
+    """A saturated server: prefill/decode waves of `period_s` around `steady` tok/s, after a
+    start `slow_s` long at a third of it."""
+    rate = steady * (1 + 0.4 * np.sin(2 * np.pi * SECONDS / period_s))
+    return np.where(slow_s > SECONDS, steady / 3, rate)
 
 
-def test_noisy_batches_give_a_wide_interval_that_narrows_with_more_blocks() -> None:
-    rng = random.Random(0)
-    rates = [100 * (1 + rng.uniform(-0.3, 0.3)) for _ in range(64)]
-    few = block_estimate(batches(rates[:4]), 4)
-    many = block_estimate(batches(rates), 4)
-    assert few is not None and many is not None
-    assert few.ci_rel > 0.1
-    assert many.ci_rel < few.ci_rel
-    assert few.ci_low < few.tokens_per_s < few.ci_high
+def wave_ends(period_s: float = 4.4, in_flight: int = 64) -> list[float]:
+    """When its requests complete: the whole batch at the end of every wave."""
+    last = int(SECONDS[-1] / period_s)
+    return [k * period_s for k in range(1, last + 1) for _ in range(in_flight)]
 
 
-def test_one_block_has_no_interval_and_less_than_a_block_no_estimate() -> None:
-    one = block_estimate(batches([100.0]), 4)
-    assert one is not None and math.isinf(one.ci_rel)
-    assert block_estimate(batches([100.0])[:3], 4) is None
+# --- where the warm-up ends ---------------------------------------------------------------------
 
 
-def rule(**kw: float) -> StopRule:
-    values = dict(
-        block_size=4,
-        min_requests=8,
-        max_requests=400,
-        max_seconds=60.0,
-        target_ci_rel=0.03,
-        confidence=0.95,
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_planted_slow_start_is_cut_off_and_the_steady_rate_remains(seed: int) -> None:
+    series = poisson(waves(2500.0, slow_s=12.0), seed)
+    estimate = steady_state(
+        series, batch_s=9.0, min_warmup_s=4.0, confidence=0.95, ends_s=wave_ends()
     )
-    values.update(kw)
-    return StopRule(**values)  # type: ignore[arg-type]
+    assert estimate is not None and estimate.settled
+    assert 11.0 <= estimate.warmup_s <= 14.0
+    assert estimate.tokens_per_s == pytest.approx(2500.0, rel=0.02)
+    # Counting the slow start would have missed by far more than the interval.
+    whole = series.sum() / (len(series) * BIN_S)
+    assert abs(whole - 2500.0) / 2500.0 > 3 * estimate.ci_rel
 
 
-def test_stop_rule_needs_two_blocks_and_the_minimum_then_converges() -> None:
-    steady = batches([100.0] * 10)
-    assert rule().reason_to_stop(steady[:4], 0.0) is None  # one block
-    assert rule(min_requests=16).reason_to_stop(steady[:12], 0.0) is None  # under the minimum
-    assert rule().reason_to_stop(steady[:8], 0.0) == "converged"
+def test_the_warmup_lasts_at_least_one_turnover_of_the_batch() -> None:
+    estimate = steady_state(
+        poisson(waves(2500.0)), batch_s=9.0, min_warmup_s=7.3, confidence=0.95, ends_s=wave_ends()
+    )
+    assert estimate is not None
+    assert estimate.warmup_s == pytest.approx(7.3, abs=BIN_S)
 
 
-def test_stop_rule_bounds_a_measurement_that_never_converges() -> None:
-    rng = random.Random(1)
-    noisy = batches([100 * (1 + rng.uniform(-0.9, 0.9)) for _ in range(100)])
-    assert rule().reason_to_stop(noisy[:40], 1.0) is None
-    assert rule().reason_to_stop(noisy[:40], 61.0) == "max_seconds"
-    assert rule(max_requests=40).reason_to_stop(noisy[:40], 1.0) == "max_requests"
-    # The minimum is measured even past max_seconds.
-    assert rule(min_requests=48).reason_to_stop(noisy[:40], 61.0) is None
+def test_a_rate_still_rising_has_not_settled() -> None:
+    series = poisson(800.0 + 15.0 * SECONDS)
+    estimate = steady_state(series, batch_s=5.0, min_warmup_s=0.0, confidence=0.95)
+    assert estimate is not None
+    assert not estimate.settled
+    assert estimate.warmup_s <= SECONDS[-1] / 2 + 1  # never more than half the run is cut
 
 
-def test_summary_counts_throughput_over_the_steady_part_only() -> None:
-    steady = batches([100.0] * 4)
-    end = steady[-1].end
-    # A drained request that ends long after: counted for latency, not for throughput.
-    drained = RequestTiming(end - 0.5, end - 0.4, end + 9.0, end + 9.0, 10)
-    figures = summarize([*steady, drained], block_size=4, steady=16)
-    assert figures["throughput_output_tokens_per_s"] == pytest.approx(100.0)
-    assert figures["throughput_ci_rel"] == pytest.approx(0.0, abs=1e-9)
-    assert figures["measured_requests"] == 17
-    assert figures["e2e_latency_p95_ms"] > 1000  # the drained request is in the latency
+# --- tokens counted when they arrive ------------------------------------------------------------
 
 
-def test_closed_loop_keeps_the_concurrency_until_the_rule_stops_it() -> None:
-    in_flight = 0
-    most = 0
+def test_streamed_tokens_count_when_they_arrive_not_when_their_request_ends() -> None:
+    # One request streams five chunks at 0.1..0.9 s but ends at 3 s; usage says 10 tokens.
+    stamps = (0.1, 0.3, 0.5, 0.7, 0.9)
+    streamed = RequestTiming(0.0, 0.1, 0.9, 3.0, 10, chunks=5, chunk_times=stamps)
+    series = token_series([streamed], start=0.0, end=1.0)
+    assert len(series) == 20
+    assert series.sum() == pytest.approx(10.0)  # usage tokens, spread over the chunks
+    assert series[2] == pytest.approx(2.0)  # the chunk at 0.1 s carries two tokens
+    assert token_series([streamed], start=0.0, end=0.5).sum() == pytest.approx(4.0)
+
+
+def test_in_process_tokens_are_spread_over_the_decoding_steps() -> None:
+    # A static batch: first token at 1 s, the 11th at 2 s, the batch returns at 2.5 s.
+    timing = RequestTiming(0.0, 1.0, 2.0, 2.5, 11)
+    series = token_series([timing], start=0.0, end=3.0)
+    assert series[: int(1.0 / BIN_S)].sum() == 0  # nothing while prefilling
+    assert series.sum() == pytest.approx(11.0)
+    assert series[int(2.0 / BIN_S) + 1 :].sum() == 0  # nothing after the last step
+
+
+def test_summary_counts_the_steady_window_and_latency_of_requests_inside_it() -> None:
+    # 4 requests in flight, each 20 tokens over 1 s, back to back for 40 s, the first 10 s
+    # three times slower (each request then takes 3 s).
+    timings, now = [], [0.0] * 4
+    for slot in range(4):
+        while now[slot] < 40.0:
+            start = now[slot]
+            length = 3.0 if start < 10.0 else 1.0
+            stamps = tuple(start + length * (k + 1) / 20 for k in range(20))
+            timings.append(RequestTiming(start, stamps[0], stamps[-1], stamps[-1], 20, 20, stamps))
+            now[slot] = stamps[-1] + 0.001 * slot
+    figures = summarize(timings, load_start=0.0, load_stop=40.0, min_warmup_s=3.0)
+    assert figures["load_warmup_s"] >= 10.0
+    assert figures["throughput_output_tokens_per_s"] == pytest.approx(80.0, rel=0.02)
+    assert figures["e2e_latency_p95_ms"] == pytest.approx(1000.0, rel=0.01)  # no slow request
+    assert figures["throughput_requests_per_s"] == pytest.approx(4.0, rel=0.05)
+    assert figures["output_tokens_per_request"] == 20
+    assert figures["warmup_settled"] == 1.0
+
+
+# --- intervals that the next launch falls inside ------------------------------------------------
+
+
+def correlated_rates(n: int, phi: float, seed: int) -> np.ndarray:
+    """n batch rates around 1000 tok/s, AR(1) with coefficient `phi`."""
+    rng = np.random.default_rng(seed)
+    values = np.zeros(n)
+    for i in range(1, n):
+        values[i] = phi * values[i - 1] + rng.normal(0.0, 30.0)
+    return 1000.0 + values
+
+
+def test_the_interval_widens_when_neighbouring_windows_correlate() -> None:
+    # The same batch rates in their correlated order and shuffled: over 100 draws, the
+    # correlated order is always merged into longer batches and gets a wider interval; the
+    # shuffled one is merged only by the test's false alarms.
+    per_bin = 20  # a batch of 1 s in 0.05 s bins, its tokens spread evenly
+    false_alarms = 0
+    for seed in range(100):
+        rates = correlated_rates(64, 0.8, seed)
+        shuffled = np.random.default_rng(seed).permutation(rates)
+        edges = fixed_edges(64 * per_bin, per_bin)
+        correlated = batch_means(
+            np.repeat(rates * BIN_S, per_bin), edges=edges, bin_s=BIN_S, confidence=0.95
+        )
+        independent = batch_means(
+            np.repeat(shuffled * BIN_S, per_bin), edges=edges, bin_s=BIN_S, confidence=0.95
+        )
+        assert correlated.batch_s > 1.0
+        assert correlated.ci_rel > 1.3 * independent.ci_rel
+        false_alarms += independent.batch_s > 1.0
+    assert false_alarms <= 20
+
+
+def test_intervals_cover_the_true_rate_as_often_as_they_claim() -> None:
+    # 200 fresh "launches" of a saturated server with waves and a slow start, each cut and
+    # measured over 120 s: the 95% intervals must hold the true rate about 95% of the time.
+    covered = 0
+    runs = 200
+    for seed in range(runs):
+        period = 4.0 + (seed % 5) * 0.3
+        series = poisson(waves(2400.0, slow_s=8.0, period_s=period), seed)
+        estimate = steady_state(
+            series, batch_s=9.0, min_warmup_s=5.0, confidence=0.95, ends_s=wave_ends(period)
+        )
+        assert estimate is not None
+        covered += estimate.ci_low <= 2400.0 <= estimate.ci_high
+    assert covered / runs >= 0.9
+
+
+# --- the stop rule ------------------------------------------------------------------------------
+
+
+def rule(**values: float) -> SteadyRule:
+    defaults = dict(
+        target_ci_rel=0.03, confidence=0.95, max_measure_s=100.0, max_load_s=110.0,
+        max_requests=10_000,
+    )  # fmt: skip
+    return SteadyRule(**{**defaults, **values})  # type: ignore[arg-type]
+
+
+def snapshot(series: np.ndarray, upto_s: float, *, turnover: float | None = 5.0) -> LoadSnapshot:
+    bins = int(upto_s / BIN_S)
+    return LoadSnapshot(
+        series=series[:bins],
+        elapsed_s=upto_s,
+        completed=int(upto_s * 10),
+        e2e_median_s=4.5,
+        min_warmup_s=turnover,
+    )
+
+
+def test_the_rule_waits_for_the_first_turnover_and_a_settled_rate_then_stops_converged() -> None:
+    series = poisson(waves(2500.0, slow_s=12.0))
+    assert rule().reason_to_stop(snapshot(series, 30.0, turnover=None)) is None
+    assert rule().reason_to_stop(snapshot(series, 20.0)) is None  # not yet 8 batches
+    stops = [t for t in np.arange(20.0, 110.0, 1.0) if rule().reason_to_stop(snapshot(series, t))]
+    assert stops, "a steady series must converge within the cap"
+    first = stops[0]
+    assert rule().reason_to_stop(snapshot(series, first)) == CONVERGED
+    estimate = snapshot(series, first).estimate(0.95)
+    assert estimate is not None
+    assert estimate.batches >= TESTED_BATCHES and estimate.ci_rel <= 0.03
+
+
+def test_the_rule_caps_a_rate_that_never_settles_and_a_window_that_never_narrows() -> None:
+    rising = poisson(800.0 + 15.0 * SECONDS)
+    assert rule().reason_to_stop(snapshot(rising, 100.0)) is None
+    assert rule().reason_to_stop(snapshot(rising, 110.0)) == MAX_SECONDS
+    noisy = poisson(waves(2500.0) * np.random.default_rng(9).uniform(0.3, 1.7, len(SECONDS)))
+    capped = rule(target_ci_rel=0.001, max_measure_s=40.0)
+    stops = [t for t in np.arange(20.0, 110.0, 1.0) if capped.reason_to_stop(snapshot(noisy, t))]
+    assert stops and capped.reason_to_stop(snapshot(noisy, stops[0])) == MAX_SECONDS
+    assert 40.0 <= stops[0] <= 50.0  # 40 s of window after the warm-up
+    assert rule(max_requests=100).reason_to_stop(snapshot(noisy, 10.0)) == MAX_REQUESTS
+
+
+# --- a real closed loop -------------------------------------------------------------------------
+
+
+def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start() -> None:
+    """Four requests in flight against a fake engine that streams slowly for its first 1.5 s:
+    the load never drops below four, the rule waits until the rate has settled, and the
+    recorded figure is the fast rate."""
+    live = LiveTokens()
+    in_flight = most = 0
+    began = time.perf_counter()
+    chunks, fast_delay, slow_delay = 8, 0.004, 0.016
 
     async def send(prompt: ChatPrompt) -> ChatReply:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
-        start = asyncio.get_running_loop().time()
-        await asyncio.sleep(0.002)
+        start = time.perf_counter()
+        stamps = []
+        for _ in range(chunks):
+            slow = time.perf_counter() - began < 1.5
+            await asyncio.sleep(slow_delay if slow else fast_delay)
+            stamps.append(time.perf_counter())
+            live.add(stamps[-1])
         in_flight -= 1
-        end = asyncio.get_running_loop().time()
-        return ChatReply(prompt.item_id, "x", RequestTiming(start, end, end, end, 5))
+        end = stamps[-1]
+        timing = RequestTiming(start, stamps[0], end, end, chunks, chunks, tuple(stamps))
+        return ChatReply(prompt.item_id, "x", timing)
 
     prompts = [ChatPrompt(f"i{n}", None, "p") for n in range(3)]  # type: ignore[arg-type]
-    replies, steady, reason = asyncio.run(
-        closed_loop_until(send, prompts, 4, rule(max_requests=40, target_ci_rel=1e-9))
-    )
+    steady_rule = rule(target_ci_rel=0.1, max_measure_s=20.0, max_load_s=25.0)
+    run = asyncio.run(closed_loop_until(send, prompts, 4, steady_rule, live=live))
     assert most == 4
-    assert reason == "max_requests"
-    assert len(replies) == 40 == steady
-    assert {r.item_id for r in replies} == {"i0", "i1", "i2"}  # the workload cycles
+    assert run.stop_reason == CONVERGED
+    assert {r.item_id for r in run.replies} == {"i0", "i1", "i2"}  # the workload cycles
+    figures = summarize(
+        [r.timing for r in run.replies],
+        load_start=run.start,
+        load_stop=run.stop,
+        min_warmup_s=run.min_warmup_s,
+    )
+    assert figures["load_warmup_s"] >= 1.4
+    ideal = 4 * chunks / (chunks * fast_delay)  # tokens/s with no scheduling overhead
+    assert 0.4 * ideal < figures["throughput_output_tokens_per_s"] < ideal
+    assert math.isfinite(figures["throughput_ci_rel"])
 
 
-def test_passes_are_grouped_into_at_most_ten_blocks_using_every_pass() -> None:
-    estimate = block_estimate(batches([100.0] * 19, size=4), 4)
-    assert estimate is not None
-    assert estimate.blocks == MAX_BLOCKS
-    assert estimate.requests == 19 * 4  # no pass left out
-    assert estimate.tokens_per_s == pytest.approx(100.0)
-
-
-def test_a_rate_swinging_within_blocks_averages_out_as_blocks_grow() -> None:
-    # A server at saturation alternates slow and fast passes (prefill waves, then decode):
-    # one pass per block sees the swing, ten passes per block average it out.
-    swinging = batches([60.0, 140.0] * 50, size=4)
-    short = block_estimate(swinging[:40], 4)
-    long = block_estimate(swinging, 4)
-    assert short is not None and long is not None
-    assert short.ci_rel > 0.2
-    assert long.ci_rel < 0.03
+def test_a_slow_climb_that_mser_misses_is_cut_and_a_falling_rate_never_settles() -> None:
+    # 75% of the steady rate climbing to 100% over 30 s, under the waves' noise.
+    climb = np.clip(0.75 + 0.25 * SECONDS / 30.0, None, 1.0)
+    cuts = []
+    for seed in range(10):
+        series = poisson(waves(2500.0, period_s=4.0) * climb, seed)
+        estimate = steady_state(
+            series, batch_s=8.0, min_warmup_s=4.0, confidence=0.95, ends_s=wave_ends(4.0)
+        )
+        assert estimate is not None and estimate.settled
+        cuts.append(estimate.warmup_s)
+        assert estimate.tokens_per_s == pytest.approx(2500.0, rel=0.015)
+    assert np.median(cuts) >= 12.0
+    # Losing 10% over two minutes: however long it runs, that rate is not steady.
+    falling = poisson(waves(2500.0, period_s=4.0) * (1 - 0.1 * SECONDS / 120.0))
+    estimate = steady_state(
+        falling, batch_s=8.0, min_warmup_s=4.0, confidence=0.95, ends_s=wave_ends(4.0)
+    )
+    assert estimate is not None and not estimate.settled

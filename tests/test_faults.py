@@ -203,8 +203,12 @@ def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> N
         assert "recorded the results of trial 0" in stderr
         study = load(db)
         recovered = [t for t in study.trials if "recovered_from_trial" in t.user_attrs]
-        assert len(recovered) == 1 and recovered[0].user_attrs["is_reference"] is True
-        assert recovered[0].user_attrs["throughput_output_tokens_per_s"] > 0
+        # The reference was being measured when the disk filled; when SQLite noticed only on a
+        # later write, the next trial's results were kept too. Each is recorded once.
+        origins = [t.user_attrs["recovered_from_trial"] for t in recovered]
+        assert 0 in origins and len(origins) == len(set(origins)), origins
+        assert all(t.user_attrs["throughput_output_tokens_per_s"] > 0 for t in recovered)
+        assert [t.user_attrs.get("is_reference") for t in recovered].count(True) == 1
         assert not [t for t in study.trials if t.state == TrialState.RUNNING]
         assert len(measured(study)) >= 3
     finally:

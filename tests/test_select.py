@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
@@ -10,7 +12,8 @@ from optuna.trial import TrialState, create_trial
 from autotune.accuracy.reuse import find_reusable, screening_ids
 from autotune.errors import StudyError
 from autotune.evalset.dataset import load_evalset
-from autotune.study.select import is_feasible, pareto_front, recommend
+from autotune.measure.summary import with_launch_spread
+from autotune.study.select import is_feasible, pareto_front, recommend, tied
 
 
 def add(
@@ -93,3 +96,37 @@ def test_screening_subset_covers_every_category() -> None:
     categories = {item.category for item in evalset.items if item.id in ids}
     assert categories == {item.category for item in evalset.items}
     assert ids == screening_ids(evalset, 6)  # fixed subset
+
+
+def measured(tps: float, *, within: float, total: float, launch: str) -> optuna.trial.FrozenTrial:
+    return create_trial(
+        state=TrialState.COMPLETE,
+        values=[tps, 100.0],
+        params={"batch_size": 1},
+        distributions={"batch_size": CategoricalDistribution([1, 2])},
+        user_attrs={
+            "throughput_output_tokens_per_s": tps,
+            "throughput_ci_within_rel": within,
+            "throughput_ci_rel": total,
+            "launch_id": launch,
+        },
+    )
+
+
+def test_trials_on_one_launch_compare_within_it_and_across_launches_with_their_spread() -> None:
+    # 2187 ±1% and 2111 ±1% on one launch: apart, whatever the launches' spread.
+    a = measured(2187.0, within=0.01, total=0.06, launch="L1")
+    b = measured(2111.0, within=0.01, total=0.06, launch="L1")
+    assert not tied(a, b)
+    # The same figures from two launches overlap once the spread between launches counts.
+    c = measured(2111.0, within=0.01, total=0.06, launch="L2")
+    assert tied(a, c)
+    # A trial measured too briefly for an interval (NaN) is known faster than nothing.
+    short = measured(5000.0, within=float("nan"), total=float("nan"), launch="L3")
+    assert tied(a, short)
+
+
+def test_the_launch_spread_widens_the_recorded_interval_in_quadrature() -> None:
+    assert with_launch_spread(0.03, 0.0, 0.95) == 0.03
+    assert with_launch_spread(0.03, 0.03, 0.95) == pytest.approx(math.hypot(0.03, 1.959964 * 0.03))
+    assert math.isnan(with_launch_spread(float("nan"), 0.03, 0.95))

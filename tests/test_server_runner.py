@@ -145,15 +145,18 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         space=space(),
         on_phase=phases.append,
     )
-    assert phases == ["starting server", "warm-up", "load test", "accuracy"]
+    # No separate warm-up: the load runs at its own concurrency from the first request, and
+    # its start is cut off as warm-up where the rate settles.
+    assert phases == ["starting server", "load test", "accuracy"]
     assert set(result) == {
         "startup_s",
         "warmup_s",
-        "measure_s",
+        "load_s",
+        "load_start",
+        "load_stop",
+        "min_warmup_s",
         "accuracy_s",
         "timings",
-        "steady",
-        "block_size",
         "stop_reason",
         "screened_out",
         "predictions",
@@ -163,15 +166,18 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         "repeated_requests",
     }
     assert result["repeated_requests"] == 0  # workload.repeat_image_share is 0: all fresh
-    assert len(result["timings"]) == 6  # workload.requests, warm-up excluded
+    assert len(result["timings"]) == 6  # workload.max_requests
     assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
     for t in result["timings"]:
         # 5 words, 20 ms apart: first text after one delay, last after five.
         assert t["start"] < t["first_token"] < t["last_token"] <= t["end"]
         assert t["last_token"] - t["first_token"] >= 4 * 0.02 * 0.75
         assert t["output_tokens"] == 10  # from usage (the fake reports 2 per word), not chunks
-    assert result["startup_s"] > 0 and result["warmup_s"] > 0
-    assert result["stop_reason"] == "max_requests" and result["steady"] == 6
+        assert len(t["chunk_times"]) == 5 and t["chunk_times"][0] == t["first_token"]
+    assert result["startup_s"] > 0 and result["warmup_s"] == 0
+    assert result["load_start"] < result["load_stop"] <= result["load_start"] + result["load_s"]
+    assert result["min_warmup_s"] > 0  # the first request's turnover
+    assert result["stop_reason"] == "max_requests"
     assert result["memory_source"] == "rss_tree" and result["peak_memory_mib"] > 5
     env = result["environment"]
     assert env["served_model"] == marker and env["server_port"] == env["requested_port"]
@@ -192,6 +198,23 @@ def test_tokens_counted_from_chunks_without_usage_and_open_loop() -> None:
     assert [t["output_tokens"] for t in result["timings"]] == [5] * 6
     starts = sorted(t["start"] for t in result["timings"])
     assert starts[-1] - starts[0] > 0.01  # arrivals spread out, not one burst
+    assert not leftovers(marker)
+
+
+def test_forced_output_length_gives_every_load_request_equal_work() -> None:
+    """workload.output_tokens: the load test asks an LMDeploy-style server for exactly 12
+    tokens (ignore_eos); the accuracy pass still gets the answer as the model ends it."""
+    marker = token()
+    forced = space(output_tokens=12)
+    result = measure_command(
+        fake(marker, fmt="lmdeploy"),
+        config=forced.reference_config(),
+        prompts=PROMPTS,
+        space=forced,
+    )
+    assert [t["output_tokens"] for t in result["timings"]] == [12] * 6
+    assert all(len(t["chunk_times"]) == 12 for t in result["timings"])
+    assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
     assert not leftovers(marker)
 
 

@@ -303,3 +303,33 @@ def test_a_space_path_that_is_no_file_says_what_it_is(tmp_path: Path) -> None:
         with pytest.raises(SpaceError) as info:
             load_space(path)
         assert words in str(info.value), path
+
+
+def test_unequal_work_is_never_ranked_on_output_tokens_per_second(tmp_path: Path) -> None:
+    searched = with_params(max_new_tokens={"choices": [16, 512]})
+    with pytest.raises(SpaceError, match="max_new_tokens takes 2 values but workload.output"):
+        load_space(str(write_space(tmp_path, searched)))
+    # Forced answer lengths make it equal work; ranking on request rate or latency is fine too.
+    forced = {**searched, "deploy": "lmdeploy", "workload": {"output_tokens": 128}}
+    assert load_space(str(write_space(tmp_path, forced))).workload.output_tokens == 128
+    by_latency = {**searched, "objectives": [{"metric": "e2e_latency_p95_ms"}]}
+    load_space(str(write_space(tmp_path, by_latency)))
+    # A candidate with a longer answer cap counts as searching it.
+    candidate = {**BASE, "candidates": [{"name": "long", "config": {"max_new_tokens": 512}}]}
+    with pytest.raises(SpaceError, match="max_new_tokens takes 2 values"):
+        load_space(str(write_space(tmp_path, candidate)))
+
+
+def test_a_forced_answer_length_is_refused_where_swift_would_measure_or_deploy(
+    tmp_path: Path,
+) -> None:
+    forced = {**BASE, "workload": {"output_tokens": 64}}  # deploys with swift (the default)
+    with pytest.raises(SpaceError, match="workload.output_tokens: swift requests cannot force"):
+        load_space(str(write_space(tmp_path, forced)))
+    swift_trials = {
+        **forced,
+        "deploy": "lmdeploy",
+        "params": {**BASE["params"], "backend": {"choices": ["lmdeploy", "swift"]}},
+    }
+    with pytest.raises(SpaceError, match="swift requests cannot force an answer length"):
+        load_space(str(write_space(tmp_path, swift_trials)))

@@ -12,6 +12,7 @@ import io
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -85,12 +86,16 @@ class ChatClient:
         model: str,
         fields: dict[str, Any],
         image_max_side: int | None,
+        on_chunk: Callable[[float], None] | None = None,
     ) -> None:
+        """`on_chunk(instant)` is told of every chunk of text as it arrives (load tests count
+        streamed tokens while they run)."""
         self.client = client
         self.url = f"{base_url}/v1/chat/completions"
         self.model = model
         self.fields = fields
         self.image_max_side = image_max_side
+        self.on_chunk = on_chunk
 
     async def send(self, prompt: ChatPrompt) -> ChatReply:
         start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
@@ -102,6 +107,7 @@ class ChatClient:
         first: float | None = None
         last: float | None = None
         parts: list[str] = []
+        arrivals: list[float] = []
         usage_tokens: int | None = None
         async with self.client.stream("POST", self.url, json=body) as response:
             if response.status_code != 200:
@@ -116,6 +122,9 @@ class ChatClient:
                     last = time.perf_counter()
                     first = first if first is not None else last
                     parts.append(text)
+                    arrivals.append(last)
+                    if self.on_chunk is not None:
+                        self.on_chunk(last)
                 usage = payload.get("usage")
                 # Some servers repeat a running usage in every chunk: the last one is final.
                 if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
@@ -131,6 +140,7 @@ class ChatClient:
                 end=end,
                 output_tokens=usage_tokens if usage_tokens is not None else len(parts),
                 chunks=len(parts),
+                chunk_times=tuple(arrivals),
             ),
         )
 

@@ -1,23 +1,36 @@
 """Load generation: N requests in flight (closed loop) or Poisson arrivals (open loop).
 
-`closed_loop_until` keeps N requests in flight over a repeated workload until a stop rule says
-the throughput is known (autotune.measure.convergence); the requests still in flight then
-finish, and the count of completions at the stop marks where the steady load ended.
+`closed_loop_until` keeps N requests in flight over a repeated workload, from the first request
+on, until a stop rule says the rate has settled and is known (autotune.measure.convergence);
+the requests still in flight then finish, and the instant of the stop ends the measured window.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from autotune.client.chat import ChatPrompt, ChatReply
-from autotune.measure.convergence import StopRule
+from autotune.measure.convergence import (
+    MAX_REQUESTS,
+    LoadSnapshot,
+    SteadyRule,
+    first_round_end,
+)
+from autotune.measure.steady import BIN_S
 
 Send = Callable[[ChatPrompt], Coroutine[Any, Any, ChatReply]]
 T = TypeVar("T")
+
+# How often a running load is shown to the stop rule.
+CHECK_EVERY_S = 0.25
 
 
 async def _gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:
@@ -50,51 +63,150 @@ async def closed_loop(
     return [reply for reply in results if reply is not None]
 
 
+class LiveTokens:
+    """Chunks of text counted as they arrive, per BIN_S bin since the load began: what the stop
+    rule sees while requests are still running (the recorded figure counts usage tokens)."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self._counts: list[float] = []
+
+    def begin(self, start: float) -> None:
+        self.start = start
+        self._counts = []
+
+    def add(self, at: float) -> None:
+        if self.start is None or at < self.start:
+            return
+        index = int((at - self.start) / BIN_S)
+        if index >= len(self._counts):
+            self._counts.extend([0.0] * (index + 1 - len(self._counts)))
+        self._counts[index] += 1.0
+
+    def series(self, now: float) -> np.ndarray:
+        """Whole bins up to `now`: the bin still filling is left out."""
+        if self.start is None:
+            return np.zeros(0)
+        bins = max(0, int((now - self.start) / BIN_S))
+        counts = np.zeros(bins)
+        known = self._counts[:bins]
+        counts[: len(known)] = known
+        return counts
+
+
+@dataclass
+class LoadRun:
+    """One load test: its replies and the instants (perf_counter) that bound it."""
+
+    replies: list[ChatReply]
+    start: float
+    stop: float  # when it stopped starting requests; the replies still running then drained
+    stop_reason: str
+    min_warmup_s: float  # the first round's turnover, from `start`
+
+
 async def closed_loop_until(
-    send: Send, workload: Sequence[ChatPrompt], concurrency: int, rule: StopRule
-) -> tuple[list[ChatReply], int, str]:
+    send: Send,
+    workload: Sequence[ChatPrompt],
+    concurrency: int,
+    rule: SteadyRule,
+    *,
+    live: LiveTokens,
+    min_warmup_requests: int = 1,
+    check_every_s: float = CHECK_EVERY_S,
+) -> LoadRun:
     """Cycle `workload` with `concurrency` requests in flight until `rule` stops it.
 
-    Returns the replies in order of completion, how many had completed when the rule said
-    stop (the steady part), and the rule's reason.
+    The load is one from its first request: the rule cuts its warm-up where the rate settles
+    (autotune.measure.convergence). `send` must report its chunks to `live`. The replies are
+    in order of completion; those in flight at the stop drain before this returns.
     """
+    concurrency = max(1, concurrency)
     replies: list[ChatReply] = []
+    e2e: list[float] = []
     started = 0
     stop: str | None = None
-    steady = 0
+    stop_at = 0.0
+    turnover: float | None = None
+    first_round_left = concurrency
     t0 = time.perf_counter()
+    live.begin(t0)
+
+    def stop_now(reason: str) -> None:
+        nonlocal stop, stop_at
+        if stop is None:
+            stop, stop_at = reason, time.perf_counter()
+
+    def min_warmup_s() -> float | None:
+        if turnover is None:
+            return None
+        ends = [reply.timing.end for reply in replies]
+        return max(turnover, first_round_end(ends, start=t0, min_requests=min_warmup_requests))
 
     async def worker() -> None:
-        nonlocal started, stop, steady
+        nonlocal started, turnover, first_round_left
+        first = True
         while stop is None and started < rule.max_requests:
             prompt = workload[started % len(workload)]
             started += 1  # no await in between: the event loop cannot interleave here
+            if started >= rule.max_requests:
+                stop_now(MAX_REQUESTS)
             reply = await send(prompt)
             replies.append(reply)
-            # The rule only changes its mind at block boundaries; checking there keeps a long
-            # load test linear in its requests.
-            if stop is None and (
-                len(replies) % rule.block_size == 0 or started >= rule.max_requests
-            ):
-                stop = rule.reason_to_stop([r.timing for r in replies], time.perf_counter() - t0)
-                if stop is not None:
-                    steady = len(replies)
+            e2e.append(reply.timing.e2e_s)
+            if first:
+                first = False
+                first_round_left -= 1
+                if first_round_left == 0:
+                    turnover = reply.timing.end - t0
 
-    workers = [asyncio.create_task(worker()) for _ in range(max(1, concurrency))]
-    await _gather_or_cancel(workers)
-    return replies, steady or len(replies), stop or "max_requests"
+    async def monitor() -> None:
+        while stop is None:
+            await asyncio.sleep(check_every_s)
+            now = time.perf_counter()
+            snapshot = LoadSnapshot(
+                series=live.series(now),
+                elapsed_s=now - t0,
+                completed=len(replies),
+                e2e_median_s=statistics.median(e2e) if e2e else None,
+                min_warmup_s=min_warmup_s(),
+                ends_s=[reply.timing.end - t0 for reply in replies],
+            )
+            reason = rule.reason_to_stop(snapshot)
+            if reason is not None:
+                stop_now(reason)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    tasks.append(asyncio.create_task(monitor()))
+    await _gather_or_cancel(tasks)
+    return LoadRun(
+        replies=replies,
+        start=t0,
+        stop=stop_at,
+        stop_reason=stop or MAX_REQUESTS,
+        min_warmup_s=min_warmup_s() or 0.0,
+    )
 
 
 async def open_loop(
-    send: Send, prompts: Sequence[ChatPrompt], rate_per_s: float, *, seed: int
-) -> list[ChatReply]:
+    send: Send,
+    prompts: Sequence[ChatPrompt],
+    rate_per_s: float,
+    *,
+    seed: int,
+    live: LiveTokens | None = None,
+    min_warmup_requests: int = 1,
+) -> LoadRun:
     """Start requests at Poisson arrival times (mean `rate_per_s`), however many are in flight.
 
     Arrivals follow a fixed schedule from a seeded generator, so two trials offer the same load;
-    a slow server then shows as growing latency rather than as a lower offered rate.
+    a slow server then shows as growing latency rather than as a lower offered rate. The load
+    stops when the last request is sent; its warm-up is cut like a closed loop's.
     """
     rng = random.Random(seed)
     t0 = time.perf_counter()
+    if live is not None:
+        live.begin(t0)
     at = 0.0
     tasks: list[asyncio.Task[ChatReply]] = []
     try:
@@ -108,4 +220,13 @@ async def open_loop(
         for task in tasks:
             task.cancel()
         raise
-    return await _gather_or_cancel(tasks)
+    stop = time.perf_counter()
+    replies = await _gather_or_cancel(tasks)
+    ends = sorted(reply.timing.end for reply in replies)
+    return LoadRun(
+        replies=sorted(replies, key=lambda reply: reply.timing.end),
+        start=t0,
+        stop=stop,
+        stop_reason="fixed schedule (open loop)",
+        min_warmup_s=first_round_end(ends, start=t0, min_requests=min_warmup_requests),
+    )

@@ -1,8 +1,8 @@
-"""The measured passes over HTTP: warm-up, load test and accuracy, as the worker runs them.
+"""The measured passes over HTTP: the load test and accuracy, as the worker runs them.
 
-The same requests in the same order as autotune.engines.inprocess.worker: warm-up on the first
-items, then a load test that cycles the first `plan.workload_requests` items until throughput
-is known (autotune.measure.convergence), then one answer per accuracy item.
+The same requests in the same order as autotune.engines.inprocess.worker: a load test that
+cycles the first `plan.workload_requests` items at the trial's concurrency until the rate has
+settled and is known (autotune.measure.convergence), then one answer per accuracy item.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from autotune.client.chat import ChatClient, ChatPrompt, ChatReply
-from autotune.client.load import closed_loop, closed_loop_until, open_loop
+from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
@@ -38,9 +38,15 @@ async def run_passes(
     config: TrialConfig,
     fields: dict[str, Any],
     plan: MeasurePlan,
+    forced_fields: dict[str, Any] | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Warm-up, load test and accuracy through one server; the worker's result fields."""
+    """Load test (its warm-up included) and accuracy through one server; the result fields.
+
+    `forced_fields` join the load test's requests only: they make every answer
+    `plan.output_tokens` long (autotune.export.forced_length), so trials do equal work. The
+    accuracy pass sends the trial's own `fields` alone.
+    """
     batch = config.batch_size
     by_id = {prompt.item_id: prompt for prompt in prompts}
     ids = list(by_id)
@@ -57,38 +63,49 @@ async def run_passes(
             fields=fields,
             image_max_side=config.image_max_side,
         )
-        # A server batches whatever is in flight, so unlike a static batch it needs no whole
-        # round of warm-up: its CUDA graphs were captured at start-up. The warm-up requests
-        # wake the path a new image size or decoding setting takes.
-        phase("warm-up")
-        t0 = time.perf_counter()
-        warm = [by_id[i] for i in cycled(ids, plan.warmup_requests)]
-        await closed_loop(chat.send, warm, min(batch, plan.warmup_requests))
-        warmup_s = time.perf_counter() - t0
-
+        # A server batches whatever is in flight: the load runs at the trial's own
+        # concurrency from its first request, and its start is the warm-up, cut where the
+        # rate settles (autotune.measure.steady).
         phase("load test")
+        live = LiveTokens()
+        load_chat = ChatClient(
+            client,
+            base_url=base_url,
+            model=model,
+            fields={**fields, **(forced_fields or {})},
+            image_max_side=config.image_max_side,
+            on_chunk=live.add,
+        )
         workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
 
         async def send_load(prompt: ChatPrompt) -> ChatReply:
             # A fresh image, or one this trial sent before (autotune.measure.repeats).
             item_id, mark = repeats.next(prompt.item_id)
-            return await chat.send(dataclasses.replace(by_id[item_id], mark=mark))
+            return await load_chat.send(dataclasses.replace(by_id[item_id], mark=mark))
 
-        t0 = time.perf_counter()
         if plan.request_rate_per_s is None:
-            # A block is one pass over the workload (see autotune.engines.inprocess.worker).
-            rule = plan.stop_rule(block_size=plan.workload_requests)
-            replies, steady, stop_reason = await closed_loop_until(send_load, workload, batch, rule)
+            run = await closed_loop_until(
+                send_load,
+                workload,
+                batch,
+                plan.rule(),
+                live=live,
+                min_warmup_requests=plan.warmup_requests,
+            )
         else:
             # An offered load is a fixed schedule of two passes: its length is part of what is
             # measured, so it does not stretch until the interval closes.
             schedule = [by_id[i] for i in cycled(ids, plan.min_requests)]
-            replies = await open_loop(
-                send_load, schedule, plan.request_rate_per_s, seed=config.seed
+            run = await open_loop(
+                send_load,
+                schedule,
+                plan.request_rate_per_s,
+                seed=config.seed,
+                live=live,
+                min_warmup_requests=plan.warmup_requests,
             )
-            steady, stop_reason = len(replies), "fixed schedule (open loop)"
-        measure_s = time.perf_counter() - t0
+        load_s = time.perf_counter() - run.start
 
         predictions: dict[str, str] | None = None
         accuracy_s = 0.0
@@ -101,13 +118,14 @@ async def run_passes(
             predictions = {reply.item_id: reply.text for reply in answers}
             accuracy_s = time.perf_counter() - t0
     return {
-        "warmup_s": warmup_s,
-        "measure_s": measure_s,
+        "warmup_s": 0.0,  # no separate warm-up: it is the start of the load
+        "load_s": load_s,
+        "load_start": run.start,
+        "load_stop": run.stop,
+        "min_warmup_s": run.min_warmup_s,
         "accuracy_s": accuracy_s,
-        "timings": [reply.timing.to_dict() for reply in replies],
-        "steady": steady,
-        "block_size": plan.workload_requests,
-        "stop_reason": stop_reason,
+        "timings": [reply.timing.to_dict() for reply in run.replies],
+        "stop_reason": run.stop_reason,
         "predictions": predictions or {},
         "screened_out": False,
         "repeated_requests": repeats.repeated,

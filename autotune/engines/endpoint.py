@@ -15,7 +15,7 @@ import httpx
 
 from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, ChatPrompt, http_client, list_models, normalize_base_url
-from autotune.engines.server import drive_passes
+from autotune.engines.server import drive_passes, load_fields
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
 from autotune.export.base import sampling_request
@@ -91,6 +91,7 @@ class EndpointSession:
             config=config,
             fields=endpoint_fields(config),
             plan=plan,
+            forced_fields=load_fields(None, plan),
             timeout_s=self.trial_timeout_s,
             on_phase=on_phase,
         )

@@ -39,7 +39,7 @@ from autotune.engines.server_process import (
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
-from autotune.export import Export, render_export
+from autotune.export import Export, forced_length, render_export
 from autotune.params import TrialConfig
 
 Render = Callable[[TrialConfig, int | None], Export]
@@ -61,6 +61,7 @@ def drive_passes(
     plan: MeasurePlan,
     timeout_s: float,
     on_phase: PhaseCallback | None,
+    forced_fields: dict[str, Any] | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
@@ -74,6 +75,7 @@ def drive_passes(
             config=config,
             fields=fields,
             plan=plan,
+            forced_fields=forced_fields,
             on_phase=on_phase,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
@@ -90,6 +92,23 @@ def drive_passes(
         kind = "crash" if server_exited() else "request"
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise TrialFailure(reason, kind=kind, log_tail=log_tail()) from None
+
+
+def load_fields(fmt: str | None, plan: MeasurePlan) -> dict[str, Any]:
+    """The fields that make every load-test answer `plan.output_tokens` long on `fmt`.
+
+    A space that forces the length on a server that cannot force it is refused when it is
+    loaded (autotune.space.model), so reaching this without fields is a bug.
+    """
+    if plan.output_tokens is None:
+        return {}
+    fields = forced_length(fmt, plan.output_tokens)
+    if fields is None:
+        raise TrialFailure(
+            f"workload.output_tokens: {fmt} requests cannot force an answer length",
+            kind="unsupported",
+        )
+    return fields
 
 
 # What a server's log says when the GPU (or the host) ran out of memory.
@@ -273,6 +292,7 @@ class ServerSession:
                 config=config,
                 fields=dict(trial_export.request),
                 plan=plan,
+                forced_fields=load_fields(export.format, plan),
                 timeout_s=self.trial_timeout_s,
                 on_phase=on_phase,
                 log_tail=server.log_tail,

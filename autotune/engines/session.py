@@ -1,9 +1,10 @@
 """One running engine that measures trial after trial: the shape every runner shares.
 
 A session is one launch: a worker process holding a loaded model, a server command, or an
-endpoint someone else runs. `measure` runs one trial's request-time settings on it (warm-up,
-a load test until throughput is known, the accuracy pass) and returns the same result fields
-whatever the engine, so a figure means the same for every backend.
+endpoint someone else runs. `measure` runs one trial's request-time settings on it (a load
+test at the trial's concurrency until its rate has settled and is known, then the accuracy
+pass) and returns the same result fields whatever the engine, so a figure means the same for
+every backend.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from autotune.measure.convergence import StopRule
+from autotune.measure.convergence import SteadyRule
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
@@ -35,13 +36,16 @@ class ScreeningRequest(BaseModel):
 class MeasurePlan(BaseModel):
     """What one trial measures on a running engine (sent as JSON to worker processes)."""
 
-    warmup_requests: int
+    warmup_requests: int  # the warm-up lasts at least until this many requests completed
     workload_requests: int  # one pass: the measured load cycles this many requests
-    min_requests: int  # two passes
+    min_requests: int  # two passes: an open loop's fixed schedule
     max_requests: int
-    max_seconds: float
+    max_measure_s: float  # the steady window at most
+    max_load_s: float  # warm-up and steady window together at most
     target_ci_rel: float
     confidence: float
+    # Every load-test answer exactly this long (equal work); None: as the engine answers.
+    output_tokens: int | None = None
     request_rate_per_s: float | None = None
     accuracy_ids: list[str] | None = None  # None: no accuracy pass
     accuracy_batch_size: int = 1
@@ -49,14 +53,13 @@ class MeasurePlan(BaseModel):
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
 
-    def stop_rule(self, block_size: int) -> StopRule:
-        return StopRule(
-            block_size=block_size,
-            min_requests=self.min_requests,
-            max_requests=self.max_requests,
-            max_seconds=self.max_seconds,
+    def rule(self) -> SteadyRule:
+        return SteadyRule(
             target_ci_rel=self.target_ci_rel,
             confidence=self.confidence,
+            max_measure_s=self.max_measure_s,
+            max_load_s=self.max_load_s,
+            max_requests=self.max_requests,
         )
 
 
@@ -68,9 +71,13 @@ def measure_plan(
     screening: ScreeningRequest | None = None,
     max_seconds: float | None = None,
 ) -> MeasurePlan:
-    """The plan for `config` under the space's workload; `max_seconds` may shorten it (budget)."""
+    """The plan for `config` under the space's workload; `max_seconds` may shorten the load
+    test, warm-up included (the budget)."""
     workload = space.workload
     one_pass = workload.pass_requests(config.batch_size)
+    max_load_s = workload.max_warmup_s + workload.max_measure_s
+    if max_seconds is not None:
+        max_load_s = min(max_load_s, max_seconds)
     # Answers depend on the batch only when sampling or when a compiled engine would compile
     # the accuracy pass's new batch shape; otherwise the larger batch only saves time.
     accuracy_batch = workload.accuracy_batch_size or config.batch_size
@@ -81,9 +88,11 @@ def measure_plan(
         workload_requests=one_pass,
         min_requests=2 * one_pass,
         max_requests=workload.most_requests(config.batch_size),
-        max_seconds=min(workload.max_measure_s, max_seconds or workload.max_measure_s),
+        max_measure_s=min(workload.max_measure_s, max_load_s),
+        max_load_s=max_load_s,
         target_ci_rel=workload.target_ci_rel,
         confidence=workload.ci_confidence,
+        output_tokens=workload.output_tokens,
         request_rate_per_s=workload.request_rate_per_s,
         accuracy_ids=accuracy_ids,
         accuracy_batch_size=accuracy_batch,

@@ -22,6 +22,30 @@ from .base import Export, ServeOptions
 
 FORMATS: tuple[str, ...] = ("swift", "lmdeploy", "vllm", "yaml")
 
+# Request fields that make a server answer exactly N tokens, by format: load tests send them so
+# every trial does equal work (Workload.output_tokens). `swift deploy` has no such field: its
+# requests carry neither min_tokens nor ignore_eos (ms-swift 4.6 RequestConfig).
+_FORCED_LENGTH: dict[str, Callable[[int], dict[str, Any]]] = {
+    "lmdeploy": lmdeploy.forced_length,
+    "vllm": vllm.forced_length,
+}
+# A server of unknown kind (--endpoint): each engine's spelling; the others are ignored.
+ANY_SERVER_FORCED_LENGTH = ("max_tokens", "min_tokens", "min_new_tokens")
+
+
+def forced_length(fmt: str | None, tokens: int) -> dict[str, Any] | None:
+    """The request fields that force `tokens`-token answers on `fmt` (None: an endpoint of
+    unknown kind); None when that server cannot be made to."""
+    if fmt is None:
+        return {**dict.fromkeys(ANY_SERVER_FORCED_LENGTH, tokens), "ignore_eos": True}
+    force = _FORCED_LENGTH.get(fmt)
+    return force(tokens) if force is not None else None
+
+
+def can_force_length(fmt: str) -> bool:
+    return fmt in _FORCED_LENGTH
+
+
 _RENDERERS: dict[str, Callable[[TrialConfig, ServeOptions], Export]] = {
     "swift": swift.render,
     "lmdeploy": lmdeploy.render,
@@ -112,4 +136,11 @@ def _engine_args(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
         raise ExportError(f"engine_args.{fmt}: {message}") from None
 
 
-__all__ = ["FORMATS", "Export", "ServeOptions", "render_export"]
+__all__ = [
+    "FORMATS",
+    "Export",
+    "ServeOptions",
+    "can_force_length",
+    "forced_length",
+    "render_export",
+]

@@ -14,7 +14,8 @@ from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.checkpoints.adapters import Adapter
 from autotune.evalset.dataset import EvalSet
-from autotune.measure.timing import RequestTiming, summarize
+from autotune.measure.summary import summarize
+from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
@@ -67,18 +68,23 @@ def to_measurement(
     screened_out = bool(result.get("screened_out"))
     figures: dict[str, float] = {}
     if not screened_out:
-        open_loop = space.workload.request_rate_per_s is not None
-        # An open loop has no passes: blocks of an eighth of the schedule give its interval.
-        block = max(1, len(timings) // 8) if open_loop else int(result["block_size"])
         figures = summarize(
             timings,
-            block_size=block,
-            steady=int(result.get("steady", len(timings))),
+            load_start=float(result["load_start"]),
+            load_stop=float(result["load_stop"]),
+            min_warmup_s=float(result.get("min_warmup_s", 0.0)),
             confidence=space.workload.ci_confidence,
+            launch_spread_rel=space.workload.launch_spread_rel,
             latency_slo_ms=space.constraints.latency_slo_ms,
         )
+        if space.workload.output_tokens is not None:
+            figures["forced_output_tokens"] = float(space.workload.output_tokens)
+    # Warm-up: the explicit one (in-process compilation) and the start of the load that was
+    # cut off as not yet steady; measuring: the rest of the load, its drain included.
+    load_warmup_s = figures.get("load_warmup_s", 0.0)
+    warmup_s = float(result["warmup_s"]) + load_warmup_s
     figures["startup_s"] = startup_s
-    figures["compile_s"] = result["warmup_s"]
+    figures["compile_s"] = warmup_s
     figures["peak_memory_mib"] = result["peak_memory_mib"]
     predictions = result.get("predictions") or {}
     report = score_predictions(evalset, predictions) if measure_accuracy else None
@@ -93,8 +99,8 @@ def to_measurement(
         stop_reason=str(result.get("stop_reason", "")),
         repeated_requests=int(result.get("repeated_requests", 0)),
         time_s={
-            "warmup": float(result["warmup_s"]),
-            "measuring": float(result.get("measure_s", 0.0)),
+            "warmup": warmup_s,
+            "measuring": max(0.0, float(result.get("load_s", 0.0)) - load_warmup_s),
             "accuracy": float(result.get("accuracy_s", 0.0)),
         },
     )

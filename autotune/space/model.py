@@ -149,7 +149,43 @@ class SearchSpace(_Strict):
         # The reference is measured first and need not be a candidate (an in-process baseline
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.
+        self._check_equal_work()
         return self
+
+    def _configs(self) -> list[TrialConfig]:
+        return [self.reference_config(), *(self.candidate_config(c.name) for c in self.candidates)]
+
+    def _check_equal_work(self) -> None:
+        """Trials are ranked on output tokens/s only when they do the same work."""
+        from autotune.export import can_force_length
+
+        backends = {config.backend for config in self._configs()}
+        backend_spec = self.params.get("backend")
+        backends |= set(backend_spec.choices or []) if backend_spec is not None else set()
+        if self.workload.output_tokens is not None:
+            servers = {self.deploy} | (backends & SERVER_BACKENDS)
+            cannot = sorted(fmt for fmt in servers if not can_force_length(fmt))
+            if cannot:
+                raise ValueError(
+                    f"workload.output_tokens: {cannot[0]} requests cannot force an answer "
+                    "length (ms-swift takes neither min_tokens nor ignore_eos), so its trials "
+                    "and verify would not do the work the others did; remove output_tokens"
+                )
+            return
+        ranked = [o.metric for o in self.objectives]
+        if "throughput_output_tokens_per_s" not in ranked:
+            return
+        lengths = {config.max_new_tokens for config in self._configs()}
+        spec = self.params.get("max_new_tokens")
+        if spec is not None:
+            lengths |= set(spec.choices) if spec.choices is not None else {spec.low, spec.high}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"max_new_tokens takes {len(lengths)} values but workload.output_tokens is not "
+                "set: trials with longer answers would rank higher on output tokens/s for doing "
+                "more work; set workload.output_tokens (every load-test answer that long), or "
+                "rank on throughput_requests_per_s"
+            )
 
     @field_validator("name")
     @classmethod

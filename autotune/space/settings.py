@@ -110,25 +110,54 @@ class Objective(_Strict):
 
 
 class Workload(_Strict):
-    """The measured load: warm-up, then passes over the workload until throughput is known.
+    """The measured load: the trial's concurrency from the first request, measured once settled.
 
-    A pass is `requests` requests of the eval set (at least one full batch), cycled in a
-    category-balanced order; every pass holds the same requests, so pass throughputs differ
-    by the engine's noise only. A trial measures at least two passes, then goes on until the
-    `ci_confidence` interval of its throughput lies within +-`target_ci_rel` of the value, or
-    until `max_requests` or `max_measure_s` is reached (autotune.measure.convergence).
+    The load cycles `requests` requests of the eval set (at least one full batch) in a
+    category-balanced order. Its start is the warm-up: it lasts one full turnover of the batch
+    and until the streamed-token rate settles (MSER-5), at most `max_warmup_s`. The steady
+    window then runs until the `ci_confidence` interval of its throughput (batch means over
+    time windows) lies within +-`target_ci_rel`, or until `max_measure_s`, or `max_requests`
+    (autotune.measure.convergence). With `output_tokens` every load-test answer is exactly
+    that long, so trials do equal work whatever their decoding settings.
     """
 
-    warmup_requests: int = Field(2, ge=1, description="Requests run first and not measured.")
-    requests: int = Field(
-        32, ge=1, description="Requests in one measured pass (never fewer than one batch)."
+    warmup_requests: int = Field(
+        2,
+        ge=1,
+        description="The warm-up lasts at least until this many requests have completed "
+        "(besides one full turnover of the batch and a settled rate).",
     )
-    max_requests: int = Field(1024, ge=2, description="Most measured requests of one trial.")
+    requests: int = Field(
+        32, ge=1, description="Requests the load cycles through (never fewer than one batch)."
+    )
+    max_requests: int = Field(8192, ge=2, description="Most load-test requests of one trial.")
     max_measure_s: float = Field(
-        60,
+        60, gt=0, description="Most seconds of steady window (after the warm-up) in one trial."
+    )
+    max_warmup_s: float = Field(
+        30,
         gt=0,
-        description="Most seconds of measured requests in one trial (two passes are always "
-        "finished).",
+        description="Most seconds the load may take to settle; a trial that has not settled "
+        "by then is measured anyway and flagged (warmup_settled 0).",
+    )
+    launch_spread_rel: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Relative standard deviation of a configuration's throughput between fresh "
+        "launches of its engine, as measured on this kind of machine (bench/results/). A load "
+        "test's own interval cannot see it; it widens every recorded throughput interval "
+        "(throughput_ci_rel), so a relaunch lands inside it. Trials on one launch are compared "
+        "without it.",
+    )
+    output_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=32768,
+        description="Force every load-test answer to exactly this many tokens (min_tokens / "
+        "ignore_eos on servers, min_new_tokens in-process), so trials do equal work and "
+        "max_new_tokens is no speed knob; the accuracy pass answers freely. None: answers as "
+        "long as the model makes them.",
     )
     target_ci_rel: float = Field(
         0.03,

@@ -53,11 +53,20 @@ def trial_figures(trial: FrozenTrial) -> str:
     if a.get("deployable") is False:
         tags += " (what-if)"
     return (
-        f"{_fmt(a.get('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s, "
-        f"p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms, "
+        f"{_fmt(a.get('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
+        f"{measuring_caveat(a)}, p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms, "
         f"acc {_fmt(a.get('accuracy'), '.3f')}, "
         f"mem {_fmt(a.get('peak_memory_mib'), '.0f')} MiB{tags}"
     )
+
+
+def measuring_caveat(attrs: dict[str, object]) -> str:
+    """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate."""
+    if attrs.get("warmup_settled") == 0.0:
+        return " (rate never settled)"
+    if attrs.get("measure_stop_reason") in ("max_seconds", "max_requests"):
+        return " (measuring cap reached)"
+    return ""
 
 
 def time_line(trial: FrozenTrial) -> str:

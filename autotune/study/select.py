@@ -95,10 +95,16 @@ def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[Froze
     return sorted(front, key=lambda t: t.number)
 
 
-def throughput_interval(trial: FrozenTrial) -> tuple[float, float] | None:
-    """The trial's throughput interval (tokens/s), when it recorded one."""
+def throughput_interval(
+    trial: FrozenTrial, *, same_launch: bool = False
+) -> tuple[float, float] | None:
+    """The trial's throughput interval (tokens/s), when it recorded one. `same_launch`: the
+    load test's own interval, for comparing trials measured on one launch (the spread between
+    launches is common to both)."""
     value = trial.user_attrs.get("throughput_output_tokens_per_s")
     rel = trial.user_attrs.get("throughput_ci_rel")
+    if same_launch:
+        rel = trial.user_attrs.get("throughput_ci_within_rel", rel)
     if not isinstance(value, (int, float)) or not isinstance(rel, (int, float)):
         return None
     if not math.isfinite(rel):
@@ -107,11 +113,19 @@ def throughput_interval(trial: FrozenTrial) -> tuple[float, float] | None:
 
 
 def tied(a: FrozenTrial, b: FrozenTrial) -> bool:
-    """Whether two trials' throughput intervals overlap: neither is known to be faster."""
-    ia, ib = throughput_interval(a), throughput_interval(b)
+    """Whether neither trial is known to be faster: their throughput intervals overlap, or one
+    measured too briefly to have one (NaN: its figure alone proves nothing)."""
+    launch = a.user_attrs.get("launch_id")
+    same = launch is not None and launch == b.user_attrs.get("launch_id")
+    ia, ib = throughput_interval(a, same_launch=same), throughput_interval(b, same_launch=same)
     if ia is None or ib is None:
-        return False
+        return _too_short_for_an_interval(a) or _too_short_for_an_interval(b)
     return ia[0] <= ib[1] and ib[0] <= ia[1]
+
+
+def _too_short_for_an_interval(trial: FrozenTrial) -> bool:
+    rel = trial.user_attrs.get("throughput_ci_rel")
+    return isinstance(rel, float) and not math.isfinite(rel)
 
 
 @dataclass

@@ -1,17 +1,20 @@
 """An exhaustive sweep of a small grid, with autotune's own engine reuse and measurement.
 
-Each launch of the grid is started once (autotune.engines.open_session: the exact command
+Each launch of the grid is started (autotune.engines.open_session: the exact command
 `autotune export` prints) and every request-time point of the grid is measured on it with the
-same plan a study trial uses (warm-up, then until the throughput's interval is within the
-space's target). The sweep is the ground truth a study's recommendation is compared with.
+same plan a study trial uses (warm-up until the rate settles, then until the throughput's
+interval is within the space's target). The sweep is the ground truth a study's
+recommendation is compared with. `--repeat N` starts each launch N times afresh and measures
+the points on each: the same configuration in fresh engines, which must agree within their
+intervals.
 
     python bench/gpu/grid.py --space default --dummy-weights --out DIR \
         --launch '{"backend": "lmdeploy", "compile_mode": "default", "kv_cache_fraction": 0.3}' \
         --launch '{"backend": "lmdeploy", "compile_mode": "none", "kv_cache_fraction": 0.3}' \
         --request '{"batch_size": [1, 16, 64], "image_max_side": [null, 768]}' \
-        [--deadline-s 480]
+        [--repeat 1] [--deadline-s 480] [--name grid]
 
-Results go to DIR/grid.json after every point, so a time-out keeps what was measured.
+Results go to DIR/NAME.json after every point, so a time-out keeps what was measured.
 """
 
 from __future__ import annotations
@@ -30,19 +33,29 @@ sys.path.insert(0, str(REPO))
 from autotune.engines import measure_plan, open_session  # noqa: E402
 from autotune.errors import AutotuneError, TrialFailure  # noqa: E402
 from autotune.measure.measurement import to_measurement  # noqa: E402
-from autotune.params import TrialConfig  # noqa: E402
+from autotune.measure.steady import token_series  # noqa: E402
+from autotune.measure.timing import RequestTiming  # noqa: E402
+from autotune.params import SERVER_BACKENDS, TrialConfig  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study import plan_study  # noqa: E402
 
 SHOWN = (
     "throughput_output_tokens_per_s",
     "throughput_ci_rel",
+    "load_warmup_s",
+    "measured_window_s",
     "e2e_latency_p95_ms",
     "ttft_p50_ms",
     "tpot_p50_ms",
     "measured_requests",
     "peak_memory_mib",
 )
+
+
+def per_second(result: dict[str, Any]) -> list[float]:
+    timings = [RequestTiming(**t) for t in result["timings"]]
+    start, stop = float(result["load_start"]), float(result["load_stop"])
+    return [round(v, 1) for v in token_series(timings, start=start, end=stop, bin_s=1.0)]
 
 
 def request_points(spec: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -59,15 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch", action="append", required=True, type=json.loads)
     parser.add_argument("--request", required=True, type=json.loads)
     parser.add_argument("--deadline-s", type=float, default=480)
+    parser.add_argument("--repeat", type=int, default=1, help="fresh launches of each launch")
+    parser.add_argument("--name", default="grid", help="results file stem in --out")
+    parser.add_argument(
+        "--min-launch-s", type=float, default=120, help="start no launch with less time left"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     try:
+        # A plan needs a storage URL; the grid stores nothing in it (no study is created).
         plan = plan_study(
             load_space(args.space),
             model=args.model,
-            study_name="grid",
-            storage_url="sqlite:///:memory:",
+            study_name=args.name,
+            storage_url=f"sqlite:///{args.out.resolve() / (args.name + '.db')}",
             dummy_weights=args.dummy_weights,
         )
     except AutotuneError as exc:
@@ -77,23 +96,26 @@ def main(argv: list[str] | None = None) -> int:
     points = request_points(args.request)
     rows: list[dict[str, Any]] = []
     data = {"space": space.name, "model": plan.model, "dummy_weights": args.dummy_weights,
-            "launches": args.launch, "request": args.request, "rows": rows}  # fmt: skip
+            "launches": args.launch, "request": args.request, "repeat": args.repeat,
+            "rows": rows}  # fmt: skip
 
     def save() -> None:
-        (args.out / "grid.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        path = args.out / f"{args.name}.json"
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
     def log(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f} s] {message}", flush=True)
 
-    for launch_values in args.launch:
-        launch = space.reference_config().model_copy(
-            update={**launch_values, "max_batch_size": space.server_max_batch_size()}
-        )
-        launch = TrialConfig(**launch.model_dump())
-        if args.deadline_s - (time.monotonic() - started) < 120:
-            log(f"launch {launch_values}: skipped, too little time left")
+    launches = [(values, number) for values in args.launch for number in range(1, args.repeat + 1)]
+    for launch_values, number in launches:
+        values = dict(launch_values)
+        if values.get("backend", space.reference_config().backend) in SERVER_BACKENDS:
+            values["max_batch_size"] = space.server_max_batch_size()
+        launch = TrialConfig(**{**space.reference_config().model_dump(), **values})
+        if args.deadline_s - (time.monotonic() - started) < args.min_launch_s:
+            log(f"launch {launch_values} #{number}: skipped, too little time left")
             continue
-        log(f"launch {launch_values}")
+        log(f"launch {launch_values} #{number}")
         try:
             session = open_session(
                 space,
@@ -104,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         except TrialFailure as failure:
             log(f"launch failed: {failure.kind}: {failure.reason}\n{failure.log_tail}")
-            rows.append({"launch": launch_values, "status": failure.kind, "error": failure.reason})
+            rows.append(
+                {"launch": launch_values, "launch_number": number, "status": failure.kind,
+                 "error": failure.reason}
+            )  # fmt: skip
             save()
             continue
         log(f"ready in {session.startup_s:.1f} s: launch {session.launch_id}")
@@ -116,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 config = TrialConfig(**{**launch.model_dump(), **point})
                 measure = measure_plan(space, config, accuracy_ids=None, max_seconds=left - 20)
-                row: dict[str, Any] = {"launch": launch_values, **point}
+                row: dict[str, Any] = {"launch": launch_values, "launch_number": number, **point}
                 point_started = time.monotonic()
                 try:
                     result = session.measure(config, measure)
@@ -143,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                     launch_id=session.launch_id,
                     command=m.environment.get("server_command", ""),
                     environment=m.environment,
+                    # Tokens per second of the whole load, second by second: where the
+                    # warm-up ended and how the rate swung, for the results page.
+                    tokens_per_s_each_s=per_second(result),
                 )
                 rows.append(row)
                 shown = ", ".join(f"{k} {m.figures.get(k, float('nan')):.4g}" for k in SHOWN)

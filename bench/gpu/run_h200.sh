@@ -18,6 +18,17 @@
 #                                              # by side (bench/gpu/issue12.yaml), ~6 min
 #   bash bench/gpu/run_h200.sh issue12-default # the default space (guide's recipe, reference,
 #                                              # tuned recommendation) for 7 min, then collect
+#   bash bench/gpu/run_h200.sh issue17-a       # issue 17, call 1 of 3 (~5 min): the default
+#                                              # study, --budget $ISSUE17_BUDGET (6m30s); its
+#                                              # database is kept in /tmp/issue17 for the next
+#   bash bench/gpu/run_h200.sh issue17-b       # call 2 (~9 min), issued at once so the machine
+#                                              # is still warm (else it reads the database from
+#                                              # bench/carry/*.db.gz): the study resumed to
+#                                              # $ISSUE17_BUDGET_B (9m), then verify
+#   bash bench/gpu/run_h200.sh issue17-c       # call 3 (~6 min): fresh launches of
+#                                              # lmdeploy-graphs (grid.py --repeat) until the
+#                                              # call's 580 s are spent; then
+#                                              # bench/gpu/collect_issue17.py sums it all up
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -153,11 +164,54 @@ issue12_default() {
   python3 bench/gpu/collect_issue12.py "$OUT" >/dev/null
 }
 
+# Issue 17: a study, a fresh relaunch of its recommendation, and the same configuration
+# (LMDeploy, graphs, bf16, KV 0.3, concurrency 64, full-size images) in fresh launches.
+ISSUE17_KEEP=/tmp/issue17
+ISSUE17_STUDY=h200-issue17
+REPEAT_LAUNCH='{"backend": "lmdeploy", "dtype": "bfloat16", "compile_mode": "default", "kv_cache_fraction": 0.3}'
+
+issue17_a() {
+  STUDY=$ISSUE17_STUDY DB="sqlite:///$OUT/$ISSUE17_STUDY.db" study "${ISSUE17_BUDGET:-6m30s}" >/dev/null
+  mkdir -p "$ISSUE17_KEEP" && cp "$OUT/$ISSUE17_STUDY.db" "$ISSUE17_KEEP/"
+  tail -4 "$OUT/study.log"; cat "$OUT/best.txt"
+}
+
+issue17_restore() {  # the study database of the call before: /tmp on a warm machine, else carried
+  if [ -f "$ISSUE17_KEEP/$ISSUE17_STUDY.db" ]; then cp "$ISSUE17_KEEP/$ISSUE17_STUDY.db" "$OUT/"
+  elif [ -f "bench/carry/$ISSUE17_STUDY.db.gz" ]; then  # gzipped: the wheels leave little room
+    gunzip -c "bench/carry/$ISSUE17_STUDY.db.gz" >"$OUT/$ISSUE17_STUDY.db"
+  else echo "no study database: run issue17-a first"; exit 1; fi
+}
+
+issue17_b() {
+  issue17_restore
+  STUDY=$ISSUE17_STUDY DB="sqlite:///$OUT/$ISSUE17_STUDY.db" study "${ISSUE17_BUDGET_B:-9m}" >/dev/null
+  STUDY=$ISSUE17_STUDY DB="sqlite:///$OUT/$ISSUE17_STUDY.db" verify
+  cp "$OUT/$ISSUE17_STUDY.db" "$OUT/verify.json" "$ISSUE17_KEEP/"
+  grep -v "^[│┃┏┡└]" "$OUT/study.log" | tail -8
+}
+
+issue17_c() {
+  local started=$SECONDS
+  issue17_restore
+  cp "$ISSUE17_KEEP/verify.json" "$OUT/" 2>/dev/null || cp bench/carry/verify.json "$OUT/"
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --name repeat \
+    --repeat "${ISSUE17_REPEATS:-2}" --launch "$REPEAT_LAUNCH" --request '{"batch_size": [64]}' \
+    --deadline-s $(( ${ISSUE17_CALL_S:-580} - (SECONDS - started) )) --min-launch-s 170 \
+    2>&1 | tee "$OUT/repeat.log" | grep -v "^  "
+  python3 bench/gpu/collect_issue17.py --study "$OUT/$ISSUE17_STUDY.db" \
+    --verify "$OUT/verify.json" --repeat "$OUT/repeat.json" \
+    --json "$OUT/issue17.json" --markdown "$OUT/issue17.md" | head -30
+}
+
 case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
   issue12-default) setup >/dev/null; issue12_default ;;
   train) train ;;
+  issue17-a) setup; issue17_a ;;
+  issue17-b) setup >/dev/null; issue17_b ;;
+  issue17-c) setup >/dev/null; issue17_c ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;
@@ -179,7 +233,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|train" >&2
     exit 2
     ;;
 esac

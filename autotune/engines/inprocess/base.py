@@ -8,6 +8,7 @@ from typing import Protocol
 from PIL import Image
 
 from autotune.measure.timing import RequestTiming
+from autotune.params import TrialConfig
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,11 @@ class Engine(Protocol):
     def load(self) -> None:
         """Load weights and build whatever the engine serves with (timed as start-up)."""
 
-    def generate(self, batch: list[Request]) -> list[Completion]:
-        """Answer one static batch; timings start before preprocessing."""
+    def generate(
+        self, batch: list[Request], config: TrialConfig, *, forced_tokens: int | None = None
+    ) -> list[Completion]:
+        """Answer one static batch; timings start before preprocessing. `forced_tokens`:
+        every answer exactly that long (equal work in load tests)."""
 
     def peak_memory_mib(self) -> tuple[float, str]:
         """Peak memory so far and where it was read (cuda, rss)."""

@@ -113,10 +113,12 @@ class TransformersEngine:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
 
-    def _generation_config(self, cfg: TrialConfig) -> GenerationConfig:
+    def _generation_config(
+        self, cfg: TrialConfig, forced_tokens: int | None = None
+    ) -> GenerationConfig:
         base = self.model.generation_config
         values: dict[str, Any] = {
-            "max_new_tokens": cfg.max_new_tokens,
+            "max_new_tokens": cfg.max_new_tokens if forced_tokens is None else forced_tokens,
             "do_sample": cfg.do_sample,
             "repetition_penalty": cfg.repetition_penalty,
             "eos_token_id": base.eos_token_id,
@@ -125,6 +127,9 @@ class TransformersEngine:
             else self.processor.tokenizer.pad_token_id,
             "bos_token_id": base.bos_token_id,
         }
+        if forced_tokens is not None:
+            # Equal work (workload.output_tokens): end-of-sequence cannot end an answer early.
+            values["min_new_tokens"] = forced_tokens
         if cfg.do_sample:
             values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
         else:
@@ -149,7 +154,10 @@ class TransformersEngine:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
 
-    def generate(self, batch: list[Request], config: TrialConfig) -> list[Completion]:
+    def generate(
+        self, batch: list[Request], config: TrialConfig, *, forced_tokens: int | None = None
+    ) -> list[Completion]:
+        """Answer one static batch; with `forced_tokens` every answer is exactly that long."""
         start = time.perf_counter()
         images = [
             mark_image(
@@ -187,7 +195,9 @@ class TransformersEngine:
             torch.manual_seed(config.seed)
         with torch.inference_mode():
             self.model.generate(
-                **inputs, generation_config=self._generation_config(config), streamer=clock
+                **inputs,
+                generation_config=self._generation_config(config, forced_tokens),
+                streamer=clock,
             )
         end = time.perf_counter()
         return [

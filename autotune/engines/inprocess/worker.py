@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -22,7 +23,9 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
+from autotune.measure.convergence import LoadSnapshot, first_round_end
 from autotune.measure.repeats import ImageRepeats
+from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
 
 
@@ -101,20 +104,17 @@ class Worker:
         if engine.device != "cuda":
             rss.start()
         batch = config.batch_size
+        forced = plan.output_tokens
         workload = [self._request(i) for i in cycled(self.ids, plan.workload_requests)]
-        # Static cache + compile recompiles for every new shape: warm up on the whole workload
-        # (the load test repeats exactly these batches), so compilation lands in warm-up and
-        # never in the measured latency.
+        warmup_s = 0.0
         if config.compile_mode != "none":
-            warmup = workload
-        else:
-            n_warm = -(-plan.warmup_requests // batch) * batch
-            warmup = [self._request(i) for i in cycled(self.ids, n_warm)]
-        events.send(phase="warm-up")
-        started = time.perf_counter()
-        for group in _batches(warmup, batch):
-            engine.generate(group, config)
-        warmup_s = time.perf_counter() - started
+            # Static cache + compile recompiles for every new shape: every batch of the
+            # workload runs once before the load, so compilation lands here and never in it.
+            events.send(phase="warm-up")
+            started = time.perf_counter()
+            for group in _batches(workload, batch):
+                engine.generate(group, config, forced_tokens=forced)
+            warmup_s = time.perf_counter() - started
 
         predictions: dict[str, str] = {}
 
@@ -133,14 +133,13 @@ class Worker:
         timings: list[Any] = []
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         stop_reason = "screened out"
-        measure_s = accuracy_s = 0.0
+        load_start = load_stop = time.perf_counter()
+        min_warmup_s = load_s = accuracy_s = 0.0
         if not screened_out:
             events.send(phase="load test")
-            # A block is one pass over the workload: every block holds the same requests, so
-            # block throughputs differ by the engine's noise only, not by the items' mix.
-            rule = plan.stop_rule(block_size=plan.workload_requests)
+            rule = plan.rule()
             groups = _batches(workload, batch)
-            started = time.perf_counter()
+            load_start = time.perf_counter()
             stop: str | None = None
             index = 0
             while stop is None:
@@ -150,10 +149,28 @@ class Worker:
                     for request in groups[index % len(groups)]
                 ]
                 index += 1
-                timings.extend(c.timing for c in engine.generate(group, config))
-                stop = rule.reason_to_stop(timings, time.perf_counter() - started)
+                completions = engine.generate(group, config, forced_tokens=forced)
+                timings.extend(c.timing for c in completions)
+                now = time.perf_counter()
+                # A static batch turns over all at once: the first batch is the first round.
+                ends = [t.end for t in timings]
+                min_warmup_s = max(
+                    ends[len(completions) - 1] - load_start,
+                    first_round_end(ends, start=load_start, min_requests=plan.warmup_requests),
+                )
+                stop = rule.reason_to_stop(
+                    LoadSnapshot(
+                        series=token_series(timings, start=load_start, end=now),
+                        elapsed_s=now - load_start,
+                        completed=len(timings),
+                        e2e_median_s=statistics.median(t.e2e_s for t in timings),
+                        min_warmup_s=min_warmup_s,
+                        ends_s=[end - load_start for end in ends],
+                    )
+                )
             stop_reason = stop
-            measure_s = time.perf_counter() - started
+            load_stop = time.perf_counter()
+            load_s = load_stop - load_start
             if plan.accuracy_ids is not None:
                 events.send(phase="accuracy")
                 started = time.perf_counter()
@@ -166,11 +183,12 @@ class Worker:
             peak_mib, memory_source = rss.stop()[0], "rss"
         return {
             "warmup_s": warmup_s,
-            "measure_s": measure_s,
+            "load_s": load_s,
+            "load_start": load_start,
+            "load_stop": load_stop,
+            "min_warmup_s": min_warmup_s,
             "accuracy_s": accuracy_s,
             "timings": [t.to_dict() for t in timings],
-            "steady": len(timings),
-            "block_size": plan.workload_requests,
             "stop_reason": stop_reason,
             "predictions": predictions,
             "screened_out": screened_out,

@@ -1,0 +1,112 @@
+"""The figures of one load test: throughput over its steady window, latency of its requests.
+
+Throughput is the output tokens that arrived inside the steady window (autotune.measure.steady)
+over the window's length, with the batch-means interval. Request rate counts the requests that
+completed inside the window; latency percentiles come from the requests that ran wholly inside
+it, so neither the warm-up nor the drain after the stop (a falling load) colours them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from scipy import stats
+
+from autotune.measure.steady import BIN_S, batch_seconds, steady_state, token_series
+from autotune.measure.timing import RequestTiming, percentile
+
+
+def with_launch_spread(within_rel: float, spread_rel: float, confidence: float) -> float:
+    """The interval of a figure a fresh launch would give: the load's own half-width and the
+    launches' spread at the same confidence, added in quadrature (independent sources)."""
+    if spread_rel <= 0 or math.isnan(within_rel):
+        return within_rel
+    spread = float(stats.norm.ppf(0.5 + confidence / 2)) * spread_rel
+    return math.hypot(within_rel, spread)
+
+
+def summarize(
+    timings: Sequence[RequestTiming],
+    *,
+    load_start: float,
+    load_stop: float,
+    min_warmup_s: float = 0.0,
+    confidence: float = 0.95,
+    launch_spread_rel: float = 0.0,
+    latency_slo_ms: float | None = None,
+) -> dict[str, float]:
+    """Every figure of a load that ran from `load_start` until `load_stop` stopped it.
+
+    `min_warmup_s`: the warm-up lasts at least this long (the first round's turnover).
+    `launch_spread_rel`: the relative standard deviation between fresh launches, added to the
+    load's own interval (`throughput_ci_within_rel`) to give `throughput_ci_rel`.
+    """
+    if not timings:
+        raise ValueError("no measured requests")
+    e2e_median = statistics.median(t.e2e_s for t in timings)
+    series = token_series(timings, start=load_start, end=load_stop)
+    estimate = steady_state(
+        series,
+        batch_s=batch_seconds(e2e_median),
+        min_warmup_s=min_warmup_s,
+        confidence=confidence,
+        ends_s=[t.end - load_start for t in timings],
+    )
+    if estimate is not None:
+        window_start = load_start + estimate.warmup_s
+        window_end = load_start + len(series) * BIN_S
+        window_s = estimate.window_s
+        tokens = float(series[round(estimate.warmup_s / BIN_S) :].sum())
+        within = estimate.ci_rel if math.isfinite(estimate.ci_rel) else math.nan
+        figures = {
+            "throughput_output_tokens_per_s": estimate.tokens_per_s,
+            "throughput_ci_within_rel": within,
+            "throughput_ci_rel": with_launch_spread(within, launch_spread_rel, confidence),
+            "throughput_batches": float(estimate.batches),
+            "throughput_batch_s": estimate.batch_s,
+            "throughput_lag1_autocorrelation": estimate.lag1,
+            "warmup_settled": 1.0 if estimate.settled else 0.0,
+            "load_warmup_s": estimate.warmup_s,
+        }
+    else:  # no token in a whole bin: the load was too short to have a window at all
+        window_start = min(t.start for t in timings)
+        window_end = max(t.end for t in timings)
+        window_s = max(window_end - window_start, 1e-9)
+        tokens = float(sum(t.output_tokens for t in timings))
+        figures = {
+            "throughput_output_tokens_per_s": tokens / window_s,
+            "throughput_ci_within_rel": math.nan,
+            "throughput_ci_rel": math.nan,
+            "throughput_batches": 0.0,
+            "throughput_batch_s": math.nan,
+            "throughput_lag1_autocorrelation": math.nan,
+            "warmup_settled": 0.0,
+            "load_warmup_s": 0.0,
+        }
+    completed = [t for t in timings if window_start <= t.end <= window_end]
+    inside = [t for t in completed if t.start >= window_start] or completed or list(timings)
+    ttft = [t.ttft_s * 1000 for t in inside]
+    e2e = [t.e2e_s * 1000 for t in inside]
+    tpot = [t.tpot_s * 1000 for t in inside if t.tpot_s is not None]
+    requests_per_s = len(completed) / window_s
+    figures |= {
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p95_ms": percentile(ttft, 95),
+        "tpot_p50_ms": percentile(tpot, 50),
+        "tpot_p95_ms": percentile(tpot, 95),
+        "e2e_latency_p50_ms": percentile(e2e, 50),
+        "e2e_latency_p95_ms": percentile(e2e, 95),
+        "throughput_requests_per_s": requests_per_s,
+        "measured_requests": float(len(inside)),
+        "load_requests": float(len(timings)),
+        "measured_output_tokens": tokens,
+        "measured_window_s": window_s,
+        "output_tokens_per_request": statistics.fmean(t.output_tokens for t in inside),
+    }
+    if latency_slo_ms is not None:
+        # The share of requests within the SLO, at the measured request rate.
+        good = sum(1 for value in e2e if value <= latency_slo_ms)
+        figures["goodput_requests_per_s"] = requests_per_s * good / len(e2e)
+    return figures

@@ -1,0 +1,152 @@
+"""The GPU bench scripts run on the CPU, against the bundled tiny model: a change that breaks
+them fails here, not on the next GPU lease.
+
+One tiny study, its `autotune verify`, and the grid script with fresh launches are made once;
+every collector then reads them as it reads what an H200 run leaves behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from small_space import REPO, autotune_cli, run_study, small_space
+
+from autotune.study.storage import open_storage
+
+pytestmark = pytest.mark.slow
+
+BENCH = REPO / "bench" / "gpu"
+
+
+def bench(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What `run_h200.sh` leaves in $OUT, made on the CPU: a study, verify, grid, repeat."""
+    out = tmp_path_factory.mktemp("out")
+    space = small_space(out, name="bench", trials=2)
+    result, _ = run_study(space, study="bench", cwd=out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    verify = autotune_cli(
+        "verify", "--study", "bench", "--storage", f"sqlite:///{out}/bench.db", "--json",
+        "--tolerance", "0.9", cwd=out,
+    )  # fmt: skip
+    assert verify.returncode in (0, 1), verify.stderr[-2000:]
+    (out / "verify.json").write_text(verify.stdout, encoding="utf-8")
+    for name, repeat, request in (("grid", "1", '{"batch_size": [1, 2]}'),
+                                  ("repeat", "2", '{"batch_size": [2]}')):  # fmt: skip
+        grid = bench(
+            "grid.py", "--space", str(space), "--out", str(out), "--name", name,
+            "--repeat", repeat, "--launch", "{}", "--request", request,
+            "--deadline-s", "300", "--min-launch-s", "10", cwd=out,
+        )  # fmt: skip
+        assert grid.returncode == 0, grid.stdout[-2000:] + grid.stderr[-2000:]
+    return out
+
+
+def test_grid_measures_every_point_on_reused_and_fresh_launches(outputs: Path) -> None:
+    grid = json.loads((outputs / "grid.json").read_text())
+    rows = grid["rows"]
+    assert [(r["batch_size"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
+    assert len({r["launch_id"] for r in rows}) == 1  # one launch, both points on it
+    repeat = json.loads((outputs / "repeat.json").read_text())["rows"]
+    assert [r["launch_number"] for r in repeat] == [1, 2]
+    assert len({r["launch_id"] for r in repeat}) == 2  # each a fresh launch
+    for row in rows + repeat:
+        figures = row["figures"]
+        assert figures["throughput_output_tokens_per_s"] > 0
+        assert figures["measured_window_s"] > 0 and figures["startup_s"] > 0
+        assert row["stop_reason"] in ("converged", "max_seconds", "max_requests")
+
+
+def test_collect_issue17_reads_the_study_verify_repeat_and_grid(outputs: Path) -> None:
+    result = bench(
+        "collect_issue17.py", "--study", str(outputs / "bench.db"),
+        "--verify", str(outputs / "verify.json"), "--repeat", str(outputs / "repeat.json"),
+        "--grid", str(outputs / "grid.json"), "--candidate", "none",
+        "--json", str(outputs / "issue17.json"), "--markdown", str(outputs / "issue17.md"),
+        cwd=outputs,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = json.loads((outputs / "issue17.json").read_text())
+    assert [run["source"] for run in data["repeat"]["runs"]] == [
+        "repeat launch 1",
+        "repeat launch 2",
+    ]
+    assert data["repeat"]["passed"] in (True, False)
+    assert data["verify"]["measured"] > 0 and "covered" in data["verify"]
+    assert data["grid"]["recommendation_share_of_best"] > 0
+    assert data["study"]["recommended"]["trial"] in (0, 1)
+    page = (outputs / "issue17.md").read_text()
+    assert "One configuration, fresh launches" in page and "Fresh relaunch" in page
+
+
+def copy_study(outputs: Path, storage: str, name: str) -> None:
+    optuna.copy_study(
+        from_study_name="bench",
+        from_storage=f"sqlite:///{outputs}/bench.db",
+        to_storage=open_storage(storage, create=True),
+        to_study_name=name,
+    )
+
+
+def test_the_earlier_collectors_still_read_what_they_were_written_for(outputs: Path) -> None:
+    # issue 10: the grid and the study in one folder, the study and verify in another.
+    run_dir = outputs / "issue10"
+    run_dir.mkdir()
+    shutil.copy(outputs / "bench.db", run_dir / "bench.db")
+    shutil.copy(outputs / "verify.json", run_dir / "verify.json")
+    shutil.copy(outputs / "grid.json", run_dir / "grid.json")
+    name = "cpu-issue10-test"
+    ten = bench(
+        "collect_issue10.py", "--name", name, "--run", f"cpu:HEAD:bench:{run_dir}:{run_dir}",
+        cwd=outputs,
+    )  # fmt: skip
+    results = REPO / "bench" / "results"
+    try:
+        assert ten.returncode == 0, ten.stderr[-2000:]
+        assert json.loads((results / f"{name}.json").read_text())[0]["study"] == "bench"
+    finally:
+        for suffix in (".json", ".tables.md"):
+            (results / f"{name}{suffix}").unlink(missing_ok=True)
+    # issue 11: three journal studies and the wall times.
+    for study in ("issue11-1gpu", "issue11-2gpu", "issue11-tp"):
+        copy_study(outputs, str(outputs / f"{study}.journal"), study)
+    (outputs / "issue11-walls.json").write_text('{"one_gpu_s": 10, "two_gpus_s": 6}')
+    eleven = subprocess.run(
+        [sys.executable, str(BENCH / "collect_issue11.py"), str(outputs)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert eleven.returncode == 0, eleven.stderr[-2000:]
+    assert json.loads((outputs / "issue11.json").read_text())["ratio"] == pytest.approx(0.6)
+    # issue 12: the side-by-side study and a default-space study.
+    copy_study(outputs, f"sqlite:///{outputs}/issue12.db", "issue12")
+    copy_study(outputs, f"sqlite:///{outputs}/issue12-default.db", "issue12-default")
+    twelve = subprocess.run(
+        [sys.executable, str(BENCH / "collect_issue12.py"), str(outputs)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert twelve.returncode == 0, twelve.stderr[-2000:]
+    assert "reference" in json.loads((outputs / "issue12.json").read_text())["side_by_side"]
+
+
+def test_the_gpu_shell_script_parses_and_names_every_mode() -> None:
+    script = BENCH / "run_h200.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    for mode in ("issue17-a", "issue17-b", "study", "grid", "verify"):
+        assert f"  {mode})" in text, mode
