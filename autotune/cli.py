@@ -241,7 +241,7 @@ def run(
         evalset=evalset,
         dummy_weights=dummy_weights,
         budget_s=budget_s,
-        gpus=select_gpus(gpus_spec) if gpus_spec else None,
+        gpus=select_gpus(gpus_spec) if gpus_spec is not None else None,
         adapters=adapters,
     )
     total = trials if trials is not None else loaded.trials

@@ -79,6 +79,10 @@ RESERVED: dict[str, dict[str, str]] = {
         "top_p": "the decoding parameters",
         "seed": "the decoding parameters",
         "repetition_penalty": "the repetition_penalty parameter",
+        # Adapters the trials did not measure would be served and exported all the same.
+        "adapters": "autotune --adapter NAME=PATH",
+        "vllm_enable_lora": "autotune --adapter NAME=PATH",
+        "vllm_max_lora_rank": "autotune --adapter NAME=PATH (the adapters' largest rank)",
         "host": "autotune (--host)",
         "port": "autotune (--port)",
         "served_model_name": "autotune (served model name)",

@@ -10,7 +10,13 @@ from pydantic import ValidationError
 
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
 from autotune.measure.measurement import measure_once
-from autotune.params import BACKEND_PARAMS, PARAM_NAMES, SAMPLING_PARAMS, TrialConfig
+from autotune.params import (
+    BACKEND_PARAMS,
+    PARAM_NAMES,
+    SAMPLING_PARAMS,
+    TrialConfig,
+    no_effect_message,
+)
 from autotune.space.support import config_problems
 from autotune.study import StudyPlan
 from autotune.study.plan import with_checkpoint_for
@@ -87,14 +93,10 @@ def configured(
 
 
 def _check_backend_has(backend: str, overrides: dict[str, Any]) -> None:
-    honoured = BACKEND_PARAMS[backend]
     for name in overrides:
-        if name in PARAM_NAMES and name not in honoured:
-            others = [b for b, params in BACKEND_PARAMS.items() if name in params]
-            raise SpaceError(
-                f"--param {name}: the {backend} backend has no {name} (it would have no "
-                f"effect); backends that have it: {', '.join(others)}"
-            )
+        problem = no_effect_message(backend, [name])
+        if problem is not None:
+            raise SpaceError(f"--param {name}: {problem}")
 
 
 def evaluate(

@@ -87,6 +87,20 @@ BACKEND_PARAMS: dict[str, frozenset[str]] = {
     "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
 }
 
+
+def no_effect_message(backend: str, names: list[str] | tuple[str, ...] | Any) -> str | None:
+    """Why setting `names` for `backend` is refused: the first one it has no use for (it would
+    be dropped, and the trial would not be what was asked), with the backends that have it."""
+    for name in names:
+        if name in PARAM_NAMES and name not in BACKEND_PARAMS.get(backend, frozenset()):
+            others = [b for b, params in BACKEND_PARAMS.items() if name in params]
+            return (
+                f"the {backend} backend has no {name} (it would have no effect); backends that "
+                f"have it: {', '.join(others)}"
+            )
+    return None
+
+
 # Backends that autotune measures through a server process rather than in-process.
 SERVER_BACKENDS: frozenset[str] = frozenset({"swift", "lmdeploy", "vllm"})
 

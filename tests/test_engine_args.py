@@ -147,3 +147,22 @@ def test_tensor_parallel_flags_belong_to_the_parameter(tmp_path: Path) -> None:
     for fmt, key in [("lmdeploy", "tp"), ("vllm", "tensor-parallel-size"), ("vllm", "-tp")]:
         with pytest.raises(SpaceError, match="tensor_parallel parameter"):
             load_space(str(space_with(tmp_path, {fmt: {key: 2}})))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "key"),
+    [
+        ("swift", "adapters"),
+        ("swift", "--vllm-enable-lora"),
+        ("swift", "vllm_max_lora_rank"),
+        ("lmdeploy", "adapters"),
+        ("vllm", "lora-modules"),
+        ("vllm", "enable_lora"),
+    ],
+)
+def test_an_adapter_the_trials_did_not_measure_cannot_ride_in_engine_args(
+    tmp_path: Path, fmt: str, key: str
+) -> None:
+    """Served and exported, it would change the model every measured trial described."""
+    with pytest.raises(SpaceError, match="--adapter NAME=PATH"):
+        load_space(str(space_with(tmp_path, {fmt: {key: "ocr=/x"}})))

@@ -90,7 +90,16 @@ def test_missing_image(tmp_path: Path) -> None:
 def test_unreadable_image(tmp_path: Path) -> None:
     path = write_set(tmp_path, [item(image="images/broken.png")])
     (tmp_path / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
-    assert "cannot be read" in load_error(path)
+    assert "cannot be decoded" in load_error(path)
+
+
+def test_a_truncated_image_is_caught_when_the_set_is_loaded(tmp_path: Path) -> None:
+    """Its header reads fine; only decoding every pixel finds the missing end."""
+    path = write_set(tmp_path, [item(), item(id="b", image="images/cut.png")])
+    whole = (tmp_path / "images" / "a.png").read_bytes()
+    (tmp_path / "images" / "cut.png").write_bytes(whole[: len(whole) * 2 // 3])
+    message = load_error(path)
+    assert "line 2" in message and "images/cut.png" in message and "cannot be decoded" in message
 
 
 def test_duplicate_id(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ import pytest
 from optuna.trial import TrialState
 from small_space import small_space
 
+from autotune.study.storage import open_storage
+
 pytestmark = pytest.mark.slow
 # Eight configurations: enough for three measured trials whatever the sampler repeats.
 PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None, 256, 128, 64]}}
@@ -213,6 +215,46 @@ def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> N
         assert len(measured(study)) >= 3
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@contextlib.contextmanager
+def full_disk(folder: Path) -> object:
+    """A 2 MiB tmpfs at `folder`, filled to the last byte; yields the filler file."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        filler = folder / "filler"
+        with contextlib.suppress(OSError), filler.open("wb") as handle:
+            while True:
+                handle.write(b"\0" * 4096)
+        yield filler
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_disk_full_before_the_study_is_created_leaves_nothing_and_a_rerun_works(
+    tmp_path: Path, kind: str
+) -> None:
+    space = small_space(tmp_path, trials=1, params=PARAMS)
+    with full_disk(tmp_path / "disk") as filler:
+        where = tmp_path / "disk" / ("s.db" if kind == "sqlite" else "s.journal")
+        storage = f"sqlite:///{where}" if kind == "sqlite" else str(where)
+        command = [sys.executable, "-m", "autotune.cli", "run", "--space", str(space),
+                   "--study", "s", "--storage", storage]  # fmt: skip
+        failed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert failed.returncode != 0
+        assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
+        errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, failed.stderr[-3000:]
+        # Nothing half-made is left for the next run to trip over.
+        assert sorted(p.name for p in where.parent.iterdir()) == ["filler"]
+        filler.unlink()
+        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        stored = open_storage(storage, create=False)
+        assert [s.study_name for s in optuna.get_all_study_summaries(stored)] == ["s"]
 
 
 def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(

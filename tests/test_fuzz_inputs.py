@@ -17,9 +17,12 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import string
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,11 @@ def _must_not_run(*args: Any, **kwargs: Any) -> Any:
 
 @pytest.fixture
 def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    return make_sandbox(tmp_path, monkeypatch)
+
+
+def make_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    """A working folder and an inputs folder, with every way into real work stubbed out."""
     import autotune.evaluate
     import autotune.study
     import autotune.study.plan
@@ -115,19 +123,49 @@ def judge(result: Result, case: Case) -> list[str]:
     return problems
 
 
-def check_all(cases: list[Case], sandbox: Sandbox) -> None:
+# No case may wait: on a FIFO, a lock, the network.
+CASE_TIMEOUT_S = 20
+
+
+class CaseTimedOut(Exception):
+    """A case that waited instead of refusing at once."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimedOut(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def check_all(cases: list[Case], sandbox: Sandbox, *, secrets: tuple[str, ...] = ()) -> None:
+    """Every case refused in one line, in time, writing nothing, warning nothing and printing
+    none of `secrets`."""
     runner = CliRunner()
     failures = []
     for case in cases:
         before = snapshot(sandbox.work, sandbox.inputs)
-        result = runner.invoke(main, case.args, catch_exceptions=True)
+        # A warning is one more stderr line in a real process (here pytest would catch it).
+        with deadline(CASE_TIMEOUT_S), warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            result = runner.invoke(main, case.args, catch_exceptions=True)
         after = snapshot(sandbox.work, sandbox.inputs)
         problems = judge(result, case)
+        if warned:
+            problems.append(f"warned: {warned[0].message}")
         if after != before:
-            changed = sorted(
-                k for k in before.keys() | after.keys() if before.get(k) != after.get(k)
-            )
+            changed = sorted(k for k in before | after if before.get(k) != after.get(k))
             problems.append(f"files written or changed: {changed[:5]}")
+        leaked = [secret for secret in secrets if secret in result.output]
+        if leaked:
+            problems.append(f"printed the password {leaked[0]!r}")
         if problems:
             failures.append(
                 f"{case.description}: {'; '.join(problems)} "

@@ -25,8 +25,10 @@ def test_sigterm_ignoring_child_is_killed_after_grace(tmp_path: Path) -> None:
     time.sleep(0.3)
     started = time.monotonic()
     proc.stop(grace_s=0.5)
-    assert wait_group_gone(proc.pid, timeout_s=5)
-    assert time.monotonic() - started < 5
+    assert wait_group_gone(proc.pid, timeout_s=60)
+    # Killed after its grace, not after the 300 s its children would have slept (a bound a
+    # busy machine cannot break: the event, not the speed).
+    assert time.monotonic() - started < 60
 
 
 def test_log_tail_keeps_the_last_lines(tmp_path: Path) -> None:

@@ -76,6 +76,15 @@ def test_no_output_or_stored_attribute_holds_the_password(tmp_path: Path) -> Non
             dashboard.terminate()
             dashboard.wait(timeout=30)
 
+        # The same study, its password in the query string instead (libpq's `password=`).
+        query_form = f"{url}?password={SECRET}"
+        for command in (["best"], ["export"], ["report", "--out", str(tmp_path / "r2.html")]):
+            assert cli(*command, "--study", "p", "--storage", query_form).returncode == 0
+        missing = cli("best", "--study", "nope", "--storage", query_form)
+        assert missing.returncode == 2 and "password=***" in missing.stderr
+        resumed = cli("run", "--space", str(space), "--study", "p", "--storage", query_form)
+        assert resumed.returncode == 0 and "password=***" in resumed.stderr, resumed.stderr
+
         study = optuna.load_study(study_name="p", storage=storage)
         stored = json.dumps([study.user_attrs, *[t.user_attrs for t in study.trials]], default=str)
     for text in [*outputs, stored, report.read_text(encoding="utf-8"), everything_under(tmp_path)]:

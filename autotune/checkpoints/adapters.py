@@ -74,23 +74,28 @@ def load_adapter(name: str, raw_path: str) -> Adapter:
     if not path.is_dir():
         raise ModelError(f"{where}: no such folder; pass the folder PEFT's save_pretrained wrote")
     config_file = path / "adapter_config.json"
+    if config_file.exists() and not config_file.is_file():
+        # Reading a FIFO would wait for a writer forever.
+        raise ModelError(f"{where}: adapter_config.json is not a regular file")
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelError(f"{where}: no adapter_config.json there; not a PEFT adapter") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ModelError(f"{where}: adapter_config.json is not readable JSON ({exc})") from None
     if not isinstance(config, dict) or config.get("peft_type") != "LORA":
         kind = config.get("peft_type") if isinstance(config, dict) else None
         raise ModelError(f"{where}: a {kind or 'non-PEFT'} adapter; only LoRA adapters are served")
-    weights = [p for p in path.iterdir() if p.name.startswith("adapter_model.")]
+    weights = [p for p in path.iterdir() if p.name.startswith("adapter_model.") and p.is_file()]
     if not weights:
         raise ModelError(f"{where}: no adapter_model.safetensors (or .bin) beside the config")
     rank = config.get("r")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ModelError(f"{where}: adapter_config.json has no valid rank 'r'")
     ranks = config.get("rank_pattern") or {}
-    rank = max([rank, *(int(r) for r in ranks.values() if isinstance(r, int))])
+    if not isinstance(ranks, dict):
+        raise ModelError(f"{where}: adapter_config.json's rank_pattern is not a mapping")
+    rank = max([rank, *(r for r in ranks.values() if type(r) is int and r > 0)])
     return Adapter(name=name, path=str(path.resolve()), rank=rank)
 
 

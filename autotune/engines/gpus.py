@@ -124,33 +124,46 @@ def visible_gpus() -> list[Gpu]:
     return chosen
 
 
+def parse_gpu_spec(spec: str) -> list[int] | None:
+    """`all` (None) or the indices of `--gpus 0,1,3`; one SpaceError line for anything else,
+    before any GPU is looked for."""
+    if not spec.strip():
+        raise SpaceError("--gpus is empty; write e.g. --gpus 0,1 or --gpus all")
+    if spec.strip().lower() == "all":
+        return None
+    indices: list[int] = []
+    for part in (p.strip() for p in spec.split(",")):
+        # ASCII digits only: str.isdigit also takes '²' and '٣', which int() then refuses or
+        # reads as another number.
+        if not (part.isascii() and part.isdigit()) or len(part) > 4:
+            raise SpaceError(
+                f"--gpus {spec}: {part!r} is not a GPU index; write e.g. --gpus 0,1 or --gpus all"
+            )
+        if int(part) in indices:
+            raise SpaceError(f"--gpus {spec}: GPU {part} is named twice")
+        indices.append(int(part))
+    return indices
+
+
 def select_gpus(spec: str) -> list[Gpu]:
     """The GPUs `--gpus` names: `all`, or indices like `0,1,3`. One line for a wrong value."""
+    wanted = parse_gpu_spec(spec)
     available = detect_gpus()
     if not available:
         raise SpaceError(
             f"--gpus {spec}: this machine has no NVIDIA GPU that the driver can see; leave "
             "--gpus out to run on the CPU"
         )
-    if spec.strip().lower() == "all":
+    if wanted is None:
         return available
     by_index = {gpu.index: gpu for gpu in available}
-    chosen: list[Gpu] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part.isdigit():
-            raise SpaceError(
-                f"--gpus {spec}: {part!r} is not a GPU index; write e.g. --gpus 0,1 or --gpus all"
-            )
-        gpu = by_index.get(int(part))
-        if gpu is None:
-            raise SpaceError(
-                f"--gpus {spec}: there is no GPU {part} (this machine has "
-                f"{', '.join(str(i) for i in by_index)})"
-            )
-        if gpu in chosen:
-            raise SpaceError(f"--gpus {spec}: GPU {part} is named twice")
-        chosen.append(gpu)
-    return chosen
+    missing = [index for index in wanted if index not in by_index]
+    if missing:
+        raise SpaceError(
+            f"--gpus {spec}: there is no GPU {missing[0]} (this machine has "
+            f"{', '.join(str(i) for i in by_index)})"
+        )
+    return [by_index[index] for index in wanted]
 
 
 def pinned_env(gpus: list[Gpu]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,17 @@ class EvalItem(BaseModel):
         return self._base_dir / self.image
 
     def load_image(self) -> Image.Image:
-        """The item's image as RGB pixels (decoded now, not at load time)."""
-        with Image.open(self.image_path) as img:
-            return img.convert("RGB")
+        """The item's image as RGB pixels; an EvalsetError naming the item and its file when
+        it cannot be decoded (it changed since the set was loaded)."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # what PIL skips: the decode says what counts
+                with Image.open(self.image_path) as img:
+                    return img.convert("RGB")
+        except Exception as exc:  # PIL raises many unrelated types for a corrupt file
+            raise EvalsetError(
+                f"item {self.id!r}: image {self.image_path} cannot be decoded: {exc}"
+            ) from None
 
 
 class EvalSet(BaseModel):
@@ -175,13 +184,19 @@ def _check_image(item: EvalItem) -> str | None:
             f"image {item.image!r} is outside the set's folder; give a path relative to the "
             "JSONL file, inside its folder"
         )
-    if not item.image_path.is_file():
+    if not item.image_path.exists():
         return f"image {item.image!r} not found (looked for {item.image_path})"
+    if not item.image_path.is_file():
+        return f"image {item.image!r} is not a regular file (a folder, FIFO or device)"
     try:
-        with Image.open(item.image_path) as img:
-            img.verify()  # checks the file's structure without decoding all pixels
+        # PIL warns about what it skips in a damaged file; the decode below says what counts.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(item.image_path) as img:
+                # Every pixel: a truncated file passes a structure check, then fails a trial.
+                img.load()
     except Exception as exc:  # PIL raises many unrelated types for a corrupt file
-        return f"image {item.image!r} cannot be read: {exc}"
+        return f"image {item.image!r} cannot be decoded: {exc}"
     return None
 
 
@@ -206,6 +221,9 @@ def load_evalset(path_or_name: str | Path) -> EvalSet:
             line.
     """
     name, path = resolve_evalset(path_or_name)
+    if path.exists() and not path.is_file():
+        # Reading a FIFO would wait for a writer forever.
+        raise EvalsetError(f"evaluation set {path} is not a regular file (a FIFO or a device)")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

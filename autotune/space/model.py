@@ -27,6 +27,7 @@ from autotune.params import (
     SAMPLING_PARAMS,
     SERVER_BACKENDS,
     TrialConfig,
+    no_effect_message,
 )
 from autotune.space.settings import (
     Candidate,
@@ -144,6 +145,10 @@ class SearchSpace(_Strict):
                 config = self.candidate_config(candidate.name)
             except ValidationError as exc:
                 raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
+            # Never dropped: the trial would carry the candidate's name for another config.
+            problem = no_effect_message(config.backend, list(candidate.config))
+            if problem is not None:
+                raise ValueError(f"candidates[{index}] ({candidate.name}): {problem}")
             for problem in config_problems(config.model_dump(), device=self.device):
                 raise ValueError(f"candidates[{index}].config: {problem}")
         # The reference is measured first and need not be a candidate (an in-process baseline
@@ -415,6 +420,13 @@ class SearchSpace(_Strict):
                 f"{self.reference_config().tensor_parallel} GPUs and this run has {count}; "
                 "give more with --gpus, or lower it"
             )
+        for candidate in self.candidates:
+            needs = self.candidate_config(candidate.name).tensor_parallel
+            if needs > count:
+                raise SpaceError(
+                    f"{where}: candidate '{candidate.name}' needs tensor_parallel {needs} GPUs "
+                    f"and this run has {count}; give more with --gpus, or lower it"
+                )
         spec = self.params.get("tensor_parallel")
         if spec is None:
             return self, []

@@ -25,7 +25,12 @@ from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.progress import SURPLUS, Progress
 from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.select import reference_trial
-from autotune.study.storage import StorageUnavailable, open_storage
+from autotune.study.storage import (
+    StorageUnavailable,
+    local_file,
+    open_storage,
+    remove_study_file,
+)
 from autotune.study.timeshare import study_time_share
 
 # Proposals of measured configurations in a row after which the space counts as exhausted.
@@ -36,6 +41,19 @@ FAILURES_IN_A_ROW = 5
 
 
 def open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSampler]:
+    """Create or resume the study. A study file this run creates is removed again when the
+    study cannot be set up in it (a full disk), so a rerun starts clean and finds one study."""
+    stored = local_file(plan.storage_url)
+    new_file = stored is not None and not stored.exists()
+    try:
+        return _open_study(plan)
+    except BaseException:
+        if new_file and stored is not None:
+            remove_study_file(stored)
+        raise
+
+
+def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSampler]:
     space = plan.space
     storage = open_storage(plan.storage_url, create=True)
     # Failed trials are reported by our progress lines; Optuna's own warning would add a

@@ -17,9 +17,13 @@ a measured trial.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import random
+import re
+import sqlite3
 import sys
 import time
 import warnings
@@ -81,16 +85,44 @@ def default_storage_url(study_name: str, *, several_writers: bool = False) -> st
     return f"sqlite:///{sqlite}"
 
 
+# Query parameters that carry a secret (`?password=...`, libpq's `sslpassword`, a token).
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
+_SECRET_QUERY = re.compile(r"((?:^|[?&;])[^=&;?]*(?:pass|pwd|secret|token)[^=&;]*=)[^&;]*", re.I)
+
+
 def display_url(url: str) -> str:
-    """The URL as it may be printed: a password is masked."""
+    """The URL as it may be printed: a password is masked, in the user part and the query."""
     if is_journal(url):
         return url
     try:
         from sqlalchemy.engine import make_url
 
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        shown = parsed.set(query={}).render_as_string(hide_password=True)
+        pairs = [
+            f"{key}={'***' if _SECRET_KEY.search(key) else value}"
+            for key, values in parsed.query.items()
+            for value in (values if isinstance(values, tuple) else (values,))
+        ]
+        return shown + ("?" + "&".join(pairs) if pairs else "")
     except Exception:  # not a URL SQLAlchemy can read: show what cannot hold a password
-        return url.split("@", 1)[-1] if "@" in url else url
+        text = url.split("@", 1)[-1] if "@" in url else url
+        return _SECRET_QUERY.sub(r"\1***", text)
+
+
+def _secrets(url: str) -> list[str]:
+    """The passwords a URL carries: its user part's and its query's."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        return []
+    found = [str(parsed.password)] if parsed.password else []
+    for key, values in parsed.query.items():
+        if _SECRET_KEY.search(key):
+            found += [v for v in (values if isinstance(values, tuple) else (values,)) if v]
+    return found
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -119,6 +151,7 @@ def check_storage_url(url: str, *, create: bool) -> None:
     shown = display_url(url)
     if is_journal(url):
         _check_local_path(Path(url), shown, create=create)
+        _check_journal_content(Path(url), shown)
         return
     try:
         from sqlalchemy.engine import make_url
@@ -140,26 +173,170 @@ def check_storage_url(url: str, *, create: bool) -> None:
     if url.rstrip().endswith("/"):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
     _check_local_path(Path(name), shown, create=create)
+    _check_sqlite_content(Path(name), shown, create=create)
+
+
+# Optuna's own tables (its RDB schema, and the migration tool's bookkeeping): a database that
+# holds any other table belongs to another program, which a study must not write into.
+OPTUNA_TABLES = frozenset(
+    {
+        "studies",
+        "study_directions",
+        "study_system_attributes",
+        "study_user_attributes",
+        "trial_heartbeats",
+        "trial_intermediate_values",
+        "trial_params",
+        "trial_system_attributes",
+        "trial_user_attributes",
+        "trial_values",
+        "trials",
+        "version_info",
+        "alembic_version",
+    }
+)
+# What an Optuna schema that was created to the end always has (the unique study name).
+_SCHEMA_COMPLETE_INDEX = "ix_studies_study_name"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_journal_content(path: Path, shown: str) -> None:
+    """An existing journal starts with one of Optuna's JSON log records."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        first = handle.readline(1 << 20)
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise StudyError(
+            f"storage '{shown}': {path} is not an Optuna journal; give another file (a new one "
+            "is created)"
+        )
+
+
+def _check_sqlite_content(path: Path, shown: str, *, create: bool) -> None:
+    """An existing SQLite file holds Optuna's tables only. A schema left half-made by a run
+    that failed while creating it (a full disk), with no trial in it, is removed by a run
+    (create=True) and reported by a reader."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if header != _SQLITE_HEADER:
+        raise StudyError(f"storage '{shown}': {path} is not a SQLite database; give another file")
+    read_only = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(
+            sqlite3.connect(read_only, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+        ) as db:
+            rows = db.execute("SELECT type, name FROM sqlite_master").fetchall()
+            tables = {name for kind, name in rows if kind == "table"}
+            indexes = {name for kind, name in rows if kind == "index"}
+            trials = 0
+            if "trials" in tables:
+                trials = db.execute("SELECT count(*) FROM trials").fetchone()[0]
+    except sqlite3.Error as exc:
+        if _is_busy(exc):
+            return  # another run is writing to it: a study, which the open will wait for
+        raise StudyError(f"storage '{shown}': {path} cannot be read as SQLite ({exc})") from None
+    foreign = sorted(name for name in tables - OPTUNA_TABLES if not name.startswith("sqlite_"))
+    if foreign:
+        raise StudyError(
+            f"storage '{shown}': {path} is another program's database (it holds "
+            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); give a file of "
+            "its own for the study"
+        )
+    if tables and _SCHEMA_COMPLETE_INDEX not in indexes and not trials:
+        # Nothing measured is in it, and Optuna would add studies of the same name to it.
+        if not create:
+            raise StudyError(
+                f"storage '{shown}': {path} holds a study schema a run could not finish "
+                "creating, and no trial; `autotune run` with it starts afresh"
+            )
+        path.unlink()
 
 
 def _check_local_path(path: Path, shown: str, *, create: bool) -> None:
+    """A study file: a regular file (or none yet, in a folder autotune may write to)."""
     if path.name in ("", ".", ".."):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
     if path.is_dir():
         raise StudyError(f"storage '{shown}': {path} is a folder, not a database file")
+    if path.exists() and not path.is_file():
+        # Opening a FIFO would wait for a writer forever; a device is nobody's study.
+        raise StudyError(
+            f"storage '{shown}': {path} is not a regular file (a FIFO, socket or device); "
+            "give a database file"
+        )
     parent = path.parent
     if create and not parent.is_dir() and parent.resolve() != STUDIES_DIR.resolve():
         raise StudyError(
             f"storage '{shown}': the folder {parent} does not exist; create it first (only "
             f"{STUDIES_DIR}/ is made for you)"
         )
+    if path.is_file():
+        wanted = os.R_OK | (os.W_OK if create else 0)
+        if not os.access(path, wanted):
+            how = "read and write" if create else "read"
+            raise StudyError(f"storage '{shown}': no permission to {how} {path}")
+    elif create and parent.is_dir() and not _can_create_in(parent):
+        raise StudyError(
+            f"storage '{shown}': cannot create a file in {parent} (read-only, or not a disk "
+            "folder); give a path in a folder you can write to"
+        )
+
+
+# Kernel file systems hold no user files: os.access says root may write there, open says no.
+_PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
+
+
+def _can_create_in(folder: Path) -> bool:
+    resolved = folder.resolve()
+    if any(resolved == root or root in resolved.parents for root in _PSEUDO_FILESYSTEMS):
+        return False
+    if not os.access(resolved, os.W_OK | os.X_OK):
+        return False
+    try:
+        return not os.statvfs(resolved).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
 
 
 def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
-    """The study's storage; with create=False a missing file is an error, not a new file."""
+    """The study's storage; with create=False a missing file is an error, not a new file.
+
+    A file this call creates is removed again when the storage cannot be opened in it (a full
+    disk, a folder that refuses it), so a failed run leaves nothing behind.
+    """
     check_storage_url(url, create=create)
-    if is_journal(url):
-        return _open_journal(Path(url), create=create)
+    created = local_file(url)
+    if created is not None and created.exists():
+        created = None  # not ours to remove
+    try:
+        if is_journal(url):
+            return _open_journal(Path(url), create=create)
+        return _open_database(url, create=create)
+    except BaseException:
+        if created is not None:
+            remove_study_file(created)
+        raise
+
+
+def remove_study_file(path: Path) -> None:
+    """A database file and what SQLite or the journal keep beside it."""
+    for companion in (path, *(path.with_name(path.name + s) for s in _COMPANION_SUFFIXES)):
+        with contextlib.suppress(OSError):
+            companion.unlink()
+
+
+# SQLite's rollback journal and write-ahead log; the journal storage's lock file.
+_COMPANION_SUFFIXES = ("-journal", "-wal", "-shm", ".lock")
+
+
+def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     shown = display_url(url)
     sqlite_file = _sqlite_file(url)
     engine_kwargs: dict[str, Any] = {}
@@ -171,6 +348,8 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
             )
         sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+    else:
+        _check_server_tables(url, shown)
     kwargs: dict[str, Any] = {"engine_kwargs": engine_kwargs}
     if create:
         # A heartbeat lets a later run (or another machine) fail trials whose process died;
@@ -199,6 +378,32 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     raise AssertionError("unreachable")
 
 
+def _check_server_tables(url: str, shown: str) -> None:
+    """A database server's database holds Optuna's tables only (or none yet)."""
+    try:
+        from sqlalchemy import create_engine, inspect
+
+        engine = create_engine(url)
+    except ImportError as exc:
+        raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
+    except Exception as exc:
+        message = _masked(str(exc), url)
+        raise StudyError(f"storage '{shown}' is not a database URL: {message}") from None
+    try:
+        tables = set(inspect(engine).get_table_names())
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StudyError(f"cannot open storage '{shown}': {_masked(first, url)}") from None
+    finally:
+        engine.dispose()
+    foreign = sorted(tables - OPTUNA_TABLES)
+    if foreign:
+        raise StudyError(
+            f"storage '{shown}' holds tables of another program ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); give a database of its own for studies"
+        )
+
+
 def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
     if not create and not path.is_file():
         raise StudyError(
@@ -210,8 +415,16 @@ def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
     # The open lock (O_EXCL lock file) rather than Optuna's default symlink lock: both work on
     # a local disk, and this one also on file systems without symlinks. Its 30 s grace period
     # breaks a lock that a killed process left behind.
-    backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
-    return GuardedJournalStorage(backend)
+    try:
+        backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        return GuardedJournalStorage(backend)
+    except OSError as exc:
+        raise StudyError(f"cannot open storage '{path}': {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:  # a line that is not Optuna's JSON
+        raise StudyError(
+            f"storage '{path}' is not a readable Optuna journal ({type(exc).__name__}); give "
+            "another file"
+        ) from None
 
 
 class GuardedJournalStorage(optuna.storages.JournalStorage):
@@ -233,14 +446,10 @@ def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _masked(message: str, url: str) -> str:
-    """`message` without the password of `url`, wherever a driver quoted it."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        password = make_url(url).password
-    except Exception:
-        password = None
-    return message.replace(str(password), "***") if password else message
+    """`message` without the passwords of `url`, wherever a driver quoted them."""
+    for secret in _secrets(url):
+        message = message.replace(secret, "***")
+    return message
 
 
 # A study attribute per trial Optuna's heartbeat failed: the trial itself is FAIL by then, and
@@ -304,9 +513,8 @@ def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
                 if refusal is None:
                     raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
                 if not _is_busy(refusal) or attempt == WRITE_RETRIES:
-                    raise StorageUnavailable(
-                        f"cannot write to the study's storage: {_first_line(refusal)}"
-                    ) from exc
+                    why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
+                    raise StorageUnavailable(f"cannot write to the study's storage: {why}") from exc
                 time.sleep(min(10.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
         raise AssertionError("unreachable")
 
