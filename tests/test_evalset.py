@@ -307,3 +307,19 @@ def test_chinese_line() -> None:
     it = synth.chinese_line(random.Random(2), n_chars=12)
     assert len(it.answers[0]) >= 12 and it.metric == "cer"
     assert all("\u4e00" <= ch <= "\u9fff" for ch in it.answers[0])
+
+
+def test_a_truncated_image_is_caught_even_where_pil_was_told_to_tolerate_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Importing LMDeploy switches PIL's truncated-image tolerance on for the whole process."""
+    from PIL import ImageFile
+
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    path = write_set(tmp_path, [item(image="images/cut.png")])
+    noise = Image.frombytes("RGB", (64, 48), bytes(range(256)) * 36)
+    noise.save(tmp_path / "images" / "full.png")
+    whole = (tmp_path / "images" / "full.png").read_bytes()
+    (tmp_path / "images" / "cut.png").write_bytes(whole[: len(whole) // 2])
+    assert "cannot be decoded" in load_error(path)
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # left as it was found

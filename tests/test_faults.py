@@ -21,7 +21,7 @@ import pytest
 from optuna.trial import TrialState
 from small_space import small_space
 
-from autotune.study.storage import open_storage
+from autotune.study.storage import StorageUnavailable, open_storage
 
 pytestmark = pytest.mark.slow
 # Eight configurations: enough for three measured trials whatever the sampler repeats.
@@ -231,6 +231,32 @@ def full_disk(folder: Path) -> object:
         yield filler
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_heartbeat_the_full_disk_refuses_is_skipped_and_the_next_write_says_why(
+    tmp_path: Path,
+) -> None:
+    """Optuna beats from a background thread, where an exception is only a traceback on
+    stderr: a refused beat is skipped, and the trial's own next write reports the disk."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        storage = open_storage(f"sqlite:///{disk}/s.db", create=True)
+        study = optuna.create_study(study_name="s", storage=storage)
+        trial = study.ask()
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as handle:
+            while True:
+                handle.write(b"\0" * 4096)
+        # Enough rows that SQLite needs a new page for them.
+        for _ in range(50):
+            storage.record_heartbeat(trial._trial_id)  # no exception: skipped
+        with pytest.raises(StorageUnavailable, match="full"):
+            for index in range(200):
+                trial.set_user_attr(f"attr-{index}", "x" * 2000)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])

@@ -12,15 +12,17 @@ broken set fails before any model is loaded rather than halfway through a study.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import warnings
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
+from PIL import Image, ImageFile
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from autotune.errors import EvalsetError
@@ -190,7 +192,7 @@ def _check_image(item: EvalItem) -> str | None:
         return f"image {item.image!r} is not a regular file (a folder, FIFO or device)"
     try:
         # PIL warns about what it skips in a damaged file; the decode below says what counts.
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), strict_decoding():
             warnings.simplefilter("ignore")
             with Image.open(item.image_path) as img:
                 # Every pixel: a truncated file passes a structure check, then fails a trial.
@@ -198,6 +200,18 @@ def _check_image(item: EvalItem) -> str | None:
     except Exception as exc:  # PIL raises many unrelated types for a corrupt file
         return f"image {item.image!r} cannot be decoded: {exc}"
     return None
+
+
+@contextlib.contextmanager
+def strict_decoding() -> Iterator[None]:
+    """PIL's truncated-image tolerance off while checking: LMDeploy (and ModelScope) switch
+    it on for the whole process when imported, and a truncated file would then pass."""
+    before = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        yield
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = before
 
 
 def _parse_line(line: str, where: str) -> Any:

@@ -145,12 +145,12 @@ class SearchSpace(_Strict):
                 config = self.candidate_config(candidate.name)
             except ValidationError as exc:
                 raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
-            # Never dropped: the trial would carry the candidate's name for another config.
-            problem = no_effect_message(config.backend, list(candidate.config))
-            if problem is not None:
-                raise ValueError(f"candidates[{index}] ({candidate.name}): {problem}")
             for problem in config_problems(config.model_dump(), device=self.device):
                 raise ValueError(f"candidates[{index}].config: {problem}")
+            # Never dropped: the trial would carry the candidate's name for another config.
+            lacking = no_effect_message(config.backend, list(candidate.config))
+            if lacking is not None:
+                raise ValueError(f"candidates[{index}] ({candidate.name}): {lacking}")
         # The reference is measured first and need not be a candidate (an in-process baseline
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.

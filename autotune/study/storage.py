@@ -547,8 +547,27 @@ _WRITES = (
     "set_trial_user_attr",
     "set_trial_system_attr",
 )
-for _name in (*_WRITES, "record_heartbeat"):
+for _name in _WRITES:
     setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
+
+
+def _best_effort(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A heartbeat written from Optuna's background thread: a refused one is skipped, since an
+    exception there is only a traceback on stderr. The trial's own next write, in the main
+    thread, reports the storage in one line; a later beat tries again."""
+
+    @functools.wraps(method)
+    def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(StorageUnavailable):
+            return method(self, *args, **kwargs)
+        return None
+
+    return wrapper
+
+
+RetryingRDBStorage.record_heartbeat = _best_effort(  # type: ignore[method-assign]
+    _retrying(optuna.storages.RDBStorage.record_heartbeat)
+)
 for _name in _WRITES:
     journal_write = getattr(optuna.storages.JournalStorage, _name)
     setattr(GuardedJournalStorage, _name, _journal_guarded(journal_write))
