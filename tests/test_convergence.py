@@ -226,10 +226,14 @@ def test_the_rule_caps_a_rate_that_never_settles_and_a_window_that_never_narrows
 # --- a real closed loop -------------------------------------------------------------------------
 
 
-def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start() -> None:
+@pytest.mark.parametrize("tokens_per_chunk", [1, 16])
+def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start(
+    tokens_per_chunk: int,
+) -> None:
     """Four requests in flight against a fake engine that streams slowly for its first 1.5 s:
     the load never drops below four, the rule waits until the rate has settled, and the
-    recorded figure is the fast rate."""
+    recorded figure is the fast rate; also where each chunk carries 16 tokens, as a busy
+    server's do."""
     live = LiveTokens()
     in_flight = most = 0
     began = time.perf_counter()
@@ -248,7 +252,8 @@ def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start()
             live.add(stamps[-1])
         in_flight -= 1
         end = stamps[-1]
-        timing = RequestTiming(start, stamps[0], end, end, chunks, chunks, tuple(stamps))
+        tokens = chunks * tokens_per_chunk
+        timing = RequestTiming(start, stamps[0], end, end, tokens, chunks, tuple(stamps))
         return ChatReply(prompt.item_id, "x", timing)
 
     prompts = [ChatPrompt(f"i{n}", None, "p") for n in range(3)]  # type: ignore[arg-type]
@@ -256,6 +261,10 @@ def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start()
     run = asyncio.run(closed_loop_until(send, prompts, 4, steady_rule, live=live))
     assert most == 4
     assert run.stop_reason == CONVERGED
+    # The trail says what the rule saw: the last entry is the stop, with the interval it met.
+    assert run.trail[-1]["stop"] == CONVERGED
+    assert run.trail[-1]["ci_rel"] is not None and run.trail[-1]["ci_rel"] <= 0.1
+    assert [entry["stop"] for entry in run.trail[:-1]] == [None] * (len(run.trail) - 1)
     assert {r.item_id for r in run.replies} == {"i0", "i1", "i2"}  # the workload cycles
     figures = summarize(
         [r.timing for r in run.replies],
@@ -264,7 +273,8 @@ def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start()
         min_warmup_s=run.min_warmup_s,
     )
     assert figures["load_warmup_s"] >= 1.4
-    ideal = 4 * chunks / (chunks * fast_delay)  # tokens/s with no scheduling overhead
+    # Tokens/s with no scheduling overhead.
+    ideal = 4 * chunks * tokens_per_chunk / (chunks * fast_delay)
     assert 0.4 * ideal < figures["throughput_output_tokens_per_s"] < ideal
     assert math.isfinite(figures["throughput_ci_rel"])
 
@@ -288,3 +298,31 @@ def test_a_slow_climb_that_mser_misses_is_cut_and_a_falling_rate_never_settles()
         falling, batch_s=8.0, min_warmup_s=4.0, confidence=0.95, ends_s=wave_ends(4.0)
     )
     assert estimate is not None and not estimate.settled
+
+
+def test_live_tokens_weigh_coalesced_chunks_by_the_usage_they_carried() -> None:
+    """A busy server sends a 128-token answer in a handful of chunks: the live series counts
+    tokens (as the recorded figure does), not chunks, once each request completes, and
+    estimates the chunks still in flight from the completed ones."""
+    live = LiveTokens()
+    live.begin(0.0)
+    rng = np.random.default_rng(3)
+    timings = []
+    for n in range(40):
+        chunks = int(rng.integers(3, 9))  # 128 tokens in 3-8 events
+        stamps = tuple(sorted(rng.uniform(n * 0.25, n * 0.25 + 2.0, chunks)))
+        for at in stamps:
+            live.add(at)
+        timing = RequestTiming(n * 0.25, stamps[0], stamps[-1], stamps[-1], 128, chunks, stamps)
+        live.settle(timing)
+        timings.append(timing)
+    end = 40 * 0.25 + 2.5
+    series = live.series(end)
+    assert series.sum() == pytest.approx(40 * 128)
+    exact = token_series(timings, start=0.0, end=end)
+    assert np.allclose(series, exact[: len(series)])
+    # One more request in flight: its 4 chunks count as the completed mean per chunk.
+    per_chunk = 40 * 128 / sum(t.chunks or 0 for t in timings)
+    for at in (11.0, 11.1, 11.2, 11.3):
+        live.add(at)
+    assert live.series(12.0).sum() == pytest.approx(40 * 128 + 4 * per_chunk)

@@ -42,10 +42,11 @@ def test_terminal_shows_a_bar_with_phase_and_best(study: optuna.Study) -> None:
     out = buffer.getvalue()
     assert "trial 2: load test" in out
     assert "trial 6: accuracy" in out
-    assert "2/4" in out  # the bar counts finished trials
+    assert "1/4" in out  # the bar counts counted trials: a failed one does not count
     assert "[1/4] trial 2 0 s: 305.5 tok/s, p95 4200 ms, acc 0.880" in out
     assert "best: trial 2 (305.5 tok/s, p95 4200 ms)" in out
-    assert "[2/4] trial 6 0 s: FAIL (out of memory; the sampler now avoids this region)" in out
+    assert "[not counted] trial 6 0 s: FAIL (out of memory; the sampler now avoids this" in out
+    assert "[2/4]" not in out
 
 
 def test_not_a_terminal_writes_plain_lines_per_trial_and_phase(study: optuna.Study) -> None:
@@ -54,7 +55,8 @@ def test_not_a_terminal_writes_plain_lines_per_trial_and_phase(study: optuna.Stu
     lines = buffer.getvalue().splitlines()
     assert lines[0] == "study 'small': 0/4 trials finished"
     trial_lines = [line.split(" s:")[0] for line in lines[1:] if line.startswith("[")]
-    assert trial_lines == ["[1/4] trial 2 0", "[2/4] trial 6 0"]
+    # A failed trial does not count towards --trials and says so, not "[1/4]" again.
+    assert trial_lines == ["[1/4] trial 2 0", "[not counted] trial 6 0"]
     # A long GPU trial's log says where it is: one indented line per phase, in order.
     phases = [line.split(": ")[1].split(" (")[0] for line in lines if line.startswith("  trial 6")]
     assert phases == ["starting", "loading", "warm-up", "screening", "load test", "accuracy"]
@@ -83,3 +85,26 @@ def test_best_and_export_json(small_study: tuple[str, str]) -> None:
     data = json.loads(export.output)
     assert data["trial"] == 2
     assert data["argv"][:3] == ["lmdeploy", "serve", "api_server"]
+
+
+def test_the_time_line_counts_trials_as_the_progress_lines_do() -> None:
+    """The summary names the failed and repeated trials that the `[k/N]` count left out."""
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.study.timeshare import time_share
+
+    def trial(state: TrialState, **attrs: object) -> optuna.trial.FrozenTrial:
+        time_s = {"total": 10.0, "startup": 2.0, "measuring": 6.0}
+        values = [1.0] if state == TrialState.COMPLETE else None
+        return create_trial(state=state, values=values, user_attrs={"time_s": time_s, **attrs})
+
+    trials = [
+        trial(TrialState.COMPLETE, launch_id="a"),
+        trial(TrialState.COMPLETE, launch_id="a", duplicate_of=0),
+        trial(TrialState.FAIL, launch_id="b", failure_kind="oom"),
+        trial(TrialState.COMPLETE, launch_id="b"),
+    ]
+    share = time_share(trials)
+    assert share.line().startswith("40 s in 4 trials (2 failed or repeated, not counted) on 2")
+    assert share.to_dict()["trials_not_counted"] == 2
+    assert "not counted" not in time_share(trials[:1]).line()

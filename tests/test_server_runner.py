@@ -34,6 +34,7 @@ from autotune.engines import server_process as server_runner
 from autotune.engines.server import ServerSession
 from autotune.errors import TrialFailure
 from autotune.export import Export
+from autotune.measure.lengths import AnswerLengths
 from autotune.params import REQUEST_PARAMS, TrialConfig
 from autotune.space import SearchSpace, Workload, load_space
 
@@ -164,6 +165,7 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
         "memory_source",
         "environment",
         "repeated_requests",
+        "stop_rule_trail",
     }
     assert result["repeated_requests"] == 0  # workload.repeat_image_share is 0: all fresh
     assert len(result["timings"]) == 6  # workload.max_requests
@@ -215,6 +217,24 @@ def test_forced_output_length_gives_every_load_request_equal_work() -> None:
     assert [t["output_tokens"] for t in result["timings"]] == [12] * 6
     assert all(len(t["chunk_times"]) == 12 for t in result["timings"])
     assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
+    assert not leftovers(marker)
+
+
+def test_spread_output_lengths_follow_one_seeded_sequence() -> None:
+    """workload.output_tokens_spread: each load request asks for its own length from one seeded
+    sequence, the same for every trial, so work stays equal while requests end out of step."""
+    marker = token()
+    spread = space(output_tokens=12, output_tokens_spread=0.5, max_requests=12)
+    result = measure_command(
+        fake(marker, fmt="lmdeploy"),
+        config=spread.reference_config(),
+        prompts=PROMPTS,
+        space=spread,
+    )
+    lengths = [t["output_tokens"] for t in result["timings"]]
+    expected = AnswerLengths(12, 0.5)
+    assert sorted(lengths) == sorted(expected.next() for _ in lengths)
+    assert min(lengths) >= 6 and max(lengths) <= 18 and len(set(lengths)) > 1
     assert not leftovers(marker)
 
 

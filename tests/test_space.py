@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from autotune.errors import SpaceError
+from autotune.measure.lengths import AnswerLengths, length_bounds
 from autotune.params import PARAM_NAMES, TrialConfig
 from autotune.space import builtin_spaces, load_space
 
@@ -333,3 +334,17 @@ def test_a_forced_answer_length_is_refused_where_swift_would_measure_or_deploy(
     }
     with pytest.raises(SpaceError, match="swift requests cannot force an answer length"):
         load_space(str(write_space(tmp_path, swift_trials)))
+
+
+def test_spread_answer_lengths_need_a_mean_and_stay_equal_work(tmp_path: Path) -> None:
+    spread_alone = {**BASE, "deploy": "lmdeploy", "workload": {"output_tokens_spread": 0.5}}
+    with pytest.raises(SpaceError, match="output_tokens is not set"):
+        load_space(str(write_space(tmp_path, spread_alone)))
+    # Every trial draws the same sequence, centred on the mean and inside its bounds.
+    first, second = AnswerLengths(128, 0.5), AnswerLengths(128, 0.5)
+    drawn = [first.next() for _ in range(4000)]
+    assert drawn == [second.next() for _ in range(4000)]
+    assert (min(drawn), max(drawn)) == (64, 192)
+    assert abs(sum(drawn) / len(drawn) - 128) < 2
+    assert {AnswerLengths(128).next() for _ in range(5)} == {128}
+    assert length_bounds(1, 0.9) == (1, 2)

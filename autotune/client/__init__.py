@@ -10,13 +10,14 @@ from autotune.client.chat import (
     normalize_base_url,
 )
 from autotune.client.load import closed_loop, closed_loop_until, open_loop
-from autotune.client.passes import http_client, run_passes
+from autotune.client.passes import ForcedFields, http_client, run_passes
 
 __all__ = [
     "ChatClient",
     "ChatError",
     "ChatPrompt",
     "ChatReply",
+    "ForcedFields",
     "closed_loop",
     "closed_loop_until",
     "http_client",

@@ -97,13 +97,18 @@ class ChatClient:
         self.image_max_side = image_max_side
         self.on_chunk = on_chunk
 
-    async def send(self, prompt: ChatPrompt) -> ChatReply:
+    async def send(
+        self, prompt: ChatPrompt, extra_fields: dict[str, Any] | None = None
+    ) -> ChatReply:
+        """One streamed answer; `extra_fields` join this request's body only (a load test's
+        forced length)."""
         start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
         # PIL releases the GIL while encoding; a thread keeps other streams' clocks honest.
         image_url = await asyncio.to_thread(
             image_data_url, prompt.image, self.image_max_side, prompt.mark
         )
-        body = chat_body(self.model, prompt.prompt, image_url, self.fields)
+        fields = {**self.fields, **extra_fields} if extra_fields else self.fields
+        body = chat_body(self.model, prompt.prompt, image_url, fields)
         first: float | None = None
         last: float | None = None
         parts: list[str] = []

@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,11 +20,14 @@ import numpy as np
 from autotune.client.chat import ChatPrompt, ChatReply
 from autotune.measure.convergence import (
     MAX_REQUESTS,
+    TRAIL_EVERY_S,
     LoadSnapshot,
     SteadyRule,
     first_round_end,
+    trail_entry,
 )
 from autotune.measure.steady import BIN_S
+from autotune.measure.timing import RequestTiming
 
 Send = Callable[[ChatPrompt], Coroutine[Any, Any, ChatReply]]
 T = TypeVar("T")
@@ -64,33 +67,77 @@ async def closed_loop(
 
 
 class LiveTokens:
-    """Chunks of text counted as they arrive, per BIN_S bin since the load began: what the stop
-    rule sees while requests are still running (the recorded figure counts usage tokens)."""
+    """Output tokens as they arrive, per BIN_S bin since the load began: what the stop rule sees
+    while requests are still running.
+
+    A chunk of text is not a token: a busy server coalesces what it decoded since its last
+    event (LMDeploy at concurrency 64 on the H200 sent about 6 chunks for a 128-token answer,
+    and fewer as the load went on), so a count of chunks is neither the rate nor a steady
+    proxy for it. A chunk counts once when it arrives; when its request completes
+    (`settle`), its chunks are re-weighted by the request's usage tokens, exactly as the
+    recorded figure weighs them (autotune.measure.steady.token_series). Chunks of requests
+    still in flight count as the completed requests' mean tokens per chunk.
+    """
 
     def __init__(self) -> None:
         self.start: float | None = None
-        self._counts: list[float] = []
+        self._settled: list[float] = []  # tokens of completed requests
+        self._pending: list[float] = []  # chunks of requests still in flight
+        self._tokens = 0.0
+        self._chunks = 0
 
     def begin(self, start: float) -> None:
         self.start = start
-        self._counts = []
+        self._settled, self._pending = [], []
+        self._tokens, self._chunks = 0.0, 0
+
+    def _index(self, at: float) -> int | None:
+        if self.start is None or at < self.start:
+            return None
+        index = int((at - self.start) / BIN_S)
+        for grown in (self._settled, self._pending):
+            if index >= len(grown):
+                grown.extend([0.0] * (index + 1 - len(grown)))
+        return index
 
     def add(self, at: float) -> None:
-        if self.start is None or at < self.start:
+        index = self._index(at)
+        if index is not None:
+            self._pending[index] += 1.0
+
+    def settle(self, timing: RequestTiming) -> None:
+        """`timing`'s request completed: its chunks (each reported to `add`) now weigh its
+        usage tokens."""
+        if timing.output_tokens <= 0:
             return
-        index = int((at - self.start) / BIN_S)
-        if index >= len(self._counts):
-            self._counts.extend([0.0] * (index + 1 - len(self._counts)))
-        self._counts[index] += 1.0
+        stamps = list(timing.chunk_times)
+        for at in stamps:
+            index = self._index(at)
+            if index is not None:
+                self._pending[index] -= 1.0
+        if stamps:
+            each = timing.output_tokens / len(stamps)
+            self._tokens += timing.output_tokens
+            self._chunks += len(stamps)
+        else:  # no chunk times: the tokens spread from the first to the last
+            stamps = np.linspace(timing.first_token, timing.last_token, timing.output_tokens)
+            each = 1.0
+        for at in stamps:
+            index = self._index(float(at))
+            if index is not None:
+                self._settled[index] += each
 
     def series(self, now: float) -> np.ndarray:
         """Whole bins up to `now`: the bin still filling is left out."""
         if self.start is None:
             return np.zeros(0)
         bins = max(0, int((now - self.start) / BIN_S))
+        per_chunk = self._tokens / self._chunks if self._chunks else 1.0
         counts = np.zeros(bins)
-        known = self._counts[:bins]
-        counts[: len(known)] = known
+        known = min(bins, len(self._settled))
+        counts[:known] = np.asarray(self._settled[:known]) + per_chunk * np.asarray(
+            self._pending[:known]
+        )
         return counts
 
 
@@ -103,6 +150,8 @@ class LoadRun:
     stop: float  # when it stopped starting requests; the replies still running then drained
     stop_reason: str
     min_warmup_s: float  # the first round's turnover, from `start`
+    # What the stop rule saw every TRAIL_EVERY_S: why a load stopped where it did.
+    trail: list[dict[str, float | bool | str | None]] = field(default_factory=list)
 
 
 async def closed_loop_until(
@@ -118,7 +167,8 @@ async def closed_loop_until(
     """Cycle `workload` with `concurrency` requests in flight until `rule` stops it.
 
     The load is one from its first request: the rule cuts its warm-up where the rate settles
-    (autotune.measure.convergence). `send` must report its chunks to `live`. The replies are
+    (autotune.measure.convergence). `send` must report its chunks to `live` (the reply's
+    chunk_times, the same instants). The replies are
     in order of completion; those in flight at the stop drain before this returns.
     """
     concurrency = max(1, concurrency)
@@ -129,6 +179,7 @@ async def closed_loop_until(
     stop_at = 0.0
     turnover: float | None = None
     first_round_left = concurrency
+    trail: list[dict[str, float | bool | str | None]] = []
     t0 = time.perf_counter()
     live.begin(t0)
 
@@ -152,6 +203,7 @@ async def closed_loop_until(
             if started >= rule.max_requests:
                 stop_now(MAX_REQUESTS)
             reply = await send(prompt)
+            live.settle(reply.timing)
             replies.append(reply)
             e2e.append(reply.timing.e2e_s)
             if first:
@@ -175,6 +227,8 @@ async def closed_loop_until(
             reason = rule.reason_to_stop(snapshot)
             if reason is not None:
                 stop_now(reason)
+            if reason is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
+                trail.append(trail_entry(snapshot, rule, reason))
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(monitor()))
@@ -185,6 +239,7 @@ async def closed_loop_until(
         stop=stop_at,
         stop_reason=stop or MAX_REQUESTS,
         min_warmup_s=min_warmup_s() or 0.0,
+        trail=trail,
     )
 
 

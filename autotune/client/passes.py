@@ -20,6 +20,9 @@ from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
 
+# How a load-test request asks for an answer of exactly this many tokens (per server format).
+ForcedFields = Callable[[int], dict[str, Any]]
+
 
 def http_client(concurrency: int) -> httpx.AsyncClient:
     # trust_env=False: a proxy from the environment must never sit between us and the server.
@@ -38,14 +41,14 @@ async def run_passes(
     config: TrialConfig,
     fields: dict[str, Any],
     plan: MeasurePlan,
-    forced_fields: dict[str, Any] | None = None,
+    forced_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Load test (its warm-up included) and accuracy through one server; the result fields.
 
-    `forced_fields` join the load test's requests only: they make every answer
-    `plan.output_tokens` long (autotune.export.forced_length), so trials do equal work. The
-    accuracy pass sends the trial's own `fields` alone.
+    `forced_fields(tokens)` join the load test's requests only: they make each answer as long
+    as `plan.answer_lengths()` says (autotune.export.forced_length), so trials do equal work.
+    The accuracy pass sends the trial's own `fields` alone.
     """
     batch = config.batch_size
     by_id = {prompt.item_id: prompt for prompt in prompts}
@@ -72,17 +75,20 @@ async def run_passes(
             client,
             base_url=base_url,
             model=model,
-            fields={**fields, **(forced_fields or {})},
+            fields=fields,
             image_max_side=config.image_max_side,
             on_chunk=live.add,
         )
         workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
+        lengths = plan.answer_lengths() if forced_fields is not None else None
 
         async def send_load(prompt: ChatPrompt) -> ChatReply:
-            # A fresh image, or one this trial sent before (autotune.measure.repeats).
+            # A fresh image, or one this trial sent before (autotune.measure.repeats), and the
+            # next forced length: both drawn before the first await, so in start order.
             item_id, mark = repeats.next(prompt.item_id)
-            return await load_chat.send(dataclasses.replace(by_id[item_id], mark=mark))
+            extra = forced_fields(lengths.next()) if forced_fields and lengths else None
+            return await load_chat.send(dataclasses.replace(by_id[item_id], mark=mark), extra)
 
         if plan.request_rate_per_s is None:
             run = await closed_loop_until(
@@ -126,6 +132,7 @@ async def run_passes(
         "accuracy_s": accuracy_s,
         "timings": [reply.timing.to_dict() for reply in run.replies],
         "stop_reason": run.stop_reason,
+        "stop_rule_trail": run.trail,
         "predictions": predictions or {},
         "screened_out": False,
         "repeated_requests": repeats.repeated,

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
-from autotune.client import ChatError, ChatPrompt, run_passes
+from autotune.client import ChatError, ChatPrompt, ForcedFields, run_passes
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
@@ -61,7 +61,7 @@ def drive_passes(
     plan: MeasurePlan,
     timeout_s: float,
     on_phase: PhaseCallback | None,
-    forced_fields: dict[str, Any] | None = None,
+    forced_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
@@ -94,20 +94,24 @@ def drive_passes(
         raise TrialFailure(reason, kind=kind, log_tail=log_tail()) from None
 
 
-def load_fields(fmt: str | None, plan: MeasurePlan) -> dict[str, Any]:
-    """The fields that make every load-test answer `plan.output_tokens` long on `fmt`.
+def load_fields(fmt: str | None, plan: MeasurePlan) -> ForcedFields | None:
+    """How a load-test request on `fmt` asks for an answer of a given length; None when
+    `plan` does not force lengths.
 
     A space that forces the length on a server that cannot force it is refused when it is
     loaded (autotune.space.model), so reaching this without fields is a bug.
     """
     if plan.output_tokens is None:
-        return {}
-    fields = forced_length(fmt, plan.output_tokens)
-    if fields is None:
+        return None
+    if forced_length(fmt, plan.output_tokens) is None:
         raise TrialFailure(
             f"workload.output_tokens: {fmt} requests cannot force an answer length",
             kind="unsupported",
         )
+
+    def fields(tokens: int) -> dict[str, Any]:
+        return forced_length(fmt, tokens) or {}
+
     return fields
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from autotune.measure.convergence import SteadyRule
+from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
@@ -46,12 +47,19 @@ class MeasurePlan(BaseModel):
     confidence: float
     # Every load-test answer exactly this long (equal work); None: as the engine answers.
     output_tokens: int | None = None
+    output_tokens_spread: float = 0.0  # lengths spread around output_tokens (measure.lengths)
     request_rate_per_s: float | None = None
     accuracy_ids: list[str] | None = None  # None: no accuracy pass
     accuracy_batch_size: int = 1
     screening: ScreeningRequest | None = None
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
+
+    def answer_lengths(self) -> AnswerLengths | None:
+        """The forced length of each load-test request in start order; None: not forced."""
+        if self.output_tokens is None:
+            return None
+        return AnswerLengths(self.output_tokens, self.output_tokens_spread)
 
     def rule(self) -> SteadyRule:
         return SteadyRule(
@@ -93,6 +101,7 @@ def measure_plan(
         target_ci_rel=workload.target_ci_rel,
         confidence=workload.ci_confidence,
         output_tokens=workload.output_tokens,
+        output_tokens_spread=workload.output_tokens_spread,
         request_rate_per_s=workload.request_rate_per_s,
         accuracy_ids=accuracy_ids,
         accuracy_batch_size=accuracy_batch,

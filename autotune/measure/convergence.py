@@ -31,6 +31,8 @@ from autotune.measure.steady import (
 CONVERGED = "converged"
 MAX_SECONDS = "max_seconds"
 MAX_REQUESTS = "max_requests"
+# How often a load keeps what the rule saw (`stop_rule_trail` of a result; grid.py writes it).
+TRAIL_EVERY_S = 5.0
 
 
 def first_round_end(ends: Sequence[float], *, start: float, min_requests: int) -> float:
@@ -88,3 +90,28 @@ class SteadyRule:
         if estimate.window_s >= self.max_measure_s:
             return MAX_SECONDS
         return None
+
+
+def trail_entry(
+    snapshot: LoadSnapshot, rule: SteadyRule, reason: str | None
+) -> dict[str, float | bool | str | None]:
+    """What the rule saw in `snapshot` and decided (`reason`): a load keeps one every
+    TRAIL_EVERY_S, so a load that ran to its cap shows why it never converged."""
+    estimate = snapshot.estimate(rule.confidence)
+    entry: dict[str, float | bool | str | None] = {
+        "elapsed_s": round(snapshot.elapsed_s, 2),
+        "completed": snapshot.completed,
+        "tokens_seen": round(float(snapshot.series.sum())),
+        "stop": reason,
+    }
+    if estimate is not None:
+        entry.update(
+            settled=estimate.settled,
+            warmup_s=round(estimate.warmup_s, 2),
+            window_s=round(estimate.window_s, 2),
+            tokens_per_s=round(estimate.tokens_per_s, 1),
+            ci_rel=round(estimate.ci_rel, 4) if estimate.ci_rel < 1e9 else None,
+            batches=estimate.batches,
+            batch_s=round(estimate.batch_s, 2),
+        )
+    return entry

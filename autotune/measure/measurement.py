@@ -79,6 +79,7 @@ def to_measurement(
         )
         if space.workload.output_tokens is not None:
             figures["forced_output_tokens"] = float(space.workload.output_tokens)
+            figures["forced_output_tokens_spread_rel"] = space.workload.output_tokens_spread
     # Warm-up: the explicit one (in-process compilation) and the start of the load that was
     # cut off as not yet steady; measuring: the rest of the load, its drain included.
     load_warmup_s = figures.get("load_warmup_s", 0.0)

@@ -159,6 +159,17 @@ class Workload(_Strict):
         "max_new_tokens is no speed knob; the accuracy pass answers freely. None: answers as "
         "long as the model makes them.",
     )
+    output_tokens_spread: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Spread of the forced answer lengths around output_tokens: request k of "
+        "every trial asks for the k-th length of one seeded sequence, uniform within "
+        "output_tokens +- this share (autotune.measure.lengths). Equal lengths let a saturated "
+        "server lock into waves of prefill and decode that differ from launch to launch; 0: "
+        "every answer exactly output_tokens. Servers only: in-process static batches answer "
+        "exactly output_tokens.",
+    )
     target_ci_rel: float = Field(
         0.03,
         gt=0,
@@ -199,6 +210,15 @@ class Workload(_Strict):
             raise ValueError(
                 f"max_requests ({self.max_requests}) is below two passes of requests "
                 f"({self.requests})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _spread_needs_a_length(self) -> Workload:
+        if self.output_tokens_spread and self.output_tokens is None:
+            raise ValueError(
+                "output_tokens_spread spreads forced answer lengths, but output_tokens is not "
+                "set; set output_tokens (the mean length) or remove output_tokens_spread"
             )
         return self
 

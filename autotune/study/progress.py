@@ -187,7 +187,10 @@ class Progress:
     def trial_finished(
         self, study: optuna.Study, trial: FrozenTrial, *, counted: int | None = None
     ) -> None:
-        self.done = counted if counted is not None else self.done + 1
+        # Failed trials and repeated proposals do not count towards --trials: their lines say
+        # so instead of repeating the count of the trial before.
+        counts = "failure_kind" not in trial.user_attrs and "duplicate_of" not in trial.user_attrs
+        self.done = counted if counted is not None else self.done + int(counts)
         if trial.user_attrs.get("failure_kind") == SURPLUS:
             self.note(f"trial {trial.number} not run: {trial.user_attrs.get('failure_reason')}")
             return
@@ -197,12 +200,10 @@ class Progress:
         if trial.user_attrs.get("candidate"):
             tag = f" (candidate {trial.user_attrs['candidate']})"
         if "duplicate_of" in trial.user_attrs:
-            tag = (
-                f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run, "
-                "not counted)"
-            )
+            tag = f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run)"
+        prefix = f"[{self.done}/{self.total}]" if counts else "[not counted]"
         self.note(
-            f"[{self.done}/{self.total}] trial {trial.number}{tag} {seconds:.0f} s"
+            f"{prefix} trial {trial.number}{tag} {seconds:.0f} s"
             f"{time_line(trial)}: {trial_figures(trial)}{' | ' + best if best else ''}"
         )
         if self.bar is not None and self.task is not None:

@@ -21,6 +21,7 @@ class TimeShare:
     parts_s: dict[str, float]
     launches: int
     trials: int
+    not_counted: int = 0  # failed trials and repeated proposals among `trials`
 
     @property
     def other_s(self) -> float:
@@ -38,6 +39,7 @@ class TimeShare:
             "measuring_share": self.share("measuring"),
             "launches": self.launches,
             "trials": self.trials,
+            "trials_not_counted": self.not_counted,
         }
 
     def line(self) -> str:
@@ -53,7 +55,10 @@ class TimeShare:
                 ("other", "other"),
             )
         )
-        return f"{self.total_s:.0f} s in {self.trials} trials on {self.launches} launches: {parts}"
+        trials = f"{self.trials} trials"
+        if self.not_counted:
+            trials += f" ({self.not_counted} failed or repeated, not counted)"
+        return f"{self.total_s:.0f} s in {trials} on {self.launches} launches: {parts}"
 
 
 def trial_seconds(trial: FrozenTrial) -> float:
@@ -74,18 +79,26 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
     parts = dict.fromkeys(PARTS, 0.0)
     total = 0.0
     launches: set[str] = set()
-    counted = 0
+    counted = not_counted = 0
     for trial in trials:
         time_s = trial.user_attrs.get("time_s") or {}
         if not time_s:
             continue
         counted += 1
+        attrs = trial.user_attrs
+        not_counted += "failure_kind" in attrs or "duplicate_of" in attrs
         total += float(time_s.get("total", 0.0))
         for part in PARTS:
             parts[part] += float(time_s.get(part, 0.0))
         if trial.user_attrs.get("launch_id"):
             launches.add(str(trial.user_attrs["launch_id"]))
-    return TimeShare(total_s=total, parts_s=parts, launches=len(launches), trials=counted)
+    return TimeShare(
+        total_s=total,
+        parts_s=parts,
+        launches=len(launches),
+        trials=counted,
+        not_counted=not_counted,
+    )
 
 
 def study_time_share(study: optuna.Study) -> TimeShare:

@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                     # Tokens per second of the whole load, second by second: where the
                     # warm-up ended and how the rate swung, for the results page.
                     tokens_per_s_each_s=per_second(result),
+                    # What the stop rule saw every 5 s (autotune.client.load.LoadRun.trail).
+                    stop_rule_trail=result.get("stop_rule_trail", []),
                 )
                 rows.append(row)
                 shown = ", ".join(f"{k} {m.figures.get(k, float('nan')):.4g}" for k in SHOWN)

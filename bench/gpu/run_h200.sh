@@ -29,6 +29,8 @@
 #                                              # lmdeploy-graphs (grid.py --repeat) until the
 #                                              # call's 580 s are spent; then
 #                                              # bench/gpu/collect_issue17.py sums it all up
+#   bash bench/gpu/run_h200.sh issue17-d       # one call (~10 min): three fresh launches of
+#                                              # lmdeploy-graphs with spread answer lengths
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -64,6 +66,8 @@ autotune() { python3 -m autotune.cli "$@"; }
 pinned() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
 
 setup() {
+  # The host CPU matters: LMDeploy's PyTorch engine schedules on it (issue 17: 13% between hosts).
+  echo "host: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
   nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total,clocks.max.sm \
     --format=csv
   python3 -c "import lmdeploy, optuna; print('lmdeploy', lmdeploy.__version__, 'optuna', optuna.__version__)"
@@ -204,6 +208,18 @@ issue17_c() {
     --json "$OUT/issue17.json" --markdown "$OUT/issue17.md" | head -30
 }
 
+issue17_d() {
+  # Fresh launches of the same configuration with the default space's spread answer lengths
+  # (workload.output_tokens_spread): do they agree within 3% where equal lengths did not?
+  local started=$SECONDS
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --name repeat-spread \
+    --repeat "${ISSUE17_REPEATS:-3}" --launch "$REPEAT_LAUNCH" --request '{"batch_size": [64]}' \
+    --deadline-s $(( ${ISSUE17_CALL_S:-585} - (SECONDS - started) )) --min-launch-s 110 \
+    2>&1 | tee "$OUT/repeat-spread.log" | grep -v "^  "
+  python3 bench/gpu/collect_issue17.py --repeat "$OUT/repeat-spread.json" \
+    --json "$OUT/issue17-spread.json" --markdown "$OUT/issue17-spread.md" | head -30
+}
+
 case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
@@ -212,6 +228,7 @@ case "$MODE" in
   issue17-a) setup; issue17_a ;;
   issue17-b) setup >/dev/null; issue17_b ;;
   issue17-c) setup >/dev/null; issue17_c ;;
+  issue17-d) setup; issue17_d ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;

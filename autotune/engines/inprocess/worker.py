@@ -23,7 +23,12 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
-from autotune.measure.convergence import LoadSnapshot, first_round_end
+from autotune.measure.convergence import (
+    TRAIL_EVERY_S,
+    LoadSnapshot,
+    first_round_end,
+    trail_entry,
+)
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
@@ -133,6 +138,7 @@ class Worker:
         timings: list[Any] = []
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         stop_reason = "screened out"
+        trail: list[dict[str, float | bool | str | None]] = []
         load_start = load_stop = time.perf_counter()
         min_warmup_s = load_s = accuracy_s = 0.0
         if not screened_out:
@@ -158,16 +164,17 @@ class Worker:
                     ends[len(completions) - 1] - load_start,
                     first_round_end(ends, start=load_start, min_requests=plan.warmup_requests),
                 )
-                stop = rule.reason_to_stop(
-                    LoadSnapshot(
-                        series=token_series(timings, start=load_start, end=now),
-                        elapsed_s=now - load_start,
-                        completed=len(timings),
-                        e2e_median_s=statistics.median(t.e2e_s for t in timings),
-                        min_warmup_s=min_warmup_s,
-                        ends_s=[end - load_start for end in ends],
-                    )
+                snapshot = LoadSnapshot(
+                    series=token_series(timings, start=load_start, end=now),
+                    elapsed_s=now - load_start,
+                    completed=len(timings),
+                    e2e_median_s=statistics.median(t.e2e_s for t in timings),
+                    min_warmup_s=min_warmup_s,
+                    ends_s=[end - load_start for end in ends],
                 )
+                stop = rule.reason_to_stop(snapshot)
+                if stop is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
+                    trail.append(trail_entry(snapshot, rule, stop))
             stop_reason = stop
             load_stop = time.perf_counter()
             load_s = load_stop - load_start
@@ -190,6 +197,7 @@ class Worker:
             "accuracy_s": accuracy_s,
             "timings": [t.to_dict() for t in timings],
             "stop_reason": stop_reason,
+            "stop_rule_trail": trail,
             "predictions": predictions,
             "screened_out": screened_out,
             "peak_memory_mib": peak_mib,
