@@ -352,7 +352,7 @@ def export(
     result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
     if strict and not result.exact:
         raise ExportError(
-            f"trial {trial.number} cannot be expressed exactly as a {result.format} command: "
+            f"trial {trial.number} cannot be expressed exactly as a command for {result.format}: "
             + "; ".join(result.notes)
         )
     if as_json:

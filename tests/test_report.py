@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from study_factory import SPECS, Spec, _p, build_study
 
 from autotune.cli import main
-from autotune.report.data import MIN_IMPORTANCE_TRIALS
+from autotune.report.data import MIN_IMPORTANCE_TRIALS, params_words
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +150,20 @@ def test_factory_specs_cover_every_state() -> None:
     # The fixture is only useful while it holds each kind of trial the report shows.
     states = {s.state for s in SPECS}
     assert states == {TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED}
+
+
+def test_parameters_print_rounded_to_what_a_reader_compares() -> None:
+    """A sampled float prints with 3 significant digits everywhere a trial's parameters are
+    listed (best, the report, its hover text); whole numbers and names print as they are."""
+    words = params_words(
+        {
+            "temperature": 0.7310594627360019,
+            "kv_cache_fraction": 0.3,
+            "batch_size": 16,
+            "backend": "lmdeploy",
+            "image_max_side": None,
+        }
+    )
+    assert words == (
+        "temperature=0.731 kv_cache_fraction=0.3 batch_size=16 backend=lmdeploy image_max_side=None"
+    )

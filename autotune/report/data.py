@@ -83,6 +83,15 @@ def finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def params_words(params: dict[str, Any]) -> str:
+    """`name=value` words; a sampled float shows 3 significant digits (temperature=0.731, not
+    0.7310594627360019). The export keeps the exact value."""
+    return " ".join(
+        f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}"
+        for name, value in params.items()
+    )
+
+
 def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[str, Any]:
     """The parameters whose value differs from the reference's (all searched ones without one)."""
     config = trial.user_attrs.get("config") or {}

@@ -25,6 +25,7 @@ from autotune.report.data import (
     collect,
     finite,
     named_beside,
+    params_words,
 )
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 from autotune.report.text import gpu_mismatch
@@ -69,7 +70,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _params_text(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items()) or "(reference configuration)"
+    return params_words(params) or "(reference configuration)"
 
 
 def _set_values(config: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from autotune.report.data import Importances, ReportData, changed_params, finite
+from autotune.report.data import Importances, ReportData, changed_params, finite, params_words
 from autotune.study.select import CONSTRAINT_NAMES, constraint_values, is_feasible
 
 THROUGHPUT = "throughput_output_tokens_per_s"
@@ -36,7 +36,7 @@ def _go() -> Any:
 def _hover(trial: FrozenTrial, data: ReportData) -> str:
     a = trial.user_attrs
     lines = [f"trial {trial.number}" + (" (reference)" if a.get("is_reference") else "")]
-    lines += [f"{k}={v}" for k, v in changed_params(trial, data.reference).items()]
+    lines += params_words(changed_params(trial, data.reference)).split()
     for key, label in ((THROUGHPUT, "tok/s"), (P95, "p95 ms"), ("accuracy", "accuracy")):
         value = finite(a.get(key))
         lines.append(f"{label}: {value:.4g}" if value is not None else f"{label}: -")

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
-from autotune.report.data import changed_params, named_beside
+from autotune.report.data import changed_params, named_beside, params_words
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
@@ -136,7 +136,7 @@ def _throughput_cell(trial: FrozenTrial) -> str:
 
 def _changed_params(trial: FrozenTrial) -> str:
     """The searched parameters' values, as `name=value` words."""
-    return " ".join(f"{k}={v}" for k, v in changed_params(trial, None).items())
+    return params_words(changed_params(trial, None))
 
 
 def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
