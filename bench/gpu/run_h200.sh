@@ -66,7 +66,7 @@ autotune() { python3 -m autotune.cli "$@"; }
 pinned() { local cores=$1; shift; if command -v taskset >/dev/null; then taskset -c "$cores" "$@"; else "$@"; fi; }
 
 setup() {
-  # The host CPU matters: LMDeploy's PyTorch engine schedules on it (issue 17: 13% between hosts).
+  # The host CPU matters: LMDeploy's PyTorch engine schedules on it (issue 17: 15% between hosts).
   echo "host: $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
   nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total,clocks.max.sm \
     --format=csv
