@@ -20,13 +20,12 @@ import numpy as np
 from autotune.client.chat import ChatPrompt, ChatReply
 from autotune.measure.convergence import (
     MAX_REQUESTS,
-    TRAIL_EVERY_S,
     LoadSnapshot,
     SteadyRule,
     first_round_end,
-    trail_entry,
+    keep_trail,
 )
-from autotune.measure.steady import BIN_S
+from autotune.measure.steady import BIN_S, token_arrivals
 from autotune.measure.timing import RequestTiming
 
 Send = Callable[[ChatPrompt], Coroutine[Any, Any, ChatReply]]
@@ -107,22 +106,18 @@ class LiveTokens:
 
     def settle(self, timing: RequestTiming) -> None:
         """`timing`'s request completed: its chunks (each reported to `add`) now weigh its
-        usage tokens."""
+        usage tokens, placed as the recorded figure places them (steady.token_arrivals)."""
         if timing.output_tokens <= 0:
             return
-        stamps = list(timing.chunk_times)
-        for at in stamps:
+        for at in timing.chunk_times:
             index = self._index(at)
             if index is not None:
                 self._pending[index] -= 1.0
-        if stamps:
-            each = timing.output_tokens / len(stamps)
+        if timing.chunk_times:
             self._tokens += timing.output_tokens
-            self._chunks += len(stamps)
-        else:  # no chunk times: the tokens spread from the first to the last
-            stamps = np.linspace(timing.first_token, timing.last_token, timing.output_tokens)
-            each = 1.0
-        for at in stamps:
+            self._chunks += len(timing.chunk_times)
+        arrivals, each = token_arrivals(timing)
+        for at in arrivals:
             index = self._index(float(at))
             if index is not None:
                 self._settled[index] += each
@@ -227,8 +222,7 @@ async def closed_loop_until(
             reason = rule.reason_to_stop(snapshot)
             if reason is not None:
                 stop_now(reason)
-            if reason is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
-                trail.append(trail_entry(snapshot, rule, reason))
+            keep_trail(trail, snapshot, rule, reason)
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(monitor()))

@@ -92,6 +92,17 @@ class SteadyRule:
         return None
 
 
+def keep_trail(
+    trail: list[dict[str, float | bool | str | None]],
+    snapshot: LoadSnapshot,
+    rule: SteadyRule,
+    reason: str | None,
+) -> None:
+    """Append what `rule` saw to `trail` every TRAIL_EVERY_S of load, and at its stop."""
+    if reason is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
+        trail.append(trail_entry(snapshot, rule, reason))
+
+
 def trail_entry(
     snapshot: LoadSnapshot, rule: SteadyRule, reason: str | None
 ) -> dict[str, float | bool | str | None]:

@@ -64,30 +64,36 @@ def batch_seconds(e2e_median_s: float) -> float:
     return max(MIN_BATCH_S, TURNOVERS_PER_BATCH * e2e_median_s)
 
 
-def token_series(
-    timings: Sequence[RequestTiming], *, start: float, end: float, bin_s: float = BIN_S
-) -> np.ndarray:
-    """Output tokens per `bin_s` bin from `start` to `end` (whole bins; one clock).
+def token_arrivals(timing: RequestTiming) -> tuple[np.ndarray, float]:
+    """When `timing`'s output tokens arrived, and how many tokens each instant carries.
 
     A streamed answer's tokens are spread evenly over its chunks (the usage count over the
     chunks that carried text); an answer with no chunk times (in-process) has its first token
-    at `first_token` and the others evenly up to `last_token`.
+    at `first_token` and the others evenly up to `last_token`. No tokens: no instants.
     """
+    if timing.output_tokens <= 0:
+        return np.zeros(0), 0.0
+    if timing.chunk_times:
+        at = np.asarray(timing.chunk_times, dtype=float)
+        return at, timing.output_tokens / len(at)
+    if timing.output_tokens == 1:
+        return np.array([timing.first_token]), 1.0
+    return np.linspace(timing.first_token, timing.last_token, timing.output_tokens), 1.0
+
+
+def token_series(
+    timings: Sequence[RequestTiming], *, start: float, end: float, bin_s: float = BIN_S
+) -> np.ndarray:
+    """Output tokens per `bin_s` bin from `start` to `end` (whole bins; one clock), each
+    answer's tokens placed by token_arrivals."""
     bins = max(0, math.floor((end - start) / bin_s + 1e-9))
     stamps: list[np.ndarray] = []
     weights: list[np.ndarray] = []
     for timing in timings:
-        if timing.output_tokens <= 0:
-            continue
-        if timing.chunk_times:
-            at = np.asarray(timing.chunk_times, dtype=float)
-            each = timing.output_tokens / len(at)
-        elif timing.output_tokens == 1:
-            at, each = np.array([timing.first_token]), 1.0
-        else:
-            at, each = np.linspace(timing.first_token, timing.last_token, timing.output_tokens), 1.0
-        stamps.append(at)
-        weights.append(np.full(len(at), each))
+        at, each = token_arrivals(timing)
+        if len(at):
+            stamps.append(at)
+            weights.append(np.full(len(at), each))
     if bins == 0 or not stamps:
         return np.zeros(bins)
     index = np.floor((np.concatenate(stamps) - start) / bin_s).astype(np.int64)

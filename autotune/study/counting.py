@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
+
+
+def counts_towards_target(trial: FrozenTrial) -> bool:
+    """Whether a trial is one --trials asks for: not a repeated proposal, not a failed,
+    interrupted or out-of-memory trial (whatever its state)."""
+    return "duplicate_of" not in trial.user_attrs and "failure_kind" not in trial.user_attrs
 
 
 def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int:
@@ -17,9 +23,7 @@ def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int
     return sum(
         1
         for t in study.get_trials(deepcopy=False)
-        if t.state in states
-        and "duplicate_of" not in t.user_attrs
-        and "failure_kind" not in t.user_attrs
+        if t.state in states and counts_towards_target(t)
     )
 
 
@@ -32,7 +36,6 @@ def is_surplus(study: optuna.Study, number: int, target: int) -> bool:
         for t in study.get_trials(deepcopy=False)
         if t.number < number
         and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-        and "duplicate_of" not in t.user_attrs
-        and "failure_kind" not in t.user_attrs
+        and counts_towards_target(t)
     )
     return earlier >= target

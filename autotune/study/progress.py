@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
+from autotune.study.counting import counts_towards_target
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 
 # The failure_kind of a trial another worker made unnecessary (autotune.study.loop).
@@ -189,7 +190,7 @@ class Progress:
     ) -> None:
         # Failed trials and repeated proposals do not count towards --trials: their lines say
         # so instead of repeating the count of the trial before.
-        counts = "failure_kind" not in trial.user_attrs and "duplicate_of" not in trial.user_attrs
+        counts = counts_towards_target(trial)
         self.done = counted if counted is not None else self.done + int(counts)
         if trial.user_attrs.get("failure_kind") == SURPLUS:
             self.note(f"trial {trial.number} not run: {trial.user_attrs.get('failure_reason')}")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.study.counting import counts_towards_target
+
 PARTS = ("startup", "warmup", "measuring", "accuracy")
 
 
@@ -85,8 +87,7 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
         if not time_s:
             continue
         counted += 1
-        attrs = trial.user_attrs
-        not_counted += "failure_kind" in attrs or "duplicate_of" in attrs
+        not_counted += not counts_towards_target(trial)
         total += float(time_s.get("total", 0.0))
         for part in PARTS:
             parts[part] += float(time_s.get(part, 0.0))

@@ -24,10 +24,9 @@ from pydantic import BaseModel
 
 from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
 from autotune.measure.convergence import (
-    TRAIL_EVERY_S,
     LoadSnapshot,
     first_round_end,
-    trail_entry,
+    keep_trail,
 )
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
@@ -173,8 +172,7 @@ class Worker:
                     ends_s=[end - load_start for end in ends],
                 )
                 stop = rule.reason_to_stop(snapshot)
-                if stop is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
-                    trail.append(trail_entry(snapshot, rule, stop))
+                keep_trail(trail, snapshot, rule, stop)
             stop_reason = stop
             load_stop = time.perf_counter()
             load_s = load_stop - load_start
