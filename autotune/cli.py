@@ -353,7 +353,7 @@ def export(
     if strict and not result.exact:
         raise ExportError(
             f"trial {trial.number} cannot be expressed exactly as a command for {result.format}: "
-            + "; ".join(result.notes)
+            + " ".join(result.blockers)
         )
     if as_json:
         click.echo(json.dumps({"trial": trial.number, **result.to_dict()}, indent=2))

@@ -46,6 +46,10 @@ ENVIRONMENT = {
 }
 
 
+MAX_DROP = 0.05
+PAIRED_HALF_WIDTH = 0.02
+
+
 @dataclass(frozen=True)
 class Spec:
     """One trial to add: its parameters, figures and how it ended."""
@@ -101,6 +105,9 @@ def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
     for item_id, category, _prompt, _refs in ITEMS:
         by_category.setdefault(category, []).append(scores[item_id])
     accuracy_drop = reference_accuracy - spec.accuracy
+    # The floor's rule (autotune.study.objective.constraint_values): the paired interval's
+    # lower end, here the drop widened by PAIRED_HALF_WIDTH, must stay above -max_drop.
+    ci_low = -accuracy_drop - PAIRED_HALF_WIDTH
     attrs.update(
         {
             "accuracy": spec.accuracy,
@@ -114,7 +121,7 @@ def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
             "autotune_version": "0.1.0",
             "schema_version": 1,
             "constraints": {
-                "accuracy": accuracy_drop - 0.05,
+                "accuracy": 0.0 if spec.reference else -MAX_DROP - ci_low,
                 "memory": -4000.0 + spec.params["batch_size"] * 50,
                 "latency": 0.0,
             },
@@ -142,8 +149,8 @@ def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
             attrs["paired_vs_reference"] = {
                 "n_items": len(ITEMS),
                 "accuracy_diff": -accuracy_drop,
-                "ci_low": -accuracy_drop - 0.04,
-                "ci_high": -accuracy_drop + 0.04,
+                "ci_low": ci_low,
+                "ci_high": -accuracy_drop + PAIRED_HALF_WIDTH,
                 "confidence": 0.95,
                 "only_candidate_passed": 0,
                 "only_reference_passed": round(accuracy_drop * len(ITEMS)),

@@ -95,6 +95,28 @@ def test_collect_issue17_reads_the_study_verify_repeat_and_grid(outputs: Path) -
     assert "One configuration, fresh launches" in page and "Fresh relaunch" in page
 
 
+def test_launch_spread_reads_a_repeated_grid(outputs: Path) -> None:
+    """bench/cpu/launch_spread.py: the spread between the two fresh launches of `repeat`."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cpu" / "launch_spread.py"),
+         str(outputs / "repeat.json"), "--json", str(outputs / "spread.json"),
+         "--markdown", str(outputs / "spread.md")],
+        capture_output=True, text=True, timeout=120, cwd=outputs,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    (point,) = json.loads((outputs / "spread.json").read_text())["points"]
+    figures = point["tokens_per_s"]
+    assert point["batch_size"] == 2 and len(figures) == 2
+    mean = sum(figures) / 2
+    assert point["mean_tokens_per_s"] == pytest.approx(mean)
+    # Two launches: the SD is |a - b| / sqrt(2), over the mean.
+    assert point["sd_rel"] == pytest.approx(abs(figures[0] - figures[1]) / 2**0.5 / mean)
+    half = point["ci_recorded_rel"]
+    covered = all(abs(figures[1 - i] - figures[i]) <= half[i] * figures[i] for i in (0, 1))
+    assert point["recorded_intervals_cover_each_other"] is covered
+    assert "Largest spread between launches" in (outputs / "spread.md").read_text()
+
+
 def copy_study(outputs: Path, storage: str, name: str) -> None:
     optuna.copy_study(
         from_study_name="bench",

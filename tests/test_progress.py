@@ -108,3 +108,33 @@ def test_the_time_line_counts_trials_as_the_progress_lines_do() -> None:
     assert share.line().startswith("40 s in 4 trials (2 failed or repeated, not counted) on 2")
     assert share.to_dict()["trials_not_counted"] == 2
     assert "not counted" not in time_share(trials[:1]).line()
+
+
+def test_the_time_line_names_what_other_is_and_every_part_it_timed() -> None:
+    """Screening, recording and waiting are timed parts, not a silent 'other'; what is left
+    is named; a part no trial spent time in is left out."""
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.study.timeshare import OTHER, time_share
+
+    time_s = {
+        "total": 100.0,
+        "startup": 10.0,
+        "warmup": 0.0,
+        "screening": 5.0,
+        "measuring": 60.0,
+        "accuracy": 10.0,
+        "recording": 8.0,
+        "gpu_wait": 3.0,
+        "twin_wait": 1.0,
+    }
+    share = time_share(
+        [create_trial(state=TrialState.COMPLETE, values=[1.0], user_attrs={"time_s": time_s})]
+    )
+    line = share.line()
+    for words in ("start-up 10%", "screening 5%", "measuring 60%", "accuracy 10%", "recording 8%"):
+        assert words in line
+    assert "waiting 4%" in line  # for GPUs and for a twin trial, together
+    assert f"other ({OTHER}) 3%" in line
+    assert "warm-up" not in line
+    assert share.to_dict()["other_s"] == pytest.approx(3.0)

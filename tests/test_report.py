@@ -6,13 +6,22 @@ import json
 import re
 from pathlib import Path
 
+import optuna
 import pytest
 from click.testing import CliRunner
 from optuna.trial import TrialState
-from study_factory import SPECS, Spec, _p, build_study
+from study_factory import MAX_DROP, SPECS, Spec, _p, build_study
 
 from autotune.cli import main
-from autotune.report.data import MIN_IMPORTANCE_TRIALS, params_words
+from autotune.report.data import (
+    FIRM_IMPORTANCE_TRIALS,
+    MIN_IMPORTANCE_TRIALS,
+    Importances,
+    collect,
+    params_words,
+    what_ifs_title,
+)
+from autotune.report.plots import accuracy_figure, importance_figure
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +176,61 @@ def test_parameters_print_rounded_to_what_a_reader_compares() -> None:
     assert words == (
         "temperature=0.731 kv_cache_fraction=0.3 batch_size=16 backend=lmdeploy image_max_side=None"
     )
+
+
+def _floor_study(tmp_path: Path, specs: list[Spec]) -> optuna.Study:
+    url, name = build_study(tmp_path, specs=specs)
+    study = optuna.load_study(study_name=name, storage=url)
+    accuracy = {"enabled": True, "mode": "relative", "max_drop": MAX_DROP, "test": "bootstrap"}
+    study.set_user_attr("space", {"constraints": {"accuracy": {**accuracy, "confidence": 0.9}}})
+    return study
+
+
+def test_the_floor_drawn_is_the_floor_applied(tmp_path: Path) -> None:
+    """Trial 2 (0.86 against the reference's 0.90) sits above the drawn floor 0.85 but its
+    paired interval reaches 0.84, so the floor rejected it; the chart shows that bar, and every
+    bar's lower end is above the line exactly when its trial is feasible."""
+    specs = [
+        Spec(_p("sdpa", None, 1), 41.0, 2100, 0.90, reference=True),
+        Spec(_p("sdpa", 1024, 4), 118.0, 2650, 0.90),
+        Spec(_p("sdpa", 768, 16), 305.5, 4200, 0.86),
+        Spec(_p("eager", 512, 16), 352.0, 3900, 0.62),
+    ]
+    study = _floor_study(tmp_path, specs)
+    figure = accuracy_figure(collect(study))
+    floor = figure.layout.shapes[0].y0
+    assert floor == pytest.approx(0.90 - MAX_DROP)
+    assert "paired 90% interval (bar) must clear it" in figure.layout.annotations[0].text
+    seen = {}
+    for trace in figure.data:
+        lower = [y - down for y, down in zip(trace.y, trace.error_y.arrayminus, strict=True)]
+        for number, y, low in zip(trace.customdata, trace.y, lower, strict=True):
+            seen[number] = (trace.name, y, low)
+    assert seen[2][0] == "infeasible" and seen[2][1] > floor > seen[2][2]
+    assert seen[1][0] == "feasible" and seen[1][2] > floor
+    for name, _y, low in seen.values():
+        assert (name == "feasible") == (low >= floor - 1e-9)
+    # Judged by points (`test: point`), the chart draws no bars.
+    study.set_user_attr(
+        "space",
+        {"constraints": {"accuracy": {"mode": "relative", "max_drop": 0.05, "test": "point"}}},
+    )
+    assert not any(t.error_y.visible for t in accuracy_figure(collect(study)).data)
+
+
+def test_importances_say_how_many_trials_they_rest_on(tmp_path: Path) -> None:
+    url, name = build_study(tmp_path)
+    imp = collect(optuna.load_study(study_name=name, storage=url)).importances
+    complete = sum(s.state == TrialState.COMPLETE for s in SPECS)
+    assert imp.trials == complete and imp.by_target
+    assert f"from {complete} completed trials" in imp.basis and "hint" in imp.basis
+    assert "hint" not in Importances(trials=FIRM_IMPORTANCE_TRIALS).basis
+    assert f"{complete} trials" in importance_figure(imp).layout.title.text
+
+
+def test_the_what_if_heading_names_the_reference_only_when_it_is_there(tmp_path: Path) -> None:
+    url, name = build_study(tmp_path)
+    study = optuna.load_study(study_name=name, storage=url)
+    trials = {t.number: t for t in study.get_trials()}
+    assert what_ifs_title([(trials[1], "sampled")]) == "what-ifs"
+    assert what_ifs_title([(trials[0], "x"), (trials[1], "y")]) == "what-ifs and the reference"

@@ -135,6 +135,12 @@ def test_best_and_export_of_a_what_if(tmp_path: Path) -> None:
     what_if = runner.invoke(main, ["export", "--storage", storage, "--trial", "0", "--json"])
     data = json.loads(what_if.output)
     assert data["exact"] is False
-    assert "is a what-if for lmdeploy" in data["notes"][0]
+    # The engine the command changes is the one reason, said once (the renderer's note, not a
+    # second what-if line saying the same); what a client must send is a note, not a reason.
+    assert data["blockers"] == [data["notes"][0]]
+    assert "measured with backend 'transformers'" in data["blockers"][0]
+    assert any("chat-completions body" in note for note in data["notes"])
     strict = runner.invoke(main, ["export", "--storage", storage, "--trial", "0", "--strict"])
-    assert strict.exit_code == 2 and "what-if" in strict.output
+    assert strict.exit_code == 2 and len(strict.output.strip().splitlines()) == 1
+    assert "cannot be expressed exactly as a command for lmdeploy" in strict.output
+    assert "chat-completions" not in strict.output and ".;" not in strict.output

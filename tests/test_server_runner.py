@@ -435,7 +435,11 @@ class Descendants:
                     self.seen[child.pid] = child
                     with contextlib.suppress(psutil.Error):
                         self.parents[child.pid] = child.ppid()
-                        self.cmdlines[child.pid] = child.cmdline()
+                # Read on every pass, not once: a child caught between fork and exec still shows
+                # its launcher's command line (the guard's, say), and keeping that first reading
+                # hid the `swift deploy` it became.
+                with contextlib.suppress(psutil.Error):
+                    self.cmdlines[child.pid] = child.cmdline()
             time.sleep(0.1)
 
     def servers(self) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -90,8 +91,12 @@ def test_every_completed_trial_carries_its_figures(smoke_study: tuple[Path, optu
         assert attrs["load_requests"] >= attrs["measured_requests"] >= 1
         assert attrs["measured_window_s"] > 0
         assert attrs["measure_stop_reason"] in ("converged", "max_seconds", "max_requests")
+        # The recorded interval adds the launch-to-launch spread the smoke space measured
+        # (launch_spread_rel 0.03), so a fresh launch lands inside it.
+        assert attrs["throughput_ci_within_rel"] < attrs["throughput_ci_rel"] < math.inf
         if attrs["measure_stop_reason"] == "converged":
-            assert attrs["throughput_ci_rel"] <= 0.03
+            assert attrs["throughput_ci_within_rel"] <= 0.03  # the stop rule's own target
+            assert attrs["throughput_ci_rel"] <= 0.10
         if "duplicate_of" not in attrs:
             assert attrs["time_s"]["measuring"] > 0
         assert attrs["ttft_p50_ms"] > 0 and attrs["tpot_p50_ms"] > 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..checkpoints.adapters import Adapter
@@ -45,8 +45,9 @@ class Export:
         format: The target name (one of `autotune.export.FORMATS`).
         argv: The command to run, program first; empty for a document-only format.
         env: Environment variables the command needs.
-        notes: What the command cannot express, or what a client must do.
-        exact: False when running the command differs from what the trial measured.
+        notes: Everything the reader must know: what a client must do, and the blockers.
+        blockers: The notes that make the command differ from what the trial measured, one
+            sentence each (`--strict` refuses the export and lists exactly these).
         request: Chat-completions body fields that reproduce the measured decoding.
         document: The rendered file body for a document-only format (yaml), else "".
     """
@@ -55,9 +56,18 @@ class Export:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    exact: bool = True
+    blockers: list[str] = field(default_factory=list)
     request: dict[str, Any] = field(default_factory=dict)
     document: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """Whether running the command is what the trial measured."""
+        return not self.blockers
+
+    def blocked(self, reason: str) -> Export:
+        """This export with one more blocker, printed first."""
+        return replace(self, notes=[reason, *self.notes], blockers=[reason, *self.blockers])
 
     @property
     def command(self) -> str:
@@ -88,11 +98,28 @@ class Export:
             "argv": list(self.argv),
             "env": dict(self.env),
             "notes": list(self.notes),
+            "blockers": list(self.blockers),
             "exact": self.exact,
             "request": dict(self.request),
             "command": self.command,
             "document": self.document,
         }
+
+
+@dataclass
+class Notes:
+    """The notes a target module collects while it renders, and which of them block."""
+
+    notes: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+
+    def add(self, *notes: str) -> None:
+        self.notes.extend(notes)
+
+    def block(self, reason: str) -> None:
+        """A note saying how the command differs from what the trial measured."""
+        self.notes.append(reason)
+        self.blockers.append(reason)
 
 
 def _comment(note: str) -> str:

@@ -17,6 +17,7 @@ from ..params import TrialConfig
 from ..space.support import unsupported_reason
 from .base import (
     Export,
+    Notes,
     ServeOptions,
     adapter_notes,
     adapter_specs,
@@ -39,22 +40,18 @@ def forced_length(tokens: int) -> dict[str, Any]:
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:
     """Build the `lmdeploy serve api_server` command that serves `config`."""
-    notes: list[str] = []
-    exact = True
+    n = Notes()
     note = backend_note(config, target="LMDeploy's PyTorch engine", native="lmdeploy")
     if note:
-        notes.append(note)
-        exact = False
+        n.block(note)
     dtype = config.dtype
     if dtype == "float32":
         # --dtype takes auto|float16|bfloat16. The nearest command serves bfloat16, which can
         # change the answers whose accuracy the trial measured: say so, and let --strict refuse.
         dtype = "bfloat16"
-        exact = False
-        notes.append(
-            "LMDeploy cannot run float32, which this trial measured; this command serves "
-            "bfloat16 instead. Check its accuracy before deploying: autotune verify "
-            "--format lmdeploy re-measures it."
+        n.block(
+            "LMDeploy cannot run float32, which this trial measured, so this command serves "
+            "bfloat16 (`autotune verify --format lmdeploy` re-measures its accuracy)."
         )
 
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
@@ -65,8 +62,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--quant-policy", config.kv_quant]
         reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
         if reason:
-            exact = False
-            notes.append(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
+            n.block(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
     if config.prefix_cache:
         argv += ["--enable-prefix-caching"]
     if config.kv_cache_fraction is not None:
@@ -79,37 +75,37 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         argv += ["--session-len", str(opts.session_len)]
     if opts.adapters:
         argv += ["--adapters", *adapter_specs(opts)]
-        exact = False
-        notes.append(
+        n.block(
             f"{CANNOT_SERVE['lmdeploy']}: autotune did not measure this command with the "
             "adapter; serve it with swift deploy or vLLM."
         )
     argv += render_flags("lmdeploy", opts.engine_args)
     argv += address_flags(opts, host="--server-name", port="--server-port", name="--model-name")
-    notes += engine_knob_notes(
-        config,
-        engine="LMDeploy",
-        graphs="CUDA graphs on",
-        kernels="its PyTorch engine uses its own attention kernels",
+    n.add(
+        *engine_knob_notes(
+            config,
+            engine="LMDeploy",
+            graphs="CUDA graphs on",
+            kernels="its PyTorch engine uses its own attention kernels",
+        )
     )
 
     # LMDeploy has no greedy switch over HTTP (the server always sets do_sample); top_k 1 is
     # its greedy path. Without it the checkpoint's generation_config would make it sample.
     request = sampling_request(config, max_tokens_key="max_completion_tokens", greedy={"top_k": 1})
     if config.image_max_side is not None:
-        notes.append(image_note(config.image_max_side))
-    notes.append(client_note(config))
-    notes += adapter_notes(opts)
-    notes.append(
+        n.add(image_note(config.image_max_side))
+    n.add(client_note(config), *adapter_notes(opts))
+    n.add(
         "LMDeploy takes decoding settings per request: send these fields in every "
         "chat-completions body (extra_body in the OpenAI client): " + compact_json(request)
     )
     if config.do_sample and None in (config.temperature, config.top_k, config.top_p):
-        notes.append(
+        n.add(
             "sampling knobs the trial left unset come from the checkpoint's "
             "generation_config.json (LMDeploy's default --generation-config auto)."
         )
-    return Export(format="lmdeploy", argv=argv, notes=notes, exact=exact, request=request)
+    return Export(format="lmdeploy", argv=argv, notes=n.notes, blockers=n.blockers, request=request)
 
 
 def _model(config: TrialConfig, opts: ServeOptions) -> str:

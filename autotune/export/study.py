@@ -53,13 +53,13 @@ def export_trial(
     )
     if fmt != "yaml":
         check = reproduction(trial.user_attrs, fmt)
-        if not check.deployable:
-            note = f"trial {trial.number} is a what-if for {fmt}: {check.reason}."
-            result = dataclasses.replace(result, notes=[note, *result.notes], exact=False)
+        # The renderer's blockers already name an engine or a knob the command changes, which
+        # is what the reproduction check found too; saying it twice reads as two reasons.
+        if not check.deployable and result.exact:
+            result = result.blocked(f"trial {trial.number} is a what-if for {fmt}: {check.reason}.")
     reasons = infeasibility(study, trial)
     if reasons:
-        note = f"trial {trial.number} is infeasible: {'; '.join(reasons)}."
-        result = dataclasses.replace(result, notes=[note, *result.notes], exact=False)
+        result = result.blocked(f"trial {trial.number} is infeasible: {'; '.join(reasons)}.")
     if study.user_attrs.get("dummy_weights"):
         note = (
             f"measured with random (dummy) weights of {model}'s architecture: speed and memory "

@@ -18,6 +18,7 @@ from ..errors import ExportError
 from ..params import TrialConfig
 from .base import (
     Export,
+    Notes,
     ServeOptions,
     adapter_notes,
     adapter_specs,
@@ -46,13 +47,12 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             "export this lmdeploy trial with --format lmdeploy"
         )
     engine = "vllm" if config.backend == "vllm" else "transformers"
-    notes: list[str] = []
-    exact = True
-
+    n = Notes()
     note = _backend_note(config)
-    if note:
-        notes.append(note)
-        exact = config.backend == "transformers" and not _in_process_gap(config)
+    if note and config.backend == "transformers":
+        n.add(note)  # the same model and preprocessing: what the trial measured
+    elif note:
+        n.block(note)
 
     argv = ["swift", "deploy", "--model", opts.model]
     argv += ["--model_type", MODEL_TYPE, "--template", MODEL_TYPE, "--infer_backend", engine]
@@ -74,11 +74,12 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         if config.compile_mode == "none":
             argv += ["--vllm_enforce_eager", "true"]  # compile_mode none = eager on vLLM
         if config.attn_implementation != "sdpa":
-            notes.append(
+            n.add(
                 f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
                 "which picks its own attention kernels."
             )
-    notes.extend(_gap_notes(config))
+    for gap in _gap_notes(config):
+        n.block(gap)
     if opts.adapters:
         argv += ["--adapters", *adapter_specs(opts)]
     argv += render_flags("swift", opts.engine_args)
@@ -96,30 +97,26 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         "IMAGE_MAX_TOKEN_NUM": str(geometry.max_tokens),
     }
     if config.image_max_side is not None:
-        notes.append(image_note(config.image_max_side))
-    notes.append(client_note(config))
-    notes += adapter_notes(opts)
+        n.add(image_note(config.image_max_side))
+    n.add(client_note(config), *adapter_notes(opts))
 
     request = sampling_request(config, greedy={"temperature": 0})
-    notes.append(
+    n.add(
         "decoding travels in each request; send these fields in every chat-completions body: "
         + compact_json(request)
     )
     if config.do_sample and config.temperature is None:
-        notes.append(
+        n.add(
             "temperature is left to the checkpoint's generation_config; ms-swift samples only "
             "if that config has do_sample true (Qwen's has)."
         )
-    return Export(format="swift", argv=argv, env=env, notes=notes, exact=exact, request=request)
-
-
-def _in_process_gap(config: TrialConfig) -> bool:
-    """Whether an in-process transformers trial measured something `swift deploy` cannot do."""
-    return (
-        config.compile_mode != "none"
-        or config.do_sample
-        or config.weight_quant != "none"
-        or config.prefix_cache
+    return Export(
+        format="swift",
+        argv=argv,
+        env=env,
+        notes=n.notes,
+        blockers=n.blockers,
+        request=request,
     )
 
 

@@ -18,6 +18,7 @@ from ..params import TrialConfig
 from ..space.support import unsupported_reason
 from .base import (
     Export,
+    Notes,
     ServeOptions,
     adapter_notes,
     adapter_specs,
@@ -52,12 +53,10 @@ def forced_length(tokens: int) -> dict[str, Any]:
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:
     """Build the `vllm serve` command that serves `config`."""
-    notes: list[str] = []
-    exact = True
+    n = Notes()
     note = backend_note(config, target="vLLM", native="vllm")
     if note:
-        notes.append(note)
-        exact = False
+        n.block(note)
 
     argv = ["vllm", "serve", opts.model, "--dtype", config.dtype]
     argv += ["--max-num-seqs", str(batch_cap(config))]
@@ -76,8 +75,7 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if config.kv_quant == "fp8":
         argv += ["--kv-cache-dtype", "fp8"]
     elif config.kv_quant != "none":
-        exact = False
-        notes.append(
+        n.block(
             f"kv_quant {config.kv_quant}: {unsupported_reason('vllm', 'kv_quant', config.kv_quant)}"
             "; this command keeps the KV cache in the model's dtype."
         )
@@ -93,24 +91,25 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
     argv += render_flags("vllm", opts.engine_args)
     argv += address_flags(opts, host="--host", port="--port", name="--served-model-name")
-    notes += engine_knob_notes(
-        config,
-        engine="vLLM",
-        graphs="torch.compile and CUDA graphs",
-        kernels="vLLM picks its own attention kernels",
+    n.add(
+        *engine_knob_notes(
+            config,
+            engine="vLLM",
+            graphs="torch.compile and CUDA graphs",
+            kernels="vLLM picks its own attention kernels",
+        )
     )
     if config.image_max_side is not None:
-        notes.append(image_note(config.image_max_side))
-    notes.append(client_note(config))
-    notes += adapter_notes(opts)
+        n.add(image_note(config.image_max_side))
+    n.add(client_note(config), *adapter_notes(opts))
     request = sampling_request(config, greedy={"temperature": 0})
-    notes.append(
+    n.add(
         "decoding travels in each request; send these fields in every chat-completions body: "
         + compact_json(request)
     )
     if config.do_sample and None in (config.temperature, config.top_k, config.top_p):
-        notes.append(
+        n.add(
             "sampling knobs the trial left unset come from the checkpoint's "
             "generation_config.json (vLLM's default --generation-config auto)."
         )
-    return Export(format="vllm", argv=argv, notes=notes, exact=exact, request=request)
+    return Export(format="vllm", argv=argv, notes=n.notes, blockers=n.blockers, request=request)

@@ -103,6 +103,7 @@ def to_measurement(
             "warmup": warmup_s,
             "measuring": max(0.0, float(result.get("load_s", 0.0)) - load_warmup_s),
             "accuracy": float(result.get("accuracy_s", 0.0)),
+            "screening": float(result.get("screening_s", 0.0)),
         },
     )
 

@@ -37,6 +37,8 @@ SAMPLE_ROWS = 12
 # PED-ANOVA compares the best tenth of the trials with the rest: with fewer trials than this
 # the "best tenth" is one trial and the importances say nothing.
 MIN_IMPORTANCE_TRIALS = 5
+# Under this many, the best tenth is one trial: one lucky measurement decides the ranking.
+FIRM_IMPORTANCE_TRIALS = 20
 
 
 @dataclass
@@ -54,6 +56,18 @@ class Importances:
 
     by_target: dict[str, dict[str, float]] = field(default_factory=dict)
     message: str = ""
+    trials: int = 0  # the completed trials they rest on
+
+    @property
+    def basis(self) -> str:
+        """What the importances rest on, with a caveat while that is too little to rank."""
+        basis = f"from {self.trials} completed trials"
+        if self.trials < FIRM_IMPORTANCE_TRIALS:
+            basis += (
+                f"; PED-ANOVA compares the best tenth of the trials with the rest, and under "
+                f"{FIRM_IMPORTANCE_TRIALS} that tenth is a single trial, so read this as a hint"
+            )
+        return basis
 
 
 @dataclass
@@ -90,6 +104,13 @@ def params_words(params: dict[str, Any]) -> str:
         f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}"
         for name, value in params.items()
     )
+
+
+def what_ifs_title(what_ifs: list[tuple[FrozenTrial, str]]) -> str:
+    """The heading over the what-if table: it names the reference only when the table holds it."""
+    if any(trial.user_attrs.get("is_reference") for trial, _ in what_ifs):
+        return "what-ifs and the reference"
+    return "what-ifs"
 
 
 def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[str, Any]:
@@ -184,7 +205,7 @@ def importances(study: optuna.Study, complete: list[FrozenTrial]) -> Importances
             f"({len(complete)} so far)"
         )
     names = objective_names(study)
-    result = Importances()
+    result = Importances(trials=len(complete))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "too few trials" warnings: the numbers say it
         for index, (name, direction) in enumerate(zip(names, study.directions, strict=True)):

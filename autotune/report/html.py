@@ -26,6 +26,7 @@ from autotune.report.data import (
     finite,
     named_beside,
     params_words,
+    what_ifs_title,
 )
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 from autotune.report.text import gpu_mismatch
@@ -264,7 +265,7 @@ def _what_if_section(data: ReportData) -> str:
             f"<tr><td>{trial.number}{tag}</td>{figures}<td>{params}</td><td>{_e(why)}</td></tr>"
         )
     return (
-        f"<h2 id='what-ifs'>What-ifs and the reference</h2><p>Measured, but no "
+        f"<h2 id='what-ifs'>{what_ifs_title(data.what_ifs).capitalize()}</h2><p>Measured, but no "
         f"<code>{_e(data.deploy_target)}</code> command reproduces them: they show what the "
         "deploy target leaves on the table, and are never recommended.</p><table>"
         + head
@@ -379,6 +380,8 @@ def render(data: ReportData) -> str:
     env = data.environment
     imp = data.importances
     importance = _figure_html(importance_figure(imp), "plot-importance") if imp.by_target else ""
+    if imp.by_target:
+        importance += f"<p class='note'>Parameter importances {_e(imp.basis)}.</p>"
     if imp.message:
         importance += f"<p class='note'>Parameter importances: {_e(imp.message)}.</p>"
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

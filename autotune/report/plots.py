@@ -165,10 +165,13 @@ def _category_order(values: Iterable[Any]) -> list[str]:
     return [str(v) for v in numbers] + (["full"] if None in distinct else [])
 
 
+def _accuracy_settings(data: ReportData) -> dict[str, Any]:
+    constraints = (data.study.user_attrs.get("space") or {}).get("constraints") or {}
+    return constraints.get("accuracy") or {}
+
+
 def _accuracy_floor(data: ReportData) -> float | None:
-    accuracy = ((data.study.user_attrs.get("space") or {}).get("constraints") or {}).get(
-        "accuracy"
-    ) or {}
+    accuracy = _accuracy_settings(data)
     if not accuracy.get("enabled", True):
         return None
     if accuracy.get("mode") == "absolute":
@@ -178,21 +181,55 @@ def _accuracy_floor(data: ReportData) -> float | None:
     return ref - drop if ref is not None and drop is not None else None
 
 
+def _paired_confidence(data: ReportData) -> float | None:
+    """The confidence of the paired interval the floor judged each trial by; None where it
+    judged points (an absolute floor, `test: point`) or there is no floor."""
+    accuracy = _accuracy_settings(data)
+    if not accuracy.get("enabled", True) or accuracy.get("mode", "relative") != "relative":
+        return None
+    if accuracy.get("test") == "point":
+        return None
+    return finite(accuracy.get("confidence")) or 0.95
+
+
+def paired_bar(trial: FrozenTrial) -> tuple[float, float]:
+    """How far the trial's paired interval, placed on the accuracy axis, reaches above and
+    below its point: the reference's accuracy plus [ci_low, ci_high] of the difference."""
+    paired = trial.user_attrs.get("paired_vs_reference") or {}
+    diff, low, high = (finite(paired.get(k)) for k in ("accuracy_diff", "ci_low", "ci_high"))
+    if diff is None or low is None or high is None:
+        return 0.0, 0.0  # the reference itself, or a trial judged before the paired test
+    return max(0.0, high - diff), max(0.0, diff - low)
+
+
 def accuracy_figure(data: ReportData) -> Any | None:
-    """Accuracy against image_max_side, one point per completed trial."""
+    """Accuracy against image_max_side, one point per completed trial. Under a paired floor
+    each point carries its paired interval: the floor is applied to the bar's lower end, so a
+    point can sit above the line and still be infeasible."""
     go = _go()
     trials = [t for t in data.complete if finite(t.user_attrs.get("accuracy")) is not None]
     if not trials:
         return None
     order = _category_order(_config_value(t, "image_max_side") for t in trials)
+    confidence = _paired_confidence(data)
     fig = go.Figure()
     for feasible, name, colour in GROUPS:
         group = [t for t in trials if is_feasible(t) == feasible]
         if group:
+            bars = [paired_bar(t) for t in group]
+            error_y = {
+                "type": "data",
+                "symmetric": False,
+                "array": [up for up, _ in bars],
+                "arrayminus": [down for _, down in bars],
+                "color": colour,
+                "visible": confidence is not None,
+            }
             fig.add_trace(
                 go.Scatter(
                     x=[_side_label(_config_value(t, "image_max_side")) for t in group],
                     y=[t.user_attrs["accuracy"] for t in group],
+                    error_y=error_y,
                     mode="markers",
                     name=name,
                     marker={"size": 11, "color": colour, "opacity": 0.8},
@@ -203,8 +240,16 @@ def accuracy_figure(data: ReportData) -> Any | None:
             )
     floor = _accuracy_floor(data)
     if floor is not None:
+        applied = (
+            f": the whole paired {confidence:.0%} interval (bar) must clear it"
+            if confidence is not None
+            else ""
+        )
         fig.add_hline(
-            y=floor, line_dash="dash", line_color="#888", annotation_text=f"floor {floor:.3f}"
+            y=floor,
+            line_dash="dash",
+            line_color="#888",
+            annotation_text=f"floor {floor:.3f}{applied}",
         )
     fig.update_layout(
         **LAYOUT,
@@ -280,7 +325,7 @@ def importance_figure(imp: Importances) -> Any | None:
     fig.update_layout(
         **layout,
         barmode="group",
-        title="Parameter importance (PED-ANOVA, per objective)",
+        title=f"Parameter importance (PED-ANOVA, per objective, {imp.trials} trials)",
         xaxis_title="importance (normalised)",
     )
     return fig

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
-from autotune.report.data import changed_params, named_beside, params_words
+from autotune.report.data import changed_params, named_beside, params_words, what_ifs_title
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
@@ -209,7 +209,7 @@ def best_text(study: optuna.Study) -> str:
     if what_ifs:
         console.print(
             _table(
-                f"what-ifs and the reference: measured, but not deployable to {target}",
+                f"{what_ifs_title(what_ifs)}: measured, but not deployable to {target}",
                 [t for t, _ in what_ifs],
                 None,
             )

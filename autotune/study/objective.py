@@ -215,6 +215,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.started = time.perf_counter()
+        self.recording_from: float | None = None  # set once the engine has answered
         time_s: dict[str, float] = {"startup": 0.0}
         trial.set_user_attr("owner", owner())
         if self.target is not None and is_surplus(trial.study, trial.number, self.target):
@@ -231,7 +232,11 @@ class Objective:
             trial.set_user_attr("failure_reason", "interrupted (Ctrl-C) before it ended")
             raise
         finally:
-            time_s["total"] = time.perf_counter() - self.started
+            now = time.perf_counter()
+            if self.recording_from is not None:
+                # Judging, spooling, the storage's writes and the sample-output artifact.
+                time_s["recording"] = now - self.recording_from
+            time_s["total"] = now - self.started
             trial.set_user_attr("time_s", time_s)
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
@@ -286,6 +291,7 @@ class Objective:
                 reference = await_reference(trial.study, space)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts)
+        self.recording_from = time.perf_counter()
         m = to_measurement(
             space,
             config,

@@ -78,10 +78,13 @@ def time_line(trial: FrozenTrial) -> str:
         for key, name in (
             ("startup", "start-up"),
             ("warmup", "warm-up"),
+            ("screening", "screening"),
             ("measuring", "measuring"),
             ("accuracy", "accuracy"),
+            ("recording", "recording"),
         )
-        if time_s.get(key)
+        # Screening and recording are short where they are not the story: shown from 1 s.
+        if time_s.get(key) and (key not in ("screening", "recording") or time_s[key] >= 0.5)
     ]
     launch = trial.user_attrs.get("launch_id")
     if launch is not None:

@@ -14,7 +14,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.study.counting import counts_towards_target
 
-PARTS = ("startup", "warmup", "measuring", "accuracy")
+PARTS = ("startup", "warmup", "measuring", "screening", "accuracy", "recording", "waiting")
+# Waiting is recorded in two parts: for GPUs to free up, for a twin trial measured elsewhere.
+WAITS = ("gpu_wait", "twin_wait")
+# What no part times: the sampler's proposal, reads of the study (the reference, reusable
+# answers), and handing the plan and the result between autotune and its engine process.
+OTHER = "sampler, study reads, process hand-offs"
 
 
 @dataclass(frozen=True)
@@ -53,14 +58,25 @@ class TimeShare:
                 ("startup", "start-up"),
                 ("warmup", "warm-up/compile"),
                 ("measuring", "measuring"),
+                ("screening", "screening"),
                 ("accuracy", "accuracy"),
-                ("other", "other"),
+                ("recording", "recording"),
+                ("waiting", "waiting"),
+                ("other", f"other ({OTHER})"),
             )
+            # A part no trial spent time in says nothing; measuring always shows.
+            if key == "measuring" or round(100 * self.share(key)) > 0
         )
         trials = f"{self.trials} trials"
         if self.not_counted:
             trials += f" ({self.not_counted} failed or repeated, not counted)"
         return f"{self.total_s:.0f} s in {trials} on {self.launches} launches: {parts}"
+
+
+def part_seconds(time_s: dict[str, float], part: str) -> float:
+    if part == "waiting":
+        return sum(float(time_s.get(wait, 0.0)) for wait in WAITS)
+    return float(time_s.get(part, 0.0))
 
 
 def trial_seconds(trial: FrozenTrial) -> float:
@@ -90,7 +106,7 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
         not_counted += not counts_towards_target(trial)
         total += float(time_s.get("total", 0.0))
         for part in PARTS:
-            parts[part] += float(time_s.get(part, 0.0))
+            parts[part] += part_seconds(time_s, part)
         if trial.user_attrs.get("launch_id"):
             launches.add(str(trial.user_attrs["launch_id"]))
     return TimeShare(

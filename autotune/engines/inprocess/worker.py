@@ -129,10 +129,13 @@ class Worker:
                     predictions[completion.item_id] = completion.text
 
         screened_out = False
+        screening_s = 0.0
         if plan.screening is not None:
             events.send(phase="screening")
+            started = time.perf_counter()
             answer(plan.screening.ids, batch)
             screened_out = _screened_out(self.evalset, predictions, plan.screening)
+            screening_s = time.perf_counter() - started
 
         timings: list[Any] = []
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
@@ -193,6 +196,7 @@ class Worker:
             "load_stop": load_stop,
             "min_warmup_s": min_warmup_s,
             "accuracy_s": accuracy_s,
+            "screening_s": screening_s,
             "timings": [t.to_dict() for t in timings],
             "stop_reason": stop_reason,
             "stop_rule_trail": trail,
