@@ -345,7 +345,7 @@ def export(
 ) -> None:
     """Print the deploy command of the recommended (or a chosen) trial."""
     from autotune.errors import ExportError
-    from autotune.export.study import export_trial
+    from autotune.study.exports import export_trial
     from autotune.study.storage import load_study
 
     study = load_study(study_name, storage)

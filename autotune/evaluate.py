@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from autotune.engines.measurement import measure_once
 from autotune.errors import AutotuneError, SpaceError, did_you_mean
-from autotune.measure.measurement import measure_once
 from autotune.params import (
     BACKEND_PARAMS,
     PARAM_NAMES,

@@ -22,13 +22,13 @@ from rich.table import Table
 
 from autotune.checkpoints.adapters import Adapter, stored_adapters
 from autotune.checkpoints.source import study_model_path, study_quantized_paths
+from autotune.engines.measurement import Measurement, measure_once
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
-from autotune.export.study import trial_config
-from autotune.measure.measurement import Measurement, measure_once
 from autotune.measure.registry import METRICS
 from autotune.space import SearchSpace
+from autotune.study.exports import trial_config
 from autotune.study.select import deploy_target, find_trial, recommend
 
 DEFAULT_TOLERANCE = 0.25

@@ -9,7 +9,7 @@ from PIL import Image, ImageChops
 
 from autotune.client import image_data_url, normalize_base_url
 from autotune.client.chat import chat_body
-from autotune.engines.inprocess.base import resize_to_max_side
+from autotune.evalset.images import resize_to_max_side
 
 
 def test_image_is_resized_like_the_engine_and_sent_losslessly() -> None:

@@ -458,3 +458,16 @@ def test_swift_flags_are_deploy_arguments_fields() -> None:
                 assert parsed == text
         assert namespace.model_type in MODEL_MAPPING
         assert namespace.template in TEMPLATE_MAPPING
+
+
+def test_the_servers_said_to_force_lengths_are_the_ones_with_fields() -> None:
+    """The space refuses equal work on a server that cannot force a length
+    (space.support.LENGTH_FORCING_SERVERS); each one it allows renders its fields here."""
+    from autotune.export import forced_length
+    from autotune.space.support import LENGTH_FORCING_SERVERS
+
+    for fmt in ("swift", "lmdeploy", "vllm"):
+        fields = forced_length(fmt, 64)
+        assert (fields is not None) == (fmt in LENGTH_FORCING_SERVERS), fmt
+        if fields is not None:
+            assert fields["ignore_eos"] is True and 64 in fields.values()

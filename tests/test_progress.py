@@ -138,3 +138,17 @@ def test_the_time_line_names_what_other_is_and_every_part_it_timed() -> None:
     assert f"other ({OTHER}) 3%" in line
     assert "warm-up" not in line
     assert share.to_dict()["other_s"] == pytest.approx(3.0)
+
+
+def test_a_part_no_one_timed_counts_as_none() -> None:
+    """An endpoint study's start-up is NaN (autotune did not start the server)."""
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.study.progress import time_line
+    from autotune.study.timeshare import time_share
+
+    time_s = {"total": 10.0, "startup": float("nan"), "measuring": 8.0}
+    trial = create_trial(state=TrialState.COMPLETE, values=[1.0], user_attrs={"time_s": time_s})
+    line = time_share([trial]).line()
+    assert "nan" not in line and "measuring 80%" in line and "start-up" not in line
+    assert time_line(trial) == " (measuring 8 s)"

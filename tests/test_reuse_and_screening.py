@@ -9,8 +9,9 @@ from optuna.trial import TrialState
 from small_space import MODEL, run_study, small_evalset, small_space
 
 from autotune.accuracy.reuse import screening_ids
+from autotune.accuracy.screening import ScreeningRequest
 from autotune.engines.inprocess.session import WorkerSession
-from autotune.engines.session import MeasurePlan, ScreeningRequest
+from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
 from autotune.study.loop import EXHAUSTED_AFTER

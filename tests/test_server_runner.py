@@ -418,7 +418,8 @@ class Descendants:
     def __init__(self, pid: int) -> None:
         self.root = psutil.Process(pid)
         self.seen: dict[int, psutil.Process] = {}
-        self.cmdlines: dict[int, list[str]] = {}  # read while alive: gone once it exits
+        # Every command line each process showed (read while alive: gone once it exits).
+        self.cmdlines: dict[int, list[list[str]]] = {}
         self.parents: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -435,11 +436,14 @@ class Descendants:
                     self.seen[child.pid] = child
                     with contextlib.suppress(psutil.Error):
                         self.parents[child.pid] = child.ppid()
-                # Read on every pass, not once: a child caught between fork and exec still shows
-                # its launcher's command line (the guard's, say), and keeping that first reading
-                # hid the `swift deploy` it became.
+                # Read on every pass and all kept: a child caught between fork and exec still
+                # shows its launcher's command line (the guard's, say), and one exiting shows
+                # none; only every reading together holds the `swift deploy` it was.
                 with contextlib.suppress(psutil.Error):
-                    self.cmdlines[child.pid] = child.cmdline()
+                    argv = child.cmdline()
+                    seen = self.cmdlines.setdefault(child.pid, [])
+                    if argv and argv not in seen:
+                        seen.append(argv)
             time.sleep(0.1)
 
     def servers(self) -> list[int]:
@@ -447,8 +451,8 @@ class Descendants:
         since a child caught between fork and exec still shows its launcher's command line."""
         deploys = {
             pid
-            for pid, argv in list(self.cmdlines.items())
-            if "deploy" in argv and "autotune.engines.guard" not in argv
+            for pid, versions in list(self.cmdlines.items())
+            if any("deploy" in argv and "autotune.engines.guard" not in argv for argv in versions)
         }
         return sorted(pid for pid in deploys if self.parents.get(pid) not in deploys)
 

@@ -25,9 +25,9 @@ import pytest
 from optuna.trial import TrialState
 from small_space import autotune_cli, small_space
 
-from autotune.engines.inprocess.base import resize_to_max_side
 from autotune.engines.server_process import resolve_program
 from autotune.evalset.dataset import load_evalset
+from autotune.evalset.images import resize_to_max_side
 
 openai = pytest.importorskip("openai")
 pytestmark = [pytest.mark.slow, pytest.mark.swift]

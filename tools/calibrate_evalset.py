@@ -32,8 +32,8 @@ from pathlib import Path
 from PIL import Image
 from rapidfuzz import fuzz
 
-from autotune.engines.inprocess.base import resize_to_max_side
 from autotune.evalset.dataset import EvalItem, load_evalset
+from autotune.evalset.images import resize_to_max_side
 from autotune.evalset.metrics import cer, normalize
 from tools.make_evalset import CALIBRATION_BEGIN, CALIBRATION_END
 

@@ -17,8 +17,8 @@ from PIL import Image
 from transformers import Qwen3VLModel
 
 from autotune.checkpoints.geometry import DEFAULT_GEOMETRY
-from autotune.engines.inprocess.base import resize_to_max_side
 from autotune.evalset import synth
+from autotune.evalset.images import resize_to_max_side
 from tools import make_evalset
 
 IM_END = "<|im_end|>"

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.scoring import AccuracyReport
-from autotune.engines.session import ScreeningRequest
+from autotune.accuracy.screening import ScreeningRequest
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace

@@ -1,23 +1,23 @@
-"""An async OpenAI-compatible chat client: measures servers as autotune measures engines."""
+"""An async OpenAI-compatible chat client and the load loops that drive it (engines.passes
+runs a trial's passes through them)."""
 
 from autotune.client.chat import (
     ChatClient,
     ChatError,
     ChatPrompt,
     ChatReply,
+    http_client,
     image_data_url,
     list_models,
     normalize_base_url,
 )
 from autotune.client.load import closed_loop, closed_loop_until, open_loop
-from autotune.client.passes import ForcedFields, http_client, run_passes
 
 __all__ = [
     "ChatClient",
     "ChatError",
     "ChatPrompt",
     "ChatReply",
-    "ForcedFields",
     "closed_loop",
     "closed_loop_until",
     "http_client",
@@ -25,5 +25,4 @@ __all__ = [
     "list_models",
     "normalize_base_url",
     "open_loop",
-    "run_passes",
 ]

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 from PIL import Image
 
-from autotune.engines.inprocess.base import resize_to_max_side
+from autotune.evalset.images import resize_to_max_side
 from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
 
@@ -217,3 +217,12 @@ def normalize_base_url(url: str) -> str:
         raise ValueError(f"{url!r} has no valid port (1-65535)")
     base = base.rstrip("/")
     return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def http_client(concurrency: int) -> httpx.AsyncClient:
+    # trust_env=False: a proxy from the environment must never sit between us and the server.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=concurrency),
+        trust_env=False,
+    )

@@ -23,11 +23,12 @@ from typing import Any
 import httpx
 
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
-from autotune.client import ChatError, ChatPrompt, ForcedFields, run_passes
+from autotune.client import ChatError, ChatPrompt
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
+from autotune.engines.passes import ForcedFields, run_passes
 from autotune.engines.server_process import (
     _PORT_TAKEN,
     HOST,

@@ -16,22 +16,13 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from autotune.accuracy.screening import ScreeningRequest
 from autotune.measure.convergence import SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 
 PhaseCallback = Callable[[str], None]
-
-
-class ScreeningRequest(BaseModel):
-    """Answer `ids` first and stop early when already worse than the floor with confidence."""
-
-    ids: list[str]
-    reference_scores: dict[str, float]
-    reference_passed: dict[str, bool]
-    max_drop: float
-    confidence: float
 
 
 class MeasurePlan(BaseModel):

@@ -42,10 +42,6 @@ def forced_length(fmt: str | None, tokens: int) -> dict[str, Any] | None:
     return force(tokens) if force is not None else None
 
 
-def can_force_length(fmt: str) -> bool:
-    return fmt in _FORCED_LENGTH
-
-
 _RENDERERS: dict[str, Callable[[TrialConfig, ServeOptions], Export]] = {
     "swift": swift.render,
     "lmdeploy": lmdeploy.render,
@@ -140,7 +136,6 @@ __all__ = [
     "FORMATS",
     "Export",
     "ServeOptions",
-    "can_force_length",
     "forced_length",
     "render_export",
 ]

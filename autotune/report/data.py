@@ -17,8 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
 from autotune.export import Export
-from autotune.export.study import export_trial
 from autotune.params import PARAM_NAMES, base_param
+from autotune.study.exports import export_trial
 from autotune.study.select import (
     NoDeployableTrial,
     Recommendation,

@@ -42,7 +42,12 @@ from autotune.space.settings import (
     _Strict,
     parse_duration,
 )
-from autotune.space.support import config_problems, supported_choices, unsupported_reason
+from autotune.space.support import (
+    can_force_length,
+    config_problems,
+    supported_choices,
+    unsupported_reason,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -162,8 +167,6 @@ class SearchSpace(_Strict):
 
     def _check_equal_work(self) -> None:
         """Trials are ranked on output tokens/s only when they do the same work."""
-        from autotune.export import can_force_length
-
         backends = {config.backend for config in self._configs()}
         backend_spec = self.params.get("backend")
         backends |= set(backend_spec.choices or []) if backend_spec is not None else set()
@@ -378,7 +381,7 @@ class SearchSpace(_Strict):
 
         The reference must be runnable: every trial is compared with it.
         """
-        from autotune.engines.availability import missing_reason
+        from autotune.space.availability import missing_reason
 
         reference = self.reference_config().model_dump()
         for name, value in reference.items():

@@ -25,6 +25,16 @@ from typing import Any
 
 from autotune.params import BACKEND_PARAMS
 
+# Servers whose requests can force an answer's exact length (a minimum number of tokens and
+# ignore_eos), so load tests do equal work; autotune.export renders each one's fields.
+# `swift deploy` cannot: ms-swift 4.6's RequestConfig has neither field.
+LENGTH_FORCING_SERVERS = frozenset({"lmdeploy", "vllm"})
+
+
+def can_force_length(fmt: str) -> bool:
+    return fmt in LENGTH_FORCING_SERVERS
+
+
 # (backend, parameter) -> {unsupported value: reason}. A value not listed is supported.
 _UNSUPPORTED: dict[tuple[str, str], dict[Any, str]] = {
     ("lmdeploy", "kv_quant"): {

@@ -17,8 +17,8 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
 from autotune.accuracy.scoring import AccuracyReport
+from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
-from autotune.measure.measurement import Measurement
 from autotune.study.storage import artifact_dir
 
 SAMPLE_OUTPUTS = "sample_outputs.json"

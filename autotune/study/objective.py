@@ -24,9 +24,9 @@ from autotune.accuracy.reuse import (
 )
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.engines import measure_plan
+from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
-from autotune.measure.measurement import Measurement, to_measurement
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 from autotune.study.artifacts import ArtifactRecorder

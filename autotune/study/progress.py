@@ -83,8 +83,11 @@ def time_line(trial: FrozenTrial) -> str:
             ("accuracy", "accuracy"),
             ("recording", "recording"),
         )
-        # Screening and recording are short where they are not the story: shown from 1 s.
-        if time_s.get(key) and (key not in ("screening", "recording") or time_s[key] >= 0.5)
+        # Screening and recording are short where they are not the story: shown from 1 s. An
+        # endpoint's start-up is NaN (autotune did not start it): not shown.
+        if time_s.get(key)
+        and math.isfinite(time_s[key])
+        and (key not in ("screening", "recording") or time_s[key] >= 0.5)
     ]
     launch = trial.user_attrs.get("launch_id")
     if launch is not None:

@@ -7,6 +7,7 @@ time. Summed over the study, the shares say how much of the trial time bought me
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import optuna
@@ -74,9 +75,11 @@ class TimeShare:
 
 
 def part_seconds(time_s: dict[str, float], part: str) -> float:
-    if part == "waiting":
-        return sum(float(time_s.get(wait, 0.0)) for wait in WAITS)
-    return float(time_s.get(part, 0.0))
+    """A part's seconds in one trial's `time_s`; a part it could not time (an endpoint's
+    start-up is NaN: autotune did not start it) counts as none."""
+    keys = WAITS if part == "waiting" else (part,)
+    values = (float(time_s.get(key, 0.0)) for key in keys)
+    return sum(value for value in values if math.isfinite(value))
 
 
 def trial_seconds(trial: FrozenTrial) -> float:

@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from autotune.engines import measure_plan, open_session  # noqa: E402
+from autotune.engines.measurement import to_measurement  # noqa: E402
 from autotune.errors import AutotuneError, TrialFailure  # noqa: E402
-from autotune.measure.measurement import to_measurement  # noqa: E402
 from autotune.measure.steady import token_series  # noqa: E402
 from autotune.measure.timing import RequestTiming  # noqa: E402
 from autotune.params import SERVER_BACKENDS, TrialConfig  # noqa: E402

@@ -45,12 +45,3 @@ class Engine(Protocol):
         """Device and library versions, stored with the trial."""
 
     def close(self) -> None: ...
-
-
-def resize_to_max_side(image: Image.Image, max_side: int | None) -> Image.Image:
-    """Shrink so the longest side is at most `max_side` (never enlarges), as a client would."""
-    if max_side is None or max(image.size) <= max_side:
-        return image
-    scale = max_side / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    return image.resize(size, Image.Resampling.LANCZOS)

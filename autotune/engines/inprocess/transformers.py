@@ -21,8 +21,9 @@ from transformers.generation.streamers import BaseStreamer
 
 from autotune.checkpoints.adapters import Adapter
 from autotune.checkpoints.geometry import ImageGeometry
-from autotune.engines.inprocess.base import Completion, Request, resize_to_max_side
+from autotune.engines.inprocess.base import Completion, Request
 from autotune.engines.inprocess.vision_cache import VisionCache, image_key
+from autotune.evalset.images import resize_to_max_side
 from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig

@@ -22,7 +22,8 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from autotune.engines.session import MeasurePlan, ScreeningRequest, cycled
+from autotune.accuracy.screening import ScreeningRequest
+from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.convergence import (
     LoadSnapshot,
     first_round_end,

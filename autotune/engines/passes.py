@@ -8,13 +8,12 @@ settled and is known (autotune.measure.convergence), then one answer per accurac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
-
-from autotune.client.chat import ChatClient, ChatPrompt, ChatReply
+from autotune.client.chat import ChatClient, ChatPrompt, ChatReply, http_client
 from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.repeats import ImageRepeats
@@ -22,15 +21,6 @@ from autotune.params import TrialConfig
 
 # How a load-test request asks for an answer of exactly this many tokens (per server format).
 ForcedFields = Callable[[int], dict[str, Any]]
-
-
-def http_client(concurrency: int) -> httpx.AsyncClient:
-    # trust_env=False: a proxy from the environment must never sit between us and the server.
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=concurrency),
-        trust_env=False,
-    )
 
 
 async def run_passes(
@@ -59,26 +49,23 @@ async def run_passes(
             on_phase(name)
 
     async with http_client(max(batch, plan.accuracy_batch_size)) as client:
-        chat = ChatClient(
+        # One client per pass: the load test's also feeds each streamed chunk to the live
+        # series its stop rule reads.
+        same_server = functools.partial(
+            ChatClient,
             client,
             base_url=base_url,
             model=model,
             fields=fields,
             image_max_side=config.image_max_side,
         )
+        chat = same_server()
         # A server batches whatever is in flight: the load runs at the trial's own
         # concurrency from its first request, and its start is the warm-up, cut where the
         # rate settles (autotune.measure.steady).
         phase("load test")
         live = LiveTokens()
-        load_chat = ChatClient(
-            client,
-            base_url=base_url,
-            model=model,
-            fields=fields,
-            image_max_side=config.image_max_side,
-            on_chunk=live.add,
-        )
+        load_chat = same_server(on_chunk=live.add)
         workload = [by_id[i] for i in cycled(ids, plan.workload_requests)]
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         lengths = plan.answer_lengths() if forced_fields is not None else None
