@@ -106,7 +106,7 @@ def test_launch_spread_reads_a_repeated_grid(outputs: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     (point,) = json.loads((outputs / "spread.json").read_text())["points"]
     figures = point["tokens_per_s"]
-    assert point["batch_size"] == 2 and len(figures) == 2
+    assert point["point"] == {"batch_size": 2} and len(figures) == 2
     mean = sum(figures) / 2
     assert point["mean_tokens_per_s"] == pytest.approx(mean)
     # Two launches: the SD is |a - b| / sqrt(2), over the mean.

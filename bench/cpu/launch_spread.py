@@ -38,7 +38,7 @@ def covers(figures: list[float], half_widths: list[float]) -> bool:
 
 
 def spread_by_point(
-    rows: list[dict[str, Any]], *, launch_spread_rel: float = 0.0
+    rows: list[dict[str, Any]], names: list[str], *, launch_spread_rel: float = 0.0
 ) -> list[dict[str, Any]]:
     """One entry per grid point that ran on two or more launches; `launch_spread_rel`: the
     spread to fold into each launch's own interval (as a study records it) for the last check."""
@@ -46,10 +46,12 @@ def spread_by_point(
     for row in rows:
         if row.get("status") != "ok":
             continue
-        key = (json.dumps(row["launch"], sort_keys=True), row["batch_size"], row["image_max_side"])
+        point = {name: row.get(name) for name in names}
+        key = json.dumps([row["launch"], point], sort_keys=True)
         points.setdefault(key, []).append(row)
     result = []
-    for (_launch, batch, side), runs in points.items():
+    for key, runs in points.items():
+        launch, point = json.loads(key)
         if len(runs) < 2:
             continue
         figures = [float(r["figures"][TPS]) for r in runs]
@@ -60,8 +62,8 @@ def spread_by_point(
 
         result.append(
             {
-                "batch_size": batch,
-                "image_max_side": side,
+                "launch": launch,
+                "point": point,
                 "launches": len(runs),
                 "tokens_per_s": figures,
                 "mean_tokens_per_s": mean,
@@ -79,11 +81,15 @@ def spread_by_point(
     return result
 
 
+def _words(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items()) or "(defaults)"
+
+
 def markdown(points: list[dict[str, Any]], grid: dict[str, Any]) -> str:
     lines = [
         f"# Launch-to-launch spread: space {grid['space']}, {grid['repeat']} fresh launches",
         "",
-        "| batch | image side | tok/s each launch | mean | SD | max dev | 95% within (each) "
+        "| launch | point | tok/s each launch | mean | SD | max dev | 95% within (each) "
         "| within intervals cover | recorded cover | with the spread folded in, cover |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -91,7 +97,7 @@ def markdown(points: list[dict[str, Any]], grid: dict[str, Any]) -> str:
         each = ", ".join(f"{v:.1f}" for v in p["tokens_per_s"])
         within = ", ".join(f"±{v:.1%}" for v in p["ci_within_rel"])
         lines.append(
-            f"| {p['batch_size']} | {p['image_max_side'] or 'full'} | {each} "
+            f"| {_words(p['launch'])} | {_words(p['point'])} | {each} "
             f"| {p['mean_tokens_per_s']:.1f} | {p['sd_rel']:.1%} | {p['max_deviation_rel']:.1%} "
             f"| {within} | {'yes' if p['within_intervals_cover_each_other'] else 'no'} "
             f"| {'yes' if p['recorded_intervals_cover_each_other'] else 'no'} "
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args(argv)
     grid = json.loads(args.grid.read_text(encoding="utf-8"))
-    points = spread_by_point(grid["rows"], launch_spread_rel=args.launch_spread_rel)
+    names = list(grid["request"])  # the grid's request-time parameters: one point each
+    points = spread_by_point(grid["rows"], names, launch_spread_rel=args.launch_spread_rel)
     args.json.write_text(json.dumps({"grid": grid, "points": points}, indent=1), encoding="utf-8")
     args.markdown.write_text(markdown(points, grid), encoding="utf-8")
     print(markdown(points, grid))
