@@ -3,6 +3,7 @@ pyproject.toml), and the check itself catches an upward import."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -44,3 +45,38 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stdout[-3000:]
     assert "BROKEN" in result.stdout
     assert "autotune.measure.steady -> autotune.study" in result.stdout
+
+
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 200
+# Classes still over the limit, each at most as long as it is now: the debt may only shrink.
+# SearchSpace keeps its sampling methods (applies, searched, suggest, distribution) until they
+# move to a module of their own (issue 21).
+CLASSES_OVER_THE_LIMIT = {"autotune/space/model.py::SearchSpace": 319}
+
+
+def _package_modules() -> list[Path]:
+    return sorted((REPO / "autotune").rglob("*.py"))
+
+
+def test_no_module_of_the_package_is_over_500_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in _package_modules()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these modules along their seams: {long}"
+
+
+def test_no_class_is_over_200_lines_beyond_the_listed_debt() -> None:
+    sizes = {}
+    for path in _package_modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                name = f"{path.relative_to(REPO)}::{node.name}"
+                sizes[name] = node.end_lineno - node.lineno + 1
+    over = {name: size for name, size in sizes.items() if size > MAX_CLASS_LINES}
+    grown = {n: s for n, s in over.items() if s > CLASSES_OVER_THE_LIMIT.get(n, MAX_CLASS_LINES)}
+    assert not grown, f"classes over {MAX_CLASS_LINES} lines: {grown}"
+    paid = [name for name in CLASSES_OVER_THE_LIMIT if name not in over]
+    assert not paid, f"now within the limit, take them off CLASSES_OVER_THE_LIMIT: {paid}"

@@ -16,6 +16,7 @@ from autotune.errors import SpaceError, StudyError
 from autotune.export import render_export
 from autotune.params import TrialConfig
 from autotune.space import load_space
+from autotune.space.narrowing import for_gpus
 from autotune.study.counting import is_surplus
 from autotune.study.storage import check_several_writers, default_storage_url
 from autotune.study.timeshare import budget_seconds
@@ -77,16 +78,16 @@ def _space_with_tp(tmp_path: Path, choices: list[int]) -> Path:
 
 def test_tensor_parallel_is_searched_only_up_to_the_runs_gpus(tmp_path: Path) -> None:
     space = load_space(str(_space_with_tp(tmp_path, [1, 2, 4])))
-    narrowed, notes = space.for_gpus(2)
+    narrowed, notes = for_gpus(space, 2)
     assert narrowed.params["tensor_parallel"].choices == [1, 2]
     assert notes == [
         "dropped from the search: tensor_parallel above 2 (this run has 2 GPU(s); --gpus gives "
         "more)"
     ]
-    same, notes = space.for_gpus(4)
+    same, notes = for_gpus(space, 4)
     assert same.params["tensor_parallel"].choices == [1, 2, 4] and notes == []
     with pytest.raises(SpaceError, match="every params.tensor_parallel value"):
-        load_space(str(_space_with_tp(tmp_path, [2, 4]))).for_gpus(1)
+        for_gpus(load_space(str(_space_with_tp(tmp_path, [2, 4]))), 1)
 
 
 def test_tensor_parallel_belongs_to_lmdeploy_and_vllm_only(tmp_path: Path) -> None:

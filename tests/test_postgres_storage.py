@@ -22,6 +22,22 @@ pytestmark = [
 ]
 
 
+def load_and_close(url: str, name: str) -> optuna.Study:
+    """The study, read through a storage whose connections are closed at once: a psycopg
+    connection left to the garbage collector warns in whichever later test collects it."""
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+        # A copy in memory: the trials read now stay readable after the connections close.
+        copy = optuna.create_study(study_name=name, directions=study.directions)
+        copy.add_trials(study.get_trials(deepcopy=False))
+        for key, value in study.user_attrs.items():
+            copy.set_user_attr(key, value)
+        return copy
+    finally:
+        storage.engine.dispose()
+
+
 def autotune(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", *args],
@@ -55,7 +71,7 @@ def test_two_processes_share_one_study(tmp_path: Path) -> None:
         for run in runs:
             _, stderr = run.communicate(timeout=900)
             assert run.returncode == 0, stderr[-2000:]
-        study = optuna.load_study(study_name="shared", storage=url)
+        study = load_and_close(url, "shared")
         complete = study.get_trials(states=(TrialState.COMPLETE,))
         # The two processes stop together at the target: a trial asked for at the same
         # moment as the last one needed steps back ("surplus") instead of overshooting.
@@ -118,7 +134,7 @@ def test_a_host_that_stops_has_its_running_trial_failed_by_the_heartbeat(tmp_pat
         while victim is None and time.monotonic() < deadline and host_a.poll() is None:
             time.sleep(0.5)
             try:
-                study = optuna.load_study(study_name="hosts", storage=url)
+                study = load_and_close(url, "hosts")
             except KeyError:  # not created yet
                 continue
             running = study.get_trials(states=(TrialState.RUNNING,))
@@ -130,7 +146,7 @@ def test_a_host_that_stops_has_its_running_trial_failed_by_the_heartbeat(tmp_pat
         host_b = autotune(*args, "--trials", "3", cwd=tmp_path, env={"AUTOTUNE_HOST": "b", **grace})
         _, stderr = host_b.communicate(timeout=900)
         assert host_b.returncode == 0, stderr[-2000:]
-        study = optuna.load_study(study_name="hosts", storage=url)
+        study = load_and_close(url, "hosts")
         lost = study.trials[victim.number]
         assert lost.state == TrialState.FAIL
         # Optuna's heartbeat failed it; its failed-trial callback recorded why.

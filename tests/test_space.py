@@ -12,6 +12,7 @@ from autotune.errors import SpaceError
 from autotune.measure.lengths import AnswerLengths, length_bounds
 from autotune.params import PARAM_NAMES, TrialConfig
 from autotune.space import builtin_spaces, load_space
+from autotune.space.narrowing import runnable_here
 
 BASE = {
     "model": "some/model",
@@ -167,7 +168,7 @@ def test_trial_config_rejects_sampling_knobs_when_greedy() -> None:
 
 def test_backends_not_installed_here_are_dropped_with_a_note() -> None:
     # vLLM and flash-attn are never installed on the CPU machines that run these tests.
-    space, notes = load_space("default").runnable_here()
+    space, notes = runnable_here(load_space("default"))
     assert "vllm" not in space.params["backend"].choices
     assert "lmdeploy" in space.params["backend"].choices  # its parser is installed for CI
     assert any("pip install 'autotune[vllm]'" in note for note in notes)
@@ -178,7 +179,7 @@ def test_a_deploy_target_nothing_here_can_serve_is_an_error(tmp_path: Path) -> N
     data["deploy"] = "vllm"
     space = load_space(str(write_space(tmp_path, data)))
     with pytest.raises(SpaceError, match="deploy target vllm") as info:
-        space.runnable_here()
+        runnable_here(space)
     assert "pip install 'autotune[vllm]'" in str(info.value)
 
 
@@ -187,7 +188,7 @@ def test_a_reference_that_cannot_run_here_is_an_error(tmp_path: Path) -> None:
     data["reference"] = {**data["reference"], "backend": "vllm", "kv_cache_fraction": 0.7}
     space = load_space(str(write_space(tmp_path, data)))
     with pytest.raises(SpaceError, match="the reference needs backend vllm is not installed"):
-        space.runnable_here()
+        runnable_here(space)
 
 
 # --- values that used to fail late (in numpy, in Optuna, in a recursion) ---------------------

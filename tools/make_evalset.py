@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
-from autotune.evalset import synth
 from autotune.evalset.metrics import METRICS
-from autotune.evalset.synth import SynthItem
+from tools import synth
+from tools.synth import SynthItem
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION_BEGIN = "<!-- calibration:begin -->"
@@ -223,7 +223,7 @@ def _calibration_block(set_name: str, old_readme: str) -> str:
 def _prompt_templates(records: list[dict]) -> list[str]:
     """The synth prompt constants the records use, as `NAME`: "text" lines."""
     used = []
-    for name, template in vars(synth).items():
+    for name, template in vars(synth.base).items():  # in the order they are defined
         if not name.startswith("PROMPT_"):
             continue
         parts = re.split(r"\{\w+\}", template)
@@ -315,7 +315,7 @@ def render_readme(set_name: str, records: list[dict], folder: Path, old_readme: 
         "",
         "## Prompts",
         "",
-        "One prompt per task kind, constants in `autotune/evalset/synth.py` (training reuses "
+        "One prompt per task kind, constants in `tools/synth/` (training reuses "
         "them word for word); `{...}` is filled with a field, label or object name:",
         "",
         *_prompt_templates(records),

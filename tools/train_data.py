@@ -17,9 +17,8 @@ from PIL import Image
 from transformers import Qwen3VLModel
 
 from autotune.checkpoints.geometry import DEFAULT_GEOMETRY
-from autotune.evalset import synth
 from autotune.evalset.images import resize_to_max_side
-from tools import make_evalset
+from tools import make_evalset, synth
 
 IM_END = "<|im_end|>"
 TEXT_SHARE = 0.7  # the rest are shape scenes, half count and half colour questions

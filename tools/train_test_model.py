@@ -3,7 +3,7 @@
 The random checkpoint of `tools/make_test_model.py` scores zero everywhere, so an accuracy floor
 never bites. This script trains the same tiny architecture (Qwen3VLForConditionalGeneration,
 real processor geometry, Qwen's special-token ids, the character-level tokenizer) on synthetic
-items from `autotune.evalset.synth`: short letter+digit lines and coloured-shape scenes with
+items from `tools.synth`: short letter+digit lines and coloured-shape scenes with
 exactly the prompts of the smoke evaluation set. Seeds come from the ``train-<seed>/...``
 namespace, disjoint from the evaluation sets' ``<set>/<category>/<index>``.
 

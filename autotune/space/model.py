@@ -15,15 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from autotune.engine_args import EngineArgs
-from autotune.errors import SpaceError, did_you_mean
+from autotune.errors import did_you_mean
 from autotune.params import (
     BACKEND_PARAMS,
     BACKEND_QUALIFIER,
-    DEPLOY_TARGETS,
     DEPLOYABLE_BACKENDS,
     MAX_SEED,
     PARAM_NAMES,
-    REQUEST_PARAMS,
     SAMPLING_PARAMS,
     SERVER_BACKENDS,
     TrialConfig,
@@ -357,104 +355,6 @@ class SearchSpace(_Strict):
         backends = set(spec.choices or []) if spec is not None else set()
         backends.add(self.reference_config().backend)
         return backends & DEPLOYABLE_BACKENDS[self.deploy]
-
-    def for_endpoint(self) -> SearchSpace:
-        """This space for a server that is already running: request-side parameters only.
-
-        Server-side parameters stay at their reference values (they describe nothing about the
-        endpoint); start-up time and memory cannot be seen from a client, so they can be
-        neither an objective nor a constraint.
-        """
-        unmeasurable = {"startup_s", "peak_memory_mib"}
-        bad = [o.metric for o in self.objectives if o.metric in unmeasurable]
-        if bad:
-            raise SpaceError(
-                f"objective {bad[0]} cannot be measured through --endpoint (the server was not "
-                "started by autotune); use a space without it"
-            )
-        params = {name: spec for name, spec in self.params.items() if name in REQUEST_PARAMS}
-        constraints = self.constraints.model_copy(update={"memory_budget_mib": None})
-        return self.model_copy(update={"params": params, "constraints": constraints})
-
-    def runnable_here(self) -> tuple[SearchSpace, list[str]]:
-        """This space without the choices that cannot run on this machine, and what was dropped.
-
-        The reference must be runnable: every trial is compared with it.
-        """
-        from autotune.space.availability import missing_reason
-
-        reference = self.reference_config().model_dump()
-        for name, value in reference.items():
-            reason = missing_reason(name, value)
-            if reason is not None:
-                raise SpaceError(f"{self.source or self.name}: the reference needs {reason}")
-        params = dict(self.params)
-        dropped: list[str] = []
-        for name, spec in self.params.items():
-            if spec.choices is None:
-                continue
-            keep = [value for value in spec.choices if missing_reason(name, value) is None]
-            reasons = [r for v in spec.choices if (r := missing_reason(name, v)) is not None]
-            if not keep:
-                raise SpaceError(
-                    f"{self.source or self.name}: no choice of params.{name} can run here: "
-                    + "; ".join(reasons)
-                )
-            dropped += reasons
-            if len(keep) != len(spec.choices):
-                params[name] = spec.model_copy(update={"choices": keep})
-        restricted = self.model_copy(update={"params": params})
-        if not restricted.deployable_backends():
-            why = "; ".join(dropped) or "the space searches no backend that serves it"
-            raise SpaceError(
-                f"{self.source or self.name}: deploy target {self.deploy}: no backend this "
-                f"space can run here reproduces on it ({why}); install the engine, or set "
-                f"deploy: to one of {', '.join(DEPLOY_TARGETS)}"
-            )
-        return restricted, [f"dropped from the search: {reason}" for reason in dropped]
-
-    def for_gpus(self, count: int) -> tuple[SearchSpace, list[str]]:
-        """This space with tensor_parallel limited to the `count` GPUs a run may give one
-        launch, and what was dropped. 1 for a run without GPUs."""
-        where = self.source or self.name
-        if self.reference_config().tensor_parallel > count:
-            raise SpaceError(
-                f"{where}: the reference needs tensor_parallel "
-                f"{self.reference_config().tensor_parallel} GPUs and this run has {count}; "
-                "give more with --gpus, or lower it"
-            )
-        for candidate in self.candidates:
-            needs = self.candidate_config(candidate.name).tensor_parallel
-            if needs > count:
-                raise SpaceError(
-                    f"{where}: candidate '{candidate.name}' needs tensor_parallel {needs} GPUs "
-                    f"and this run has {count}; give more with --gpus, or lower it"
-                )
-        spec = self.params.get("tensor_parallel")
-        if spec is None:
-            return self, []
-        if spec.choices is not None:
-            keep = [value for value in spec.choices if int(value) <= count]
-            dropped = [int(value) for value in spec.choices if int(value) > count]
-            narrowed = spec.model_copy(update={"choices": keep})
-        else:
-            assert spec.low is not None and spec.high is not None
-            keep = [count] if spec.low <= count else []
-            dropped = [count + 1] if spec.high > count else []
-            narrowed = spec.model_copy(update={"high": float(min(spec.high, count))})
-        if not keep:
-            raise SpaceError(
-                f"{where}: every params.tensor_parallel value needs more than the {count} "
-                "GPU(s) this run has; give more with --gpus"
-            )
-        if not dropped:
-            return self, []
-        params = {**self.params, "tensor_parallel": narrowed}
-        note = (
-            f"dropped from the search: tensor_parallel above {count} (this run has {count} "
-            "GPU(s); --gpus gives more)"
-        )
-        return self.model_copy(update={"params": params}), [note]
 
     def distribution(self, key: str) -> optuna.distributions.BaseDistribution:
         """The Optuna distribution the parameter named `key` (`name` or `name@backend`) is

@@ -17,6 +17,7 @@ from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
+from autotune.space.narrowing import for_endpoint, for_gpus, runnable_here
 from autotune.space.support import supported_choices
 from autotune.study.storage import check_several_writers, check_storage_url, default_storage_url
 
@@ -68,7 +69,7 @@ def plan_study(
     for `device: cuda`, the model and the eval set.
 
     With `endpoint` the trials measure that running server, and only request-side parameters
-    are searched (SearchSpace.for_endpoint). With `dummy_weights` every backend loads a
+    are searched (autotune.space.narrowing.for_endpoint). With `dummy_weights` every backend loads a
     random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and
     accuracy is switched off. `budget_s` (from --budget) overrides the space's budget. `gpus`
     (from --gpus) runs one worker per GPU; without it the run is one worker over the GPUs
@@ -94,10 +95,10 @@ def plan_study(
         _check_device(space)
     notes: list[str] = list(adapter_notes)
     if endpoint is not None:
-        space = space.for_endpoint()
+        space = for_endpoint(space)
     else:
-        space, notes = space.runnable_here()
-        space, gpu_notes = space.for_gpus(max(1, len(run_gpus)))
+        space, notes = runnable_here(space)
+        space, gpu_notes = for_gpus(space, max(1, len(run_gpus)))
         notes += gpu_notes + space.unsupported_notes()
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})

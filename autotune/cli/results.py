@@ -1,0 +1,198 @@
+"""Commands that read a study: best, export, verify, dashboard and report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+import click
+
+from autotune.cli.base import (
+    F,
+    FiniteFloatRange,
+    _check_endpoint,
+    adapter_option,
+    json_option,
+    main,
+    storage_option,
+    study_option,
+    trial_option,
+    user_errors,
+)
+
+
+@main.command()
+@study_option
+@storage_option
+@json_option
+@user_errors
+def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
+    """Show the feasible Pareto front and the recommended trial."""
+    from autotune.report.text import best_json, best_text
+    from autotune.study.storage import load_study
+
+    study = load_study(study_name, storage)
+    click.echo(json.dumps(best_json(study), indent=2) if as_json else best_text(study))
+
+
+def format_option(formats: list[str], help_text: str) -> Callable[[F], F]:
+    return click.option("--format", "fmt", type=click.Choice(formats), default=None, help=help_text)
+
+
+@main.command()
+@study_option
+@storage_option
+@trial_option
+@format_option(
+    ["swift", "lmdeploy", "vllm", "yaml"],
+    "Target; default: the study's deploy target (the space's `deploy:`).",
+)
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address the server binds.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port.")
+@click.option("--strict", is_flag=True, help="Fail when the command cannot match exactly.")
+@json_option
+@user_errors
+def export(
+    study_name: str | None,
+    storage: str | None,
+    trial_number: int | None,
+    fmt: str | None,
+    host: str,
+    port: int | None,
+    strict: bool,
+    as_json: bool,
+) -> None:
+    """Print the deploy command of the recommended (or a chosen) trial."""
+    from autotune.errors import ExportError
+    from autotune.study.exports import export_trial
+    from autotune.study.storage import load_study
+
+    study = load_study(study_name, storage)
+    result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
+    if strict and not result.exact:
+        raise ExportError(
+            f"trial {trial.number} cannot be expressed exactly as a command for {result.format}: "
+            + " ".join(result.blockers)
+        )
+    if as_json:
+        click.echo(json.dumps({"trial": trial.number, **result.to_dict()}, indent=2))
+    else:
+        click.echo(result.text)
+
+
+@main.command()
+@study_option
+@storage_option
+@trial_option
+@format_option(
+    ["swift", "lmdeploy", "vllm"], "Command to relaunch. Default: the study's deploy target."
+)
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    callback=_check_endpoint,
+    help="Check this running OpenAI-compatible server instead of relaunching the command "
+    "(default for a study run with --endpoint: that endpoint).",
+)
+@click.option(
+    "--tolerance",
+    type=FiniteFloatRange(0.0, 1.0),
+    default=0.25,
+    show_default=True,
+    help="How much worse (relative) throughput and latency may be than recorded.",
+)
+@adapter_option
+@json_option
+@user_errors
+def verify(
+    study_name: str | None,
+    storage: str | None,
+    trial_number: int | None,
+    fmt: str | None,
+    endpoint: str | None,
+    tolerance: float,
+    adapter_specs: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Relaunch the recommended (or a chosen) trial's command and check its figures.
+
+    Exit status 0 when every figure is within tolerance, 1 when not.
+    """
+    from autotune.checkpoints.adapters import parse_adapters
+    from autotune.study.storage import load_study
+    from autotune.verify import verify_text, verify_trial
+
+    adapters = parse_adapters(adapter_specs)
+    study = load_study(study_name, storage)
+    result = verify_trial(
+        study,
+        trial_number=trial_number,
+        fmt=fmt,
+        endpoint=endpoint,
+        tolerance=tolerance,
+        on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
+        adapters=adapters or None,
+    )
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else verify_text(result))
+    sys.exit(0 if result.passed else 1)
+
+
+@main.command()
+@study_option
+@storage_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0 = any free."
+)
+@click.option(
+    "--allow-edits", is_flag=True, help="Let the browser write to the study (notes, deletion)."
+)
+@user_errors
+def dashboard(
+    study_name: str | None, storage: str | None, host: str, port: int, allow_edits: bool
+) -> None:
+    """Serve optuna-dashboard for the study, with each trial's artifacts; Ctrl-C stops it."""
+    from autotune.report.dashboard import create_dashboard
+    from autotune.study.storage import display_url
+
+    server = create_dashboard(study_name, storage, host=host, port=port, allow_edits=allow_edits)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"warning: listening on {host}: anyone who can reach this machine can read the study",
+            err=True,
+        )
+    click.echo(f"study '{server.study_name}' ({display_url(server.storage_url)})")
+    if server.artifacts is None:
+        click.echo("no artifacts stored for this study yet", err=True)
+    # optuna-dashboard 0.21 does not read Optuna 5's named constraints.
+    click.echo(
+        "note: the dashboard's 'Best Trial' badges ignore the accuracy floor and other "
+        "constraints; `autotune best` and `autotune report` show the feasible front",
+        err=True,
+    )
+    click.echo(f"dashboard: {server.url}   (Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("dashboard stopped", err=True)
+
+
+@main.command()
+@study_option
+@storage_option
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="HTML file to write.",
+)
+@user_errors
+def report(study_name: str | None, storage: str | None, out_path: str) -> None:
+    """Write a self-contained HTML report of the study (opens offline)."""
+    from autotune.report.html import write_report
+
+    path = write_report(study_name, storage, out=out_path)
+    click.echo(f"report written to {path}")

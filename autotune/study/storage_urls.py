@@ -1,0 +1,276 @@
+"""Which storage a URL names, whether it may be opened or created, and how it is shown.
+
+A URL is checked before anything is written: no in-memory SQLite that would lose the study, no
+folder created at a typo's path, no write into another program's database, and a password in
+it is never printed (`display_url`). autotune.study.storage opens what passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+from autotune.errors import StudyError
+
+# How long SQLite waits for another writer's lock before a write gives up (seconds); the
+# retries after that are autotune.study.storage's.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether a database error is another writer holding the lock."""
+    text = str(exc).lower()
+    return any(marker in text for marker in ("database is locked", "database is busy"))
+
+
+# Where studies live by default, relative to the working folder.
+STUDIES_DIR = Path("studies")
+
+
+JOURNAL_SUFFIX = ".journal"
+
+
+def is_journal(url: str) -> bool:
+    """A journal file's path (`studies/s.journal`), not a database URL."""
+    return "://" not in url and url.endswith(JOURNAL_SUFFIX)
+
+
+def default_storage_url(study_name: str, *, several_writers: bool = False) -> str:
+    """studies/<study>.db, or its journal file when it has one or several workers share it."""
+    journal = STUDIES_DIR / f"{study_name}{JOURNAL_SUFFIX}"
+    sqlite = STUDIES_DIR / f"{study_name}.db"
+    if journal.is_file():
+        return str(journal)
+    if several_writers:
+        if sqlite.is_file():
+            raise StudyError(
+                f"study '{study_name}' is stored in SQLite ({sqlite}), which several workers "
+                "cannot share safely; run it on one GPU, or start a new --study for --gpus "
+                "(it is stored in a journal file)"
+            )
+        return str(journal)
+    return f"sqlite:///{sqlite}"
+
+
+# Query parameters that carry a secret (`?password=...`, libpq's `sslpassword`, a token).
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
+_SECRET_QUERY = re.compile(r"((?:^|[?&;])[^=&;?]*(?:pass|pwd|secret|token)[^=&;]*=)[^&;]*", re.I)
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be printed: a password is masked, in the user part and the query."""
+    if is_journal(url):
+        return url
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        shown = parsed.set(query={}).render_as_string(hide_password=True)
+        pairs = [
+            f"{key}={'***' if _SECRET_KEY.search(key) else value}"
+            for key, values in parsed.query.items()
+            for value in (values if isinstance(values, tuple) else (values,))
+        ]
+        return shown + ("?" + "&".join(pairs) if pairs else "")
+    except Exception:  # not a URL SQLAlchemy can read: show what cannot hold a password
+        text = url.split("@", 1)[-1] if "@" in url else url
+        return _SECRET_QUERY.sub(r"\1***", text)
+
+
+def secrets_in(url: str) -> list[str]:
+    """The passwords a URL carries: its user part's and its query's."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        return []
+    found = [str(parsed.password)] if parsed.password else []
+    for key, values in parsed.query.items():
+        if _SECRET_KEY.search(key):
+            found += [v for v in (values if isinstance(values, tuple) else (values,)) if v]
+    return found
+
+
+def sqlite_file(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///"))
+    return None
+
+
+def local_file(url: str) -> Path | None:
+    """The file that holds a study on this machine (SQLite or journal), None for a server."""
+    return Path(url) if is_journal(url) else sqlite_file(url)
+
+
+def check_several_writers(url: str) -> None:
+    """Several workers of one run write at once: a SQLite file is refused in one line."""
+    if sqlite_file(url) is not None:
+        raise StudyError(
+            f"storage '{display_url(url)}': several workers (--gpus) cannot share a SQLite "
+            "database safely; leave --storage out (a journal file under studies/ is used), "
+            "or give a .journal path or a PostgreSQL URL"
+        )
+
+
+def check_storage_url(url: str, *, create: bool) -> None:
+    """One StudyError line for a URL that cannot hold a study; nothing is written."""
+    shown = display_url(url)
+    if is_journal(url):
+        _check_local_path(Path(url), shown, create=create)
+        _check_journal_content(Path(url), shown)
+        return
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:
+        raise StudyError(
+            f"storage '{shown}' is not a database URL; write e.g. sqlite:///studies/s.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
+    if parsed.get_backend_name() != "sqlite":
+        return
+    name = parsed.database
+    if not name or name == ":memory:" or name.startswith("file::memory:"):
+        raise StudyError(
+            f"storage '{shown}' is an in-memory SQLite database, which ends with the process "
+            "and so loses the study; give a file: sqlite:///studies/NAME.db"
+        )
+    if url.rstrip().endswith("/"):
+        raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    _check_local_path(Path(name), shown, create=create)
+    _check_sqlite_content(Path(name), shown, create=create)
+
+
+# Optuna's own tables (its RDB schema, and the migration tool's bookkeeping): a database that
+# holds any other table belongs to another program, which a study must not write into.
+OPTUNA_TABLES = frozenset(
+    {
+        "studies",
+        "study_directions",
+        "study_system_attributes",
+        "study_user_attributes",
+        "trial_heartbeats",
+        "trial_intermediate_values",
+        "trial_params",
+        "trial_system_attributes",
+        "trial_user_attributes",
+        "trial_values",
+        "trials",
+        "version_info",
+        "alembic_version",
+    }
+)
+# What an Optuna schema that was created to the end always has (the unique study name).
+_SCHEMA_COMPLETE_INDEX = "ix_studies_study_name"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_journal_content(path: Path, shown: str) -> None:
+    """An existing journal starts with one of Optuna's JSON log records."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        first = handle.readline(1 << 20)
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise StudyError(
+            f"storage '{shown}': {path} is not an Optuna journal; give another file (a new one "
+            "is created)"
+        )
+
+
+def _check_sqlite_content(path: Path, shown: str, *, create: bool) -> None:
+    """An existing SQLite file holds Optuna's tables only. A schema left half-made by a run
+    that failed while creating it (a full disk), with no trial in it, is removed by a run
+    (create=True) and reported by a reader."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if header != _SQLITE_HEADER:
+        raise StudyError(f"storage '{shown}': {path} is not a SQLite database; give another file")
+    read_only = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with contextlib.closing(
+            sqlite3.connect(read_only, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+        ) as db:
+            rows = db.execute("SELECT type, name FROM sqlite_master").fetchall()
+            tables = {name for kind, name in rows if kind == "table"}
+            indexes = {name for kind, name in rows if kind == "index"}
+            trials = 0
+            if "trials" in tables:
+                trials = db.execute("SELECT count(*) FROM trials").fetchone()[0]
+    except sqlite3.Error as exc:
+        if is_busy(exc):
+            return  # another run is writing to it: a study, which the open will wait for
+        raise StudyError(f"storage '{shown}': {path} cannot be read as SQLite ({exc})") from None
+    foreign = sorted(name for name in tables - OPTUNA_TABLES if not name.startswith("sqlite_"))
+    if foreign:
+        raise StudyError(
+            f"storage '{shown}': {path} is another program's database (it holds "
+            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); give a file of "
+            "its own for the study"
+        )
+    if tables and _SCHEMA_COMPLETE_INDEX not in indexes and not trials:
+        # Nothing measured is in it, and Optuna would add studies of the same name to it.
+        if not create:
+            raise StudyError(
+                f"storage '{shown}': {path} holds a study schema a run could not finish "
+                "creating, and no trial; `autotune run` with it starts afresh"
+            )
+        path.unlink()
+
+
+def _check_local_path(path: Path, shown: str, *, create: bool) -> None:
+    """A study file: a regular file (or none yet, in a folder autotune may write to)."""
+    if path.name in ("", ".", ".."):
+        raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    if path.is_dir():
+        raise StudyError(f"storage '{shown}': {path} is a folder, not a database file")
+    if path.exists() and not path.is_file():
+        # Opening a FIFO would wait for a writer forever; a device is nobody's study.
+        raise StudyError(
+            f"storage '{shown}': {path} is not a regular file (a FIFO, socket or device); "
+            "give a database file"
+        )
+    parent = path.parent
+    if create and not parent.is_dir() and parent.resolve() != STUDIES_DIR.resolve():
+        raise StudyError(
+            f"storage '{shown}': the folder {parent} does not exist; create it first (only "
+            f"{STUDIES_DIR}/ is made for you)"
+        )
+    if path.is_file():
+        wanted = os.R_OK | (os.W_OK if create else 0)
+        if not os.access(path, wanted):
+            how = "read and write" if create else "read"
+            raise StudyError(f"storage '{shown}': no permission to {how} {path}")
+    elif create and parent.is_dir() and not _can_create_in(parent):
+        raise StudyError(
+            f"storage '{shown}': cannot create a file in {parent} (read-only, or not a disk "
+            "folder); give a path in a folder you can write to"
+        )
+
+
+# Kernel file systems hold no user files: os.access says root may write there, open says no.
+_PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
+
+
+def _can_create_in(folder: Path) -> bool:
+    resolved = folder.resolve()
+    if any(resolved == root or root in resolved.parents for root in _PSEUDO_FILESYSTEMS):
+        return False
+    if not os.access(resolved, os.W_OK | os.X_OK):
+        return False
+    try:
+        return not os.statvfs(resolved).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
