@@ -248,7 +248,7 @@ class TrialConfig(BaseModel):
 
 
 # An Optuna parameter name is the parameter's own, or `name@backend` where a backend supports
-# fewer of the space's choices than the others (autotune.space.model.SearchSpace.searched):
+# fewer of the space's choices than the others (autotune.space.sampling.searched):
 # Optuna needs one distribution per name, and an unsupported value must never be proposed.
 BACKEND_QUALIFIER = "@"
 

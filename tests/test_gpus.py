@@ -17,6 +17,7 @@ from autotune.export import render_export
 from autotune.params import TrialConfig
 from autotune.space import load_space
 from autotune.space.narrowing import for_gpus
+from autotune.space.sampling import applies
 from autotune.study.counting import is_surplus
 from autotune.study.storage import check_several_writers, default_storage_url
 from autotune.study.timeshare import budget_seconds
@@ -92,9 +93,9 @@ def test_tensor_parallel_is_searched_only_up_to_the_runs_gpus(tmp_path: Path) ->
 
 def test_tensor_parallel_belongs_to_lmdeploy_and_vllm_only(tmp_path: Path) -> None:
     space = load_space(str(_space_with_tp(tmp_path, [1, 2])))
-    assert space.applies("tensor_parallel", {"backend": "lmdeploy"})
-    assert not space.applies("tensor_parallel", {"backend": "transformers"})
-    assert not space.applies("tensor_parallel", {"backend": "swift"})
+    assert applies(space, "tensor_parallel", {"backend": "lmdeploy"})
+    assert not applies(space, "tensor_parallel", {"backend": "transformers"})
+    assert not applies(space, "tensor_parallel", {"backend": "swift"})
     lmdeploy = render_export(
         TrialConfig(backend="lmdeploy", tensor_parallel=2), fmt="lmdeploy", model="m"
     )

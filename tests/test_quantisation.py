@@ -13,6 +13,7 @@ from autotune.errors import ExportError
 from autotune.export import render_export
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
+from autotune.space.sampling import suggest, unsupported_notes
 from autotune.space.support import unsupported_reason
 
 MODEL = "Qwen/Qwen3-VL-2B-Instruct"
@@ -44,7 +45,7 @@ def test_unsupported_combinations_are_never_proposed() -> None:
     seen: dict[str, set[object]] = {}
     for _ in range(300):
         trial = study.ask()
-        config = space.suggest(trial)
+        config = suggest(space, trial)
         study.tell(trial, 0.0)
         values = config.model_dump()
         for name in ("weight_quant", "kv_quant", "prefix_cache"):
@@ -57,7 +58,7 @@ def test_unsupported_combinations_are_never_proposed() -> None:
 
 
 def test_each_unsupported_combination_is_listed_once_with_its_reason() -> None:
-    notes = gpu_space().unsupported_notes()
+    notes = unsupported_notes(gpu_space())
     assert len(notes) == len(set(notes))
     assert (
         "not proposed: kv_quant int8 on lmdeploy: LMDeploy 0.18's supported-models table "
@@ -70,7 +71,7 @@ def test_each_unsupported_combination_is_listed_once_with_its_reason() -> None:
 
 
 def test_fp8_weights_need_a_gpu_on_every_engine() -> None:
-    notes = gpu_space(device="cpu").unsupported_notes()
+    notes = unsupported_notes(gpu_space(device="cpu"))
     assert "not proposed: weight_quant fp8 on transformers: transformers' FineGrainedFP8Config " \
         "runs on CUDA GPUs only" in notes  # fmt: skip
 

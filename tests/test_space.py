@@ -13,6 +13,7 @@ from autotune.measure.lengths import AnswerLengths, length_bounds
 from autotune.params import PARAM_NAMES, TrialConfig
 from autotune.space import builtin_spaces, load_space
 from autotune.space.narrowing import runnable_here
+from autotune.space.sampling import reference_params, suggest
 
 BASE = {
     "model": "some/model",
@@ -92,14 +93,14 @@ def test_reference_outside_the_search_is_measured_as_given(tmp_path: Path) -> No
     # or an in-process reference beside server candidates).
     path = write_space(tmp_path, with_params(image_max_side={"choices": [128, 256]}))
     space = load_space(str(path))
-    assert "image_max_side" not in space.reference_params()
+    assert "image_max_side" not in reference_params(space)
     study = optuna.create_study()
-    study.enqueue_trial(space.reference_params())
+    study.enqueue_trial(reference_params(space))
     trial = study.ask()
-    config = space.suggest(trial, fixed=space.reference_config())
+    config = suggest(space, trial, fixed=space.reference_config())
     assert config.image_max_side is None
     assert "image_max_side" not in trial.params
-    assert space.suggest(study.ask()).image_max_side in (128, 256)
+    assert suggest(space, study.ask()).image_max_side in (128, 256)
 
 
 def test_condition_on_a_later_parameter_is_rejected(tmp_path: Path) -> None:
@@ -118,7 +119,8 @@ def test_range_on_a_categorical_parameter_is_rejected(tmp_path: Path) -> None:
 
 def test_suggest_applies_conditions(tmp_path: Path) -> None:
     space = load_space(str(write_space(tmp_path, BASE)))
-    greedy = space.suggest(
+    greedy = suggest(
+        space,
         optuna.trial.FixedTrial(
             {
                 "backend": "transformers",
@@ -127,12 +129,13 @@ def test_suggest_applies_conditions(tmp_path: Path) -> None:
                 "image_max_side": 256,
                 "compile_mode": "default",
             }
-        )
+        ),
     )
     assert greedy.temperature is None and greedy.kv_cache_fraction is None
     assert greedy.compile_mode == "default" and greedy.image_max_side == 256
 
-    sampled = space.suggest(
+    sampled = suggest(
+        space,
         optuna.trial.FixedTrial(
             {
                 "backend": "lmdeploy",
@@ -143,7 +146,7 @@ def test_suggest_applies_conditions(tmp_path: Path) -> None:
                 "kv_cache_fraction": 0.7,
                 "compile_mode": "default",
             }
-        )
+        ),
     )
     # compile_mode is searched for lmdeploy too (none = eager, else CUDA graphs).
     assert sampled.compile_mode == "default"
@@ -152,13 +155,13 @@ def test_suggest_applies_conditions(tmp_path: Path) -> None:
 
 def test_reference_params_are_enqueueable(tmp_path: Path) -> None:
     space = load_space(str(write_space(tmp_path, BASE)))
-    params = space.reference_params()
+    params = reference_params(space)
     assert set(params) <= set(PARAM_NAMES)
     assert "temperature" not in params  # greedy reference: sampling knobs do not apply
     study = optuna.create_study(directions=["maximize"])
     study.enqueue_trial(params)
     trial = study.ask()
-    assert space.suggest(trial) == space.reference_config()
+    assert suggest(space, trial) == space.reference_config()
 
 
 def test_trial_config_rejects_sampling_knobs_when_greedy() -> None:

@@ -10,19 +10,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import UnionType
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from autotune.engine_args import EngineArgs
 from autotune.errors import did_you_mean
 from autotune.params import (
-    BACKEND_PARAMS,
-    BACKEND_QUALIFIER,
     DEPLOYABLE_BACKENDS,
     MAX_SEED,
     PARAM_NAMES,
-    SAMPLING_PARAMS,
     SERVER_BACKENDS,
     TrialConfig,
     no_effect_message,
@@ -43,12 +40,7 @@ from autotune.space.settings import (
 from autotune.space.support import (
     can_force_length,
     config_problems,
-    supported_choices,
-    unsupported_reason,
 )
-
-if TYPE_CHECKING:
-    import optuna
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -220,120 +212,6 @@ class SearchSpace(_Strict):
             values.update(kv_cache_fraction=None, tensor_parallel=1)
         return TrialConfig(**values)
 
-    def fixed_params(self, config: TrialConfig) -> dict[str, Any]:
-        """The values of `config` that lie inside the search, for `study.enqueue_trial`,
-        under their Optuna names."""
-        values = config.model_dump()
-        fixed = {}
-        for name in PARAM_NAMES:
-            searched = self.searched(name, values)
-            if searched is not None and _contains(searched[1], values[name]):
-                fixed[searched[0]] = values[name]
-        return fixed
-
-    def applies(self, name: str, decided: dict[str, Any]) -> bool:
-        """Whether parameter `name` is searched, given the values decided so far."""
-        backend = decided.get("backend", self.reference_config().backend)
-        if name not in BACKEND_PARAMS[backend]:
-            return False
-        if name in SAMPLING_PARAMS and not decided.get("do_sample", False):
-            return False
-        spec = self.params.get(name)
-        if spec is None:
-            return False
-        return all(decided.get(other) in values for other, values in spec.when.items())
-
-    def searched(self, name: str, decided: dict[str, Any]) -> tuple[str, ParamSpec] | None:
-        """The Optuna name and the spec parameter `name` is suggested from, given the values
-        decided so far; None when it is not searched for them.
-
-        Choices the decided backend cannot serve (autotune.space.support) are left out. A
-        backend left with fewer choices than the space lists gets its own Optuna name
-        (`kv_quant@vllm`), since Optuna holds one distribution per name; one left with a
-        single choice is not searched at all.
-        """
-        if not self.applies(name, decided):
-            return None
-        spec = self.params[name]
-        if spec.choices is None:
-            return name, spec
-        backend = decided["backend"] if "backend" in decided else self.reference_config().backend
-        narrowed = self._narrowed(name, str(backend))
-        keep = narrowed.choices or []
-        if len(keep) == len(spec.choices):
-            return name, spec
-        if len(keep) < 2:
-            return None
-        return f"{name}{BACKEND_QUALIFIER}{backend}", narrowed
-
-    def _narrowed(self, name: str, backend: str) -> ParamSpec:
-        """Parameter `name`'s spec with only the choices `backend` can serve (a range as is)."""
-        spec = self.params[name]
-        if spec.choices is None:
-            return spec
-        keep = supported_choices(backend, name, spec.choices, device=self.device)
-        return spec.model_copy(update={"choices": keep})
-
-    def _unsearched_value(self, name: str, values: dict[str, Any]) -> Any:
-        """The value of a parameter the space lists but the backend cannot vary: the one
-        supported choice, or the plain value when none is."""
-        backend = str(values["backend"])
-        if unsupported_reason(backend, name, values[name], device=self.device) is None:
-            return values[name]
-        keep = self._narrowed(name, backend).choices
-        return keep[0] if keep else TrialConfig.model_fields[name].default
-
-    def unsupported_notes(self) -> list[str]:
-        """Each combination of a searched backend and a listed value that is never proposed,
-        once, with the reason."""
-        spec = self.params.get("backend")
-        backends = list(spec.choices) if spec is not None and spec.choices else []
-        reference = self.reference_config().backend
-        backends += [] if reference in backends else [reference]
-        notes = []
-        for backend in backends:
-            for name, param in self.params.items():
-                if param.choices is None or not self.applies(name, {"backend": backend}):
-                    continue
-                for value in param.choices:
-                    reason = unsupported_reason(str(backend), name, value, device=self.device)
-                    if reason is not None:
-                        notes.append(f"not proposed: {name} {value} on {backend}: {reason}")
-        return notes
-
-    def suggest(
-        self, trial: optuna.trial.BaseTrial, *, fixed: TrialConfig | None = None
-    ) -> TrialConfig:
-        """Ask the trial for each applicable parameter and build the configuration.
-
-        With `fixed` (the reference), the trial is asked only for the values that lie inside
-        the search (enqueued, so the sampler returns them); the others are kept as given.
-        """
-        values = (fixed or self.reference_config()).model_dump()
-        if fixed is None:
-            for name in SAMPLING_PARAMS:
-                values[name] = None  # a reference that samples must not leak into greedy trials
-        for name in PARAM_NAMES:
-            searched = self.searched(name, values)
-            if searched is None:
-                if self.applies(name, values) and self.params[name].choices is not None:
-                    values[name] = self._unsearched_value(name, values)
-                continue
-            key, spec = searched
-            if fixed is not None and not _contains(spec, values[name]):
-                continue
-            values[name] = _suggest_one(trial, key, name, spec)
-        if not values["do_sample"]:
-            for name in SAMPLING_PARAMS:
-                values[name] = None
-        if values["backend"] not in ("lmdeploy", "vllm"):
-            values.update(kv_cache_fraction=None, tensor_parallel=1)
-        if values["backend"] not in SERVER_BACKENDS:
-            values["max_batch_size"] = None
-        elif values["max_batch_size"] is None or not self.applies("max_batch_size", values):
-            values["max_batch_size"] = self.server_max_batch_size()
-        return TrialConfig(**values)
-
     def server_max_batch_size(self) -> int:
         """A server's batch cap when max_batch_size is not searched: the largest batch_size the
         space can ask for, so every concurrency it measures fits in one launch."""
@@ -345,35 +223,12 @@ class SearchSpace(_Strict):
             sizes.append(int(spec.high))
         return max(sizes)
 
-    def reference_params(self) -> dict[str, Any]:
-        """The reference's values that lie inside the search, for `study.enqueue_trial`."""
-        return self.fixed_params(self.reference_config())
-
     def deployable_backends(self) -> set[str]:
         """The backends this space can measure that reproduce on its deploy target."""
         spec = self.params.get("backend")
         backends = set(spec.choices or []) if spec is not None else set()
         backends.add(self.reference_config().backend)
         return backends & DEPLOYABLE_BACKENDS[self.deploy]
-
-    def distribution(self, key: str) -> optuna.distributions.BaseDistribution:
-        """The Optuna distribution the parameter named `key` (`name` or `name@backend`) is
-        suggested from (see _suggest_one and `searched`)."""
-        import optuna
-
-        name, _, backend = key.partition(BACKEND_QUALIFIER)
-        spec = self._narrowed(name, backend) if backend else self.params[name]
-        if spec.choices is not None:
-            return optuna.distributions.CategoricalDistribution(spec.choices)
-        assert spec.low is not None and spec.high is not None
-        if _is_int_param(name):
-            step = int(spec.step) if spec.step else 1
-            return optuna.distributions.IntDistribution(
-                int(spec.low), int(spec.high), step=step, log=spec.log
-            )
-        return optuna.distributions.FloatDistribution(
-            spec.low, spec.high, step=spec.step, log=spec.log
-        )
 
     def directions(self) -> list[str]:
         return [str(objective.direction) for objective in self.objectives]
@@ -387,17 +242,6 @@ class SearchSpace(_Strict):
         return value
 
 
-def _suggest_one(trial: optuna.trial.BaseTrial, key: str, name: str, spec: ParamSpec) -> Any:
-    """Ask `trial` for parameter `name` under its Optuna name `key`."""
-    if spec.choices is not None:
-        return trial.suggest_categorical(key, spec.choices)
-    assert spec.low is not None and spec.high is not None
-    if _is_int_param(name):
-        step = int(spec.step) if spec.step else 1
-        return trial.suggest_int(key, int(spec.low), int(spec.high), step=step, log=spec.log)
-    return trial.suggest_float(key, spec.low, spec.high, step=spec.step, log=spec.log)
-
-
 def _base_type(name: str) -> Any:
     """The field's type without Optional: int, float, bool, or a Literal."""
     annotation = TrialConfig.model_fields[name].annotation
@@ -407,7 +251,7 @@ def _base_type(name: str) -> Any:
     )
 
 
-def _is_int_param(name: str) -> bool:
+def is_int_param(name: str) -> bool:
     return _base_type(name) is int
 
 
@@ -432,13 +276,11 @@ def _check_values(name: str, spec: ParamSpec) -> None:
         return
     if not _is_numeric(name):
         raise ValueError(f"params.{name}: takes 'choices', not a numeric range")
-    if _is_int_param(name):
+    if is_int_param(name):
         _check_int_range(name, spec)
     for bound in ("low", "high"):
         value = getattr(spec, bound)
-        _validate_value(
-            name, int(value) if _is_int_param(name) else value, f"params.{name}.{bound}"
-        )
+        _validate_value(name, int(value) if is_int_param(name) else value, f"params.{name}.{bound}")
 
 
 def _check_int_range(name: str, spec: ParamSpec) -> None:
@@ -467,11 +309,3 @@ def _first_error(exc: ValidationError, *, top_level: bool = False) -> str:
     elif error["type"] == "missing":
         message = "required field is missing"
     return f"{loc}: {message}" if loc else message
-
-
-def _contains(spec: ParamSpec, value: Any) -> bool:
-    if spec.choices is not None:
-        return any(value == choice and type(value) is type(choice) for choice in spec.choices)
-    if value is None or isinstance(value, bool):
-        return False
-    return spec.low <= value <= spec.high  # type: ignore[operator]

@@ -1,7 +1,7 @@
 """What each engine supports for Qwen3-VL, value by value, and why not where it does not.
 
 A space may list quantisation or cache values that only some backends serve. The study never
-proposes an unsupported combination (autotune.space.model.SearchSpace.searched narrows the
+proposes an unsupported combination (autotune.space.sampling.searched narrows the
 choices per backend) and lists each one once, with the reason below, in the run's notes.
 
 Checked at these versions (the sources, not only the documentation):

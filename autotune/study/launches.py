@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.engines import EngineSession, PhaseCallback, open_session
 from autotune.engines.gpus import Gpu
 from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
+from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
 
@@ -136,9 +137,9 @@ class LaunchScheduler:
         config = trial.user_attrs.get("config") or {}
         space = self.plan.space
         return bool(config) and all(
-            searched[0] in trial.params
+            found[0] in trial.params
             for name in LAUNCH_PARAMS
-            if (searched := space.searched(name, config)) is not None
+            if (found := searched(space, name, config)) is not None
         )
 
     def close(self) -> None:

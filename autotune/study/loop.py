@@ -17,6 +17,7 @@ from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.params import base_param
+from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials
 from autotune.study.launches import LaunchScheduler
@@ -119,7 +120,7 @@ def _check_same_distributions(study: optuna.Study, plan: StudyPlan) -> None:
     for name, before in stored.items():
         if base_param(name) not in plan.space.params:
             continue
-        now = plan.space.distribution(name)
+        now = distribution(plan.space, name)
         try:
             optuna.distributions.check_distribution_compatibility(before, now)
         except ValueError:
@@ -145,7 +146,7 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
     if reference_trial(study) is None and not any(
         t.user_attrs.get("is_reference") for t in pending
     ):
-        study.enqueue_trial(plan.space.reference_params(), user_attrs={"is_reference": True})
+        study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
     # Queued, running (maybe in another process) or finished: not again. A candidate that
     # failed is not retried by itself; the sampler goes on.
     done = {t.user_attrs["candidate"] for t in trials if t.user_attrs.get("candidate")}
@@ -153,7 +154,7 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
         if candidate.name not in done:
             config = plan.space.candidate_config(candidate.name)
             study.enqueue_trial(
-                plan.space.fixed_params(config), user_attrs={"candidate": candidate.name}
+                fixed_params(plan.space, config), user_attrs={"candidate": candidate.name}
             )
 
 

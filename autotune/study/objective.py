@@ -29,6 +29,7 @@ from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
 from autotune.space import SearchSpace
+from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
 from autotune.study.counting import is_surplus
@@ -248,7 +249,7 @@ class Objective:
             fixed = space.reference_config()
         elif candidate:
             fixed = space.candidate_config(str(candidate))
-        config = space.suggest(trial, fixed=fixed)
+        config = suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, plan.evalset)
         trial.set_user_attr("config", config.model_dump())
         trial.set_user_attr("output_key", output_key)

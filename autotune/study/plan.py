@@ -18,6 +18,7 @@ from autotune.params import TrialConfig
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
 from autotune.space.narrowing import for_endpoint, for_gpus, runnable_here
+from autotune.space.sampling import applies, unsupported_notes
 from autotune.space.support import supported_choices
 from autotune.study.storage import check_several_writers, check_storage_url, default_storage_url
 
@@ -99,7 +100,7 @@ def plan_study(
     else:
         space, notes = runnable_here(space)
         space, gpu_notes = for_gpus(space, max(1, len(run_gpus)))
-        notes += gpu_notes + space.unsupported_notes()
+        notes += gpu_notes + unsupported_notes(space)
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})
     model_id = model if model is not None else space.resolve_path(space.model)
@@ -177,7 +178,7 @@ def _served_checkpoint_layouts(space: SearchSpace) -> list[str]:
     quant = space.params.get("weight_quant")
     searched = set(backend.choices or []) if backend is not None else set()
     lmdeploy = {"backend": "lmdeploy"}
-    if "lmdeploy" in searched and quant is not None and space.applies("weight_quant", lmdeploy):
+    if "lmdeploy" in searched and quant is not None and applies(space, "weight_quant", lmdeploy):
         choices = quant.choices or []
         layouts |= set(supported_choices("lmdeploy", "weight_quant", choices, device=space.device))
     return sorted(layouts - {"none"})
