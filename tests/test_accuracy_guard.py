@@ -39,12 +39,27 @@ def study_with_floor(tmp_path: Path, name: str, *, floor_enabled: bool) -> optun
     return study
 
 
+def _measured_p50(study: optuna.Study, max_new_tokens: int) -> float:
+    # The first trial of that value; a repeated proposal only copies its figures.
+    trial = next(t for t in study.trials if t.params["max_new_tokens"] == max_new_tokens)
+    return float(trial.user_attrs["e2e_latency_p50_ms"])
+
+
 def test_switching_the_floor_off_changes_the_recommendation(tmp_path: Path) -> None:
-    guarded = study_with_floor(tmp_path, "guarded", floor_enabled=True)
-    unguarded = study_with_floor(tmp_path, "unguarded", floor_enabled=False)
+    # The premise is that one-token answers are faster. On 2 shared cores a whole trial now
+    # and then runs at half speed (seen here: 93 ms against 38 ms for the same one-token
+    # configuration), which can reverse it; such a pair is measured once more, not judged.
+    for attempt in range(2):
+        folder = tmp_path / f"attempt-{attempt}"
+        folder.mkdir()
+        guarded = study_with_floor(folder, "guarded", floor_enabled=True)
+        unguarded = study_with_floor(folder, "unguarded", floor_enabled=False)
+        if _measured_p50(unguarded, 1) < _measured_p50(unguarded, 16):
+            break
     # Same seed, same random start-up: both studies tried the same configurations.
     assert [t.params for t in guarded.trials] == [t.params for t in unguarded.trials]
     assert any(t.params["max_new_tokens"] == 1 for t in guarded.trials)
+    assert _measured_p50(unguarded, 1) < _measured_p50(unguarded, 16), "premise broken twice"
 
     guarded_pick = recommend(guarded)
     unguarded_pick = recommend(unguarded)
