@@ -29,6 +29,7 @@ from rich.progress import Progress as RichProgress
 from autotune.params import TrialConfig
 from autotune.study.counting import counts_towards_target
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
+from autotune.study.timeshare import PARTS, part_seconds
 
 # The failure_kind of a trial another worker made unnecessary (autotune.study.loop).
 SURPLUS = "surplus"
@@ -73,8 +74,9 @@ def measuring_caveat(attrs: dict[str, object]) -> str:
 def time_line(trial: FrozenTrial) -> str:
     """Where one trial's seconds went: '(start-up 61 s, warm-up 3 s, measuring 12 s, ...)'."""
     time_s = trial.user_attrs.get("time_s") or {}
+    seconds = {key: part_seconds(time_s, key) for key in PARTS}  # a NaN part counts as none
     parts = [
-        f"{name} {time_s[key]:.0f} s"
+        f"{name} {seconds[key]:.0f} s"
         for key, name in (
             ("startup", "start-up"),
             ("warmup", "warm-up"),
@@ -83,11 +85,8 @@ def time_line(trial: FrozenTrial) -> str:
             ("accuracy", "accuracy"),
             ("recording", "recording"),
         )
-        # Screening and recording are short where they are not the story: shown from 1 s. An
-        # endpoint's start-up is NaN (autotune did not start it): not shown.
-        if time_s.get(key)
-        and math.isfinite(time_s[key])
-        and (key not in ("screening", "recording") or time_s[key] >= 0.5)
+        # Screening and recording are short where they are not the story: shown from 1 s.
+        if seconds[key] and (key not in ("screening", "recording") or seconds[key] >= 0.5)
     ]
     launch = trial.user_attrs.get("launch_id")
     if launch is not None:
