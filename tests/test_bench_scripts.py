@@ -172,3 +172,33 @@ def test_the_gpu_shell_script_parses_and_names_every_mode() -> None:
     text = script.read_text()
     for mode in ("issue17-a", "issue17-b", "study", "grid", "verify"):
         assert f"  {mode})" in text, mode
+
+
+def test_a_grid_point_of_the_candidate_first_on_its_launch_counts_as_a_fresh_launch() -> None:
+    """collect_issue17: the grid's point with the candidate's very configuration, measured first
+    on its launch, is one more fresh launch of it; a later point on that launch, another
+    configuration or a failed point is not."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import collect_issue17
+    finally:
+        sys.path.remove(str(BENCH))
+    launch = {"backend": "lmdeploy", "compile_mode": "default"}
+    config = {**launch, "batch_size": 64, "image_max_side": None, "do_sample": False}
+    figures = {"throughput_output_tokens_per_s": 2000.0, "throughput_ci_rel": 0.06}
+
+    def row(launch_id: str, batch_size: int, status: str = "ok", **changed: str) -> dict:
+        return {"launch": {**launch, **changed}, "launch_id": launch_id, "status": status,
+                "batch_size": batch_size, "image_max_side": None, "figures": figures}  # fmt: skip
+
+    rows = [
+        row("a", 64),  # first on launch a: counts
+        row("a", 64),  # second on launch a: warmed by the first
+        row("b", 16),  # another concurrency
+        row("c", 64, compile_mode="none"),  # another launch configuration
+        row("d", 64, status="failed"),
+        row("e", 64),  # first on launch e: counts
+    ]
+    fresh = collect_issue17._grid_fresh_launches(rows, config)
+    assert [run["source"] for run in fresh] == ["grid launch a", "grid launch e"]
+    assert fresh[0]["throughput_output_tokens_per_s"] == 2000.0

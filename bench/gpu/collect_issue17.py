@@ -101,6 +101,23 @@ def _trials(study: optuna.Study) -> list[dict[str, Any]]:
     return rows
 
 
+def _grid_fresh_launches(
+    rows: list[dict[str, Any]], config: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The grid's points of the candidate's very configuration that were the first measured
+    on their launch: each one more fresh launch of it."""
+    fresh, seen_launches = [], set()
+    for row in rows:
+        first_on_launch = row.get("launch_id") not in seen_launches
+        seen_launches.add(row.get("launch_id"))
+        same = all(config.get(k) == v for k, v in row["launch"].items()) and all(
+            config.get(k) == row.get(k) for k in ("batch_size", "image_max_side")
+        )
+        if first_on_launch and same and row.get("status") == "ok":
+            fresh.append(_figures(row["figures"], source=f"grid launch {row.get('launch_id')}"))
+    return fresh
+
+
 def collect(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     fresh: list[dict[str, Any]] = []
@@ -145,6 +162,17 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                 fresh.append(
                     _figures(row["figures"], source=f"repeat launch {row.get('launch_number')}")
                 )
+    grid = _load(args.grid)
+    candidate_config = next(
+        (
+            t.user_attrs.get("config") or {}
+            for t in (study.get_trials(deepcopy=False) if study is not None else [])
+            if t.user_attrs.get("candidate") == args.candidate
+        ),
+        None,
+    )
+    if grid is not None and candidate_config:
+        fresh += _grid_fresh_launches(grid["rows"], candidate_config)
     result["repeat"] = repeat_check(fresh)
     if verify is not None:
         checks = {c["metric"]: c for c in verify.get("checks", [])}
@@ -163,7 +191,6 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             "covered": tps.get("covered"),
             "checks": verify.get("checks"),
         }
-    grid = _load(args.grid)
     if grid is not None:
         ok = [row for row in grid["rows"] if row.get("status") == "ok"]
         best = max(ok, key=lambda row: row["figures"][TPS]) if ok else None
@@ -277,7 +304,25 @@ def markdown(result: dict[str, Any], title: str) -> str:
             f"{_f(grid.get('recommendation_share_of_best'), '.1%')}, p95 not worse: "
             f"{grid.get('recommendation_p95_not_worse')}.",
             "",
+            "| launch | conc. | image | tok/s | ±95% | p95 ms | TTFT p50 ms | TPOT p50 ms | stop |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
+        for row in grid["rows"]:
+            figures = row.get("figures") or {}
+            out.append(
+                _row(
+                    row.get("launch_id"),
+                    row.get("batch_size"),
+                    row.get("image_max_side") or "full",
+                    _f(figures.get(TPS)),
+                    _f(figures.get(CI), ".1%"),
+                    _f(figures.get(P95), ".0f"),
+                    _f(figures.get("ttft_p50_ms"), ".0f"),
+                    _f(figures.get("tpot_p50_ms")),
+                    row.get("stop_reason") or row.get("status"),
+                )
+            )
+        out.append("")
     return "\n".join(out)
 
 

@@ -31,6 +31,8 @@
 #                                              # bench/gpu/collect_issue17.py sums it all up
 #   bash bench/gpu/run_h200.sh issue17-d       # one call (~10 min): three fresh launches of
 #                                              # lmdeploy-graphs with spread answer lengths
+#   bash bench/gpu/run_h200.sh issue17-e       # one call (~10 min) after the study ran to its
+#                                              # budget: verify, then the grid around it
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
 #                                              # run it in calls issued back to back (the state
 #                                              # stays in /tmp while the machine is warm); the
@@ -220,6 +222,19 @@ issue17_d() {
     --json "$OUT/issue17-spread.json" --markdown "$OUT/issue17-spread.md" | head -30
 }
 
+issue17_e() {
+  # The last call of a study resumed in calls (each trial now measures to +-3%, 3-4 minutes):
+  # verify its recommendation, then the grid around it (graphs, concurrency 64, three image
+  # sizes) in what is left of the call.
+  local started=$SECONDS
+  issue17_restore
+  STUDY=$ISSUE17_STUDY DB="sqlite:///$OUT/$ISSUE17_STUDY.db" verify
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --min-launch-s 100 \
+    --deadline-s $(( ${ISSUE17_CALL_S:-585} - (SECONDS - started) )) --launch "$REPEAT_LAUNCH" \
+    --request '{"batch_size": [64], "image_max_side": [null, 768, 512]}' 2>&1 \
+    | tee "$OUT/grid.log" | grep -v "^  "
+}
+
 case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
@@ -229,6 +244,7 @@ case "$MODE" in
   issue17-b) setup >/dev/null; issue17_b ;;
   issue17-c) setup >/dev/null; issue17_c ;;
   issue17-d) setup; issue17_d ;;
+  issue17-e) setup >/dev/null; issue17_e ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;
