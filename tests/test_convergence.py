@@ -9,7 +9,6 @@ import time
 import numpy as np
 import pytest
 
-from autotune.client.chat import ChatPrompt, ChatReply
 from autotune.client.load import LiveTokens, closed_loop_until
 from autotune.measure.convergence import (
     CONVERGED,
@@ -28,6 +27,7 @@ from autotune.measure.steady import (
 )
 from autotune.measure.summary import summarize
 from autotune.measure.timing import RequestTiming
+from autotune.records import Prompt, Reply
 
 SECONDS = np.arange(int(120 / BIN_S)) * BIN_S
 
@@ -239,7 +239,7 @@ def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start(
     began = time.perf_counter()
     chunks, fast_delay, slow_delay = 8, 0.004, 0.016
 
-    async def send(prompt: ChatPrompt) -> ChatReply:
+    async def send(prompt: Prompt) -> Reply:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
@@ -254,9 +254,9 @@ def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start(
         end = stamps[-1]
         tokens = chunks * tokens_per_chunk
         timing = RequestTiming(start, stamps[0], end, end, tokens, chunks, tuple(stamps))
-        return ChatReply(prompt.item_id, "x", timing)
+        return Reply(prompt.item_id, "x", timing)
 
-    prompts = [ChatPrompt(f"i{n}", None, "p") for n in range(3)]  # type: ignore[arg-type]
+    prompts = [Prompt(f"i{n}", None, "p") for n in range(3)]  # type: ignore[arg-type]
     steady_rule = rule(target_ci_rel=0.1, max_measure_s=20.0, max_load_s=25.0)
     run = asyncio.run(closed_loop_until(send, prompts, 4, steady_rule, live=live))
     assert most == 4

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engines.inprocess.base import Request
 from autotune.engines.inprocess.transformers import TransformersEngine
 from autotune.evalset.dataset import load_evalset
 from autotune.params import OUTPUT_NEUTRAL_PARAMS, TrialConfig
+from autotune.records import Prompt
 from autotune.space import REPO_ROOT
 
 MODEL = str(REPO_ROOT / "models" / "tiny-qwen3-vl")
 
 
-def answers(config: TrialConfig, requests: list[Request]) -> dict[str, str]:
+def answers(config: TrialConfig, requests: list[Prompt]) -> dict[str, str]:
     engine = TransformersEngine(MODEL, config, device="cpu")
     engine.load()
     out: dict[str, str] = {}
@@ -32,7 +32,7 @@ def answers(config: TrialConfig, requests: list[Request]) -> dict[str, str]:
 def test_greedy_answers_identical_across_batch_sizes(dtype: str) -> None:
     assert "batch_size" in OUTPUT_NEUTRAL_PARAMS
     items = load_evalset("smoke").items[:8]
-    requests = [Request(item.id, item.load_image(), item.prompt) for item in items]
+    requests = [Prompt(item.id, item.load_image(), item.prompt) for item in items]
     single = answers(TrialConfig(dtype=dtype, max_new_tokens=12), requests)
     batched = answers(TrialConfig(dtype=dtype, max_new_tokens=12, batch_size=4), requests)
     assert single == batched

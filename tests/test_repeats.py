@@ -46,13 +46,13 @@ def test_a_mark_changes_two_pixels_only() -> None:
 
 @pytest.mark.slow
 def test_the_vision_cache_gives_the_same_answers_and_encodes_once() -> None:
-    from autotune.engines.inprocess.base import Request
     from autotune.engines.inprocess.transformers import TransformersEngine
     from autotune.evalset.dataset import load_evalset
     from autotune.params import TrialConfig
+    from autotune.records import Prompt
 
     items = load_evalset(str(SMOKE)).items[:3]
-    requests = [Request(i.id, i.load_image(), i.prompt, mark=n) for n, i in enumerate(items)]
+    requests = [Prompt(i.id, i.load_image(), i.prompt, mark=n) for n, i in enumerate(items)]
     config = TrialConfig(dtype="float32", max_new_tokens=6, batch_size=3)
     plain = TransformersEngine(str(TINY), config, device="cpu")
     plain.load()
@@ -64,7 +64,7 @@ def test_the_vision_cache_gives_the_same_answers_and_encodes_once() -> None:
     expected = [c.text for c in plain.generate(requests, config)]
     first = [c.text for c in cached.generate(requests, config)]
     # The same three images again, in another order and in a batch with a new one.
-    again = [requests[2], requests[0], Request(items[1].id, items[1].load_image(), "x", mark=99)]
+    again = [requests[2], requests[0], Prompt(items[1].id, items[1].load_image(), "x", mark=99)]
     second = [c.text for c in cached.generate(again, config)]
     assert first == expected
     assert second[:2] == [expected[2], expected[0]]

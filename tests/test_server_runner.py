@@ -28,7 +28,6 @@ import psutil
 import pytest
 from PIL import Image
 
-from autotune.client import ChatPrompt
 from autotune.engines import measure_plan
 from autotune.engines import server_process as server_runner
 from autotune.engines.server import ServerSession
@@ -36,6 +35,7 @@ from autotune.errors import TrialFailure
 from autotune.export import Export
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import REQUEST_PARAMS, TrialConfig
+from autotune.records import Prompt
 from autotune.space import SearchSpace, Workload, load_space
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def space(**workload: float) -> SearchSpace:
 
 
 PROMPTS = [
-    ChatPrompt(f"item-{i}", Image.new("RGB", (64 + 16 * i, 48), (i * 40, 90, 200)), "Say hi.")
+    Prompt(f"item-{i}", Image.new("RGB", (64 + 16 * i, 48), (i * 40, 90, 200)), "Say hi.")
     for i in range(3)
 ]
 
@@ -85,7 +85,7 @@ def measure_command(
     render: Callable[[int], Export],
     *,
     config: TrialConfig,
-    prompts: list[ChatPrompt],
+    prompts: list[Prompt],
     space: SearchSpace,
     measure_accuracy: bool = True,
     on_phase: Callable[[str], None] | None = None,

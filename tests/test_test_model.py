@@ -15,10 +15,10 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from autotune.accuracy.scoring import score_predictions
-from autotune.engines.inprocess.base import Request
 from autotune.engines.inprocess.transformers import TransformersEngine
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
+from autotune.records import Prompt
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-qwen3-vl"
 
@@ -62,7 +62,7 @@ def accuracy(evalset: EvalSet, image_max_side: int | None) -> float:
     )
     engine = TransformersEngine(str(MODEL), config, device="cpu")
     engine.load()
-    requests = [Request(i.id, i.load_image(), i.prompt) for i in evalset.items]
+    requests = [Prompt(i.id, i.load_image(), i.prompt) for i in evalset.items]
     predictions: dict[str, str] = {}
     for start in range(0, len(requests), config.batch_size):
         for done in engine.generate(requests[start : start + config.batch_size], config):

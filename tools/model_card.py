@@ -43,13 +43,13 @@ def evaluate_checkpoint(
 ) -> list[dict[str, Any]]:
     """Greedy accuracy through autotune's own engine, per dtype and image max side."""
     from autotune.accuracy.scoring import score_predictions
-    from autotune.engines.inprocess.base import Request
     from autotune.engines.inprocess.transformers import TransformersEngine
     from autotune.evalset.dataset import load_evalset
     from autotune.params import TrialConfig
+    from autotune.records import Prompt
 
     items = load_evalset(evalset)
-    requests = [Request(it.id, it.load_image(), it.prompt) for it in items.items]
+    requests = [Prompt(it.id, it.load_image(), it.prompt) for it in items.items]
     rows = []
     for dtype in dtypes:
         for side in sizes:

@@ -4,8 +4,6 @@ runs a trial's passes through them)."""
 from autotune.client.chat import (
     ChatClient,
     ChatError,
-    ChatPrompt,
-    ChatReply,
     http_client,
     image_data_url,
     list_models,
@@ -16,8 +14,6 @@ from autotune.client.load import closed_loop, closed_loop_until, open_loop
 __all__ = [
     "ChatClient",
     "ChatError",
-    "ChatPrompt",
-    "ChatReply",
     "closed_loop",
     "closed_loop_until",
     "http_client",

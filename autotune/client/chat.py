@@ -13,7 +13,6 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,27 +22,11 @@ from PIL import Image
 from autotune.evalset.images import resize_to_max_side
 from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
+from autotune.records import Prompt, Reply
 
 
 class ChatError(Exception):
     """The server refused a request or broke off its stream."""
-
-
-@dataclass(frozen=True)
-class ChatPrompt:
-    """One chat turn to send: an image and a text prompt."""
-
-    item_id: str
-    image: Image.Image
-    prompt: str
-    mark: int | None = None  # load tests: the image's cache-busting mark (measure.repeats)
-
-
-@dataclass(frozen=True)
-class ChatReply:
-    item_id: str
-    text: str
-    timing: RequestTiming
 
 
 def image_data_url(image: Image.Image, max_side: int | None, mark: int | None = None) -> str:
@@ -97,9 +80,7 @@ class ChatClient:
         self.image_max_side = image_max_side
         self.on_chunk = on_chunk
 
-    async def send(
-        self, prompt: ChatPrompt, extra_fields: dict[str, Any] | None = None
-    ) -> ChatReply:
+    async def send(self, prompt: Prompt, extra_fields: dict[str, Any] | None = None) -> Reply:
         """One streamed answer; `extra_fields` join this request's body only (a load test's
         forced length)."""
         start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
@@ -135,7 +116,7 @@ class ChatClient:
                 if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
                     usage_tokens = int(usage["completion_tokens"])
         end = time.perf_counter()
-        return ChatReply(
+        return Reply(
             item_id=prompt.item_id,
             text="".join(parts).strip(),  # the in-process engine strips its decoded text too
             timing=RequestTiming(

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from autotune.client.chat import ChatPrompt, ChatReply
 from autotune.measure.convergence import (
     MAX_REQUESTS,
     LoadSnapshot,
@@ -27,8 +26,9 @@ from autotune.measure.convergence import (
 )
 from autotune.measure.steady import BIN_S, token_arrivals
 from autotune.measure.timing import RequestTiming
+from autotune.records import Prompt, Reply
 
-Send = Callable[[ChatPrompt], Coroutine[Any, Any, ChatReply]]
+Send = Callable[[Prompt], Coroutine[Any, Any, Reply]]
 T = TypeVar("T")
 
 # How often a running load is shown to the stop rule.
@@ -46,11 +46,9 @@ async def _gather_or_cancel(tasks: list[asyncio.Task[T]]) -> list[T]:
         raise
 
 
-async def closed_loop(
-    send: Send, prompts: Sequence[ChatPrompt], concurrency: int
-) -> list[ChatReply]:
+async def closed_loop(send: Send, prompts: Sequence[Prompt], concurrency: int) -> list[Reply]:
     """Keep `concurrency` requests in flight until every prompt is answered; results in order."""
-    results: list[ChatReply | None] = [None] * len(prompts)
+    results: list[Reply | None] = [None] * len(prompts)
     next_index = 0
 
     async def worker() -> None:
@@ -140,7 +138,7 @@ class LiveTokens:
 class LoadRun:
     """One load test: its replies and the instants (perf_counter) that bound it."""
 
-    replies: list[ChatReply]
+    replies: list[Reply]
     start: float
     stop: float  # when it stopped starting requests; the replies still running then drained
     stop_reason: str
@@ -151,7 +149,7 @@ class LoadRun:
 
 async def closed_loop_until(
     send: Send,
-    workload: Sequence[ChatPrompt],
+    workload: Sequence[Prompt],
     concurrency: int,
     rule: SteadyRule,
     *,
@@ -167,7 +165,7 @@ async def closed_loop_until(
     in order of completion; those in flight at the stop drain before this returns.
     """
     concurrency = max(1, concurrency)
-    replies: list[ChatReply] = []
+    replies: list[Reply] = []
     e2e: list[float] = []
     started = 0
     stop: str | None = None
@@ -239,7 +237,7 @@ async def closed_loop_until(
 
 async def open_loop(
     send: Send,
-    prompts: Sequence[ChatPrompt],
+    prompts: Sequence[Prompt],
     rate_per_s: float,
     *,
     seed: int,
@@ -257,7 +255,7 @@ async def open_loop(
     if live is not None:
         live.begin(t0)
     at = 0.0
-    tasks: list[asyncio.Task[ChatReply]] = []
+    tasks: list[asyncio.Task[Reply]] = []
     try:
         for prompt in prompts:
             delay = t0 + at - time.perf_counter()

@@ -14,12 +14,13 @@ from typing import Any
 import httpx
 
 from autotune.checkpoints.adapters import Adapter, served_model
-from autotune.client import ChatError, ChatPrompt, http_client, list_models, normalize_base_url
+from autotune.client import ChatError, http_client, list_models, normalize_base_url
 from autotune.engines.server import drive_passes, load_fields
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
 from autotune.export.base import sampling_request
 from autotune.params import TrialConfig
+from autotune.records import Prompt
 
 # Greedy in every engine we know: temperature 0 (OpenAI, vLLM, ms-swift) and top_k 1 (LMDeploy,
 # which has no greedy switch over HTTP). The server's kind is unknown here, so send both.
@@ -57,7 +58,7 @@ class EndpointSession:
         url: str,
         *,
         launch: TrialConfig,
-        prompts: list[ChatPrompt],
+        prompts: list[Prompt],
         trial_timeout_s: float,
         adapters: list[Adapter] | None = None,
     ) -> None:

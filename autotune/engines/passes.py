@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autotune.client.chat import ChatClient, ChatPrompt, ChatReply, http_client
+from autotune.client.chat import ChatClient, http_client
 from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
+from autotune.records import Prompt, Reply
 
 # How a load-test request asks for an answer of exactly this many tokens (per server format).
 ForcedFields = Callable[[int], dict[str, Any]]
@@ -27,7 +28,7 @@ async def run_passes(
     base_url: str,
     model: str,
     *,
-    prompts: Sequence[ChatPrompt],
+    prompts: Sequence[Prompt],
     config: TrialConfig,
     fields: dict[str, Any],
     plan: MeasurePlan,
@@ -70,7 +71,7 @@ async def run_passes(
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         lengths = plan.answer_lengths() if forced_fields is not None else None
 
-        async def send_load(prompt: ChatPrompt) -> ChatReply:
+        async def send_load(prompt: Prompt) -> Reply:
             # A fresh image, or one this trial sent before (autotune.measure.repeats), and the
             # next forced length: both drawn before the first await, so in start order.
             item_id, mark = repeats.next(prompt.item_id)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
-from autotune.client import ChatError, ChatPrompt
+from autotune.client import ChatError
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
@@ -42,21 +42,22 @@ from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
 from autotune.params import TrialConfig
+from autotune.records import Prompt
 
 Render = Callable[[TrialConfig, int | None], Export]
 
 
-def chat_prompts(evalset: EvalSet) -> list[ChatPrompt]:
+def chat_prompts(evalset: EvalSet) -> list[Prompt]:
     """Every item as a prompt, in the order load tests cycle (EvalSet.balanced_ids)."""
     by_id = {item.id: item for item in evalset.items}
-    return [ChatPrompt(i, by_id[i].load_image(), by_id[i].prompt) for i in evalset.balanced_ids()]
+    return [Prompt(i, by_id[i].load_image(), by_id[i].prompt) for i in evalset.balanced_ids()]
 
 
 def drive_passes(
     base_url: str,
     model: str,
     *,
-    prompts: list[ChatPrompt],
+    prompts: list[Prompt],
     config: TrialConfig,
     fields: dict[str, Any],
     plan: MeasurePlan,
@@ -191,7 +192,7 @@ class ServerSession:
         launch: TrialConfig,
         fmt: str,
         device: str,
-        prompts: list[ChatPrompt],
+        prompts: list[Prompt],
         startup_timeout_s: float,
         trial_timeout_s: float,
         gpus: list[Gpu] | None = None,

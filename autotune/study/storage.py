@@ -20,15 +20,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import random
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
+import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
@@ -125,22 +124,22 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
             "grace_period": grace,
             "heartbeat_stale_trial_callback": _record_stale,
         }
-    for attempt in range(_SCHEMA_RACE_RETRIES + 1):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RetryingRDBStorage(url, **kwargs)
-        except ImportError as exc:
-            raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
-        except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            # Two machines starting on an empty database race to create Optuna's tables; the
-            # loser sees a duplicate and only has to open what the winner created.
-            if attempt < _SCHEMA_RACE_RETRIES and _is_schema_race(first):
-                time.sleep(1.0 + attempt)
-                continue
-            raise StudyError(f"cannot open storage '{shown}': {_masked(first, url)}") from None
-    raise AssertionError("unreachable")
+    # Two machines starting on an empty database race to create Optuna's tables; the loser
+    # sees a duplicate and only has to open what the winner created.
+    schema_race = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda exc: _is_schema_race(_headline(exc))),
+        stop=tenacity.stop_after_attempt(_SCHEMA_RACE_RETRIES + 1),
+        wait=tenacity.wait_incrementing(start=1, increment=1),
+        reraise=True,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return schema_race(RetryingRDBStorage, url, **kwargs)
+    except ImportError as exc:
+        raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
+    except Exception as exc:
+        raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
 
 
 def _check_server_tables(url: str, shown: str) -> None:
@@ -157,8 +156,7 @@ def _check_server_tables(url: str, shown: str) -> None:
     try:
         tables = set(inspect(engine).get_table_names())
     except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise StudyError(f"cannot open storage '{shown}': {_masked(first, url)}") from None
+        raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
     finally:
         engine.dispose()
     foreign = sorted(tables - OPTUNA_TABLES)
@@ -262,23 +260,39 @@ def _database_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _busy(exc: BaseException) -> bool:
+    refusal = _database_error(exc)
+    return refusal is not None and is_busy(refusal)
+
+
+# A locked database is waited out: exponential backoff from 0.5 s to 10 s, with jitter so two
+# hosts that collided do not collide again in step.
+_WRITE_RETRY = tenacity.Retrying(
+    retry=tenacity.retry_if_exception(_busy),
+    stop=tenacity.stop_after_attempt(WRITE_RETRIES + 1),
+    wait=tenacity.wait_exponential(multiplier=0.5, max=10) + tenacity.wait_random(0, 0.5),
+    reraise=True,
+)
+
+
 def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        for attempt in range(WRITE_RETRIES + 1):
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:
-                refusal = _database_error(exc)
-                if refusal is None:
-                    raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
-                if not is_busy(refusal) or attempt == WRITE_RETRIES:
-                    why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
-                    raise StorageUnavailable(f"cannot write to the study's storage: {why}") from exc
-                time.sleep(min(10.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
-        raise AssertionError("unreachable")
+        try:
+            return _WRITE_RETRY(method, self, *args, **kwargs)
+        except Exception as exc:
+            refusal = _database_error(exc)
+            if refusal is None:
+                raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
+            why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
+            raise StorageUnavailable(f"cannot write to the study's storage: {why}") from exc
 
     return wrapper
+
+
+def _headline(exc: BaseException) -> str:
+    """The first line of what `exc` says (a driver's message can run to a dozen lines)."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _first_line(exc: BaseException) -> str:

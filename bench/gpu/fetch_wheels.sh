@@ -39,7 +39,7 @@ PACKAGES=(
   openai==2.45.0 distro==1.9.0 jiter==0.19.0 sniffio==1.3.1
   # autotune itself: Optuna and the accuracy metrics' imports
   optuna==5.0.0 alembic==1.20.1 colorlog==6.12.0 sqlalchemy==2.1.9 mako==1.4.3
-  greenlet==3.5.6 jiwer==4.0.0 rapidfuzz==3.14.6
+  greenlet==3.5.6 jiwer==4.0.0 rapidfuzz==3.14.6 tenacity==9.2.1
 )
 
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \

@@ -2,30 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from PIL import Image
-
-from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
-
-
-@dataclass(frozen=True)
-class Request:
-    """One chat turn: an image and a text prompt."""
-
-    item_id: str
-    image: Image.Image
-    prompt: str
-    mark: int | None = None  # load tests: the image's cache-busting mark (measure.repeats)
-
-
-@dataclass(frozen=True)
-class Completion:
-    item_id: str
-    text: str
-    timing: RequestTiming
+from autotune.records import Prompt, Reply
 
 
 class Engine(Protocol):
@@ -33,8 +13,8 @@ class Engine(Protocol):
         """Load weights and build whatever the engine serves with (timed as start-up)."""
 
     def generate(
-        self, batch: list[Request], config: TrialConfig, *, forced_tokens: int | None = None
-    ) -> list[Completion]:
+        self, batch: list[Prompt], config: TrialConfig, *, forced_tokens: int | None = None
+    ) -> list[Reply]:
         """Answer one static batch; timings start before preprocessing. `forced_tokens`:
         every answer exactly that long (equal work in load tests)."""
 

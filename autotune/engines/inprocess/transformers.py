@@ -21,12 +21,12 @@ from transformers.generation.streamers import BaseStreamer
 
 from autotune.checkpoints.adapters import Adapter
 from autotune.checkpoints.geometry import ImageGeometry
-from autotune.engines.inprocess.base import Completion, Request
 from autotune.engines.inprocess.vision_cache import VisionCache, image_key
 from autotune.evalset.images import resize_to_max_side
 from autotune.measure.repeats import mark_image
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
+from autotune.records import Prompt, Reply
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -156,8 +156,8 @@ class TransformersEngine:
             torch.cuda.reset_peak_memory_stats()
 
     def generate(
-        self, batch: list[Request], config: TrialConfig, *, forced_tokens: int | None = None
-    ) -> list[Completion]:
+        self, batch: list[Prompt], config: TrialConfig, *, forced_tokens: int | None = None
+    ) -> list[Reply]:
         """Answer one static batch; with `forced_tokens` every answer is exactly that long."""
         start = time.perf_counter()
         images = [
@@ -207,8 +207,8 @@ class TransformersEngine:
         ]
 
     def _completion(
-        self, request: Request, index: int, clock: _StepClock, start: float, end: float
-    ) -> Completion:
+        self, request: Prompt, index: int, clock: _StepClock, start: float, end: float
+    ) -> Reply:
         tokens: list[int] = []
         for step in clock.step_tokens:
             tokens.append(step[index])
@@ -218,7 +218,7 @@ class TransformersEngine:
         first = clock.step_times[0] if clock.step_times else end
         last = clock.step_times[n - 1] if n else end
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-        return Completion(
+        return Reply(
             item_id=request.item_id,
             text=text,
             timing=RequestTiming(

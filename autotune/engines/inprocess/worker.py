@@ -89,12 +89,12 @@ class Worker:
         return time.perf_counter() - started
 
     def _request(self, item_id: str, mark: int | None = None) -> Any:
-        from autotune.engines.inprocess.base import Request
+        from autotune.records import Prompt
 
         if item_id not in self.images:
             self.images[item_id] = self.by_id[item_id].load_image()
         item = self.by_id[item_id]
-        return Request(item_id=item_id, image=self.images[item_id], prompt=item.prompt, mark=mark)
+        return Prompt(item_id=item_id, image=self.images[item_id], prompt=item.prompt, mark=mark)
 
     def measure(self, config: TrialConfig, plan: MeasurePlan, events: _Events) -> dict[str, Any]:
         if config.launch_key() != self.launch.launch_key():
