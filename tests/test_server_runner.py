@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -278,7 +279,10 @@ def test_a_server_that_runs_out_of_memory_is_an_oom_failure() -> None:
     assert not leftovers(marker)
 
 
-def test_missing_program_fails_the_trial_before_any_launch() -> None:
+def test_missing_program_fails_the_trial_before_any_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a work folder would go
     with pytest.raises(TrialFailure) as info:
         measure_command(
             command([f"autotune-no-such-server-{uuid.uuid4().hex[:6]}", "--port", "{port}"]),
@@ -287,6 +291,7 @@ def test_missing_program_fails_the_trial_before_any_launch() -> None:
             space=space(),
         )
     assert info.value.kind == "unsupported" and "is not installed here" in info.value.reason
+    assert not list(tmp_path.iterdir())  # nothing launched, so no work folder left behind
 
 
 @pytest.mark.parametrize("kind", ["sleeps", "http.server without /v1/models"])

@@ -211,7 +211,10 @@ class ServerSession:
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = 0.0
-        self._workdir = Path(tempfile.mkdtemp(prefix="autotune-server-", dir=log_dir))
+        self._log_dir = log_dir
+        # Made when a command is launched: a launch refused before that (not installed, no
+        # command for this configuration) leaves nothing behind.
+        self._workdir: Path | None = None
         self.server: ServerProcess | None = None
         self.sampler: MemorySampler | None = None
         self.ready: Ready | None = None
@@ -249,6 +252,9 @@ class ServerSession:
         return self
 
     def _launch(self) -> None:
+        workdir = self._workdir = Path(
+            tempfile.mkdtemp(prefix="autotune-server-", dir=self._log_dir)
+        )
         for attempt in range(1, LAUNCH_ATTEMPTS + 1):
             port = server_process.free_port()  # looked up here: tests replace it
             export = self.render(self.launch, port)
@@ -256,7 +262,7 @@ class ServerSession:
                 export.argv,
                 env=_server_env(export, self.device, pinned_env(self.gpus) if self.gpus else {}),
                 port=port,
-                log_path=self._workdir / f"server-{attempt}.log",
+                log_path=workdir / f"server-{attempt}.log",
             )
             self.server, self.export = server, export
             try:
@@ -347,7 +353,9 @@ class ServerSession:
 
     def close(self) -> None:
         self._stop_server()
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
 
 def _library_versions() -> dict[str, str]:

@@ -9,6 +9,7 @@ FAIL with its reason, and the study goes on.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import optuna
@@ -192,6 +193,99 @@ def fail_trial(trial: optuna.Trial, failure: TrialFailure, artifacts: ArtifactRe
     raise optuna.TrialPruned(f"out of memory: {failure.reason}")
 
 
+@dataclass(frozen=True)
+class _Proposal:
+    config: TrialConfig
+    output_key: str
+    is_reference: bool
+    twin_possible: bool  # a sampled configuration may repeat one already measured
+
+
+@dataclass(frozen=True)
+class _Run:
+    config: TrialConfig
+    result: dict[str, Any]  # the session's result, turned into figures by to_measurement
+    startup_s: float
+    launch_id: str
+    measure_accuracy: bool
+    reference: FrozenTrial | None  # None when this is the reference, or it failed
+    cached: FrozenTrial | None  # the earlier trial whose answers this one reuses
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    measurement: Measurement
+    attrs: dict[str, Any]  # what the trial records, beside its constraints
+    constraints: dict[str, float]
+    values: list[float]  # the objectives, in the space's order
+
+
+def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
+    """The figures, the paired comparison with the reference, the constraint values and
+    whether the export reproduces the trial: everything the trial records from here on."""
+    space = plan.space
+    m = to_measurement(
+        space,
+        run.config,
+        run.result,
+        startup_s=run.startup_s,
+        evalset=plan.evalset,
+        measure_accuracy=run.measure_accuracy,
+    )
+    m.environment = {**m.environment, "launch_id": run.launch_id}
+    time_s.update(m.time_s)
+    attrs: dict[str, Any] = {}
+    if run.cached is not None:
+        m.accuracy = stored_accuracy(run.cached)
+        m.predictions = dict(run.cached.user_attrs.get("predictions") or {})
+        attrs["accuracy_reused_from"] = run.cached.number
+    attrs["answers_computed"] = 0 if run.cached else len(m.predictions)
+    attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
+    paired = None
+    same_answers = False
+    if run.reference is not None and m.accuracy is not None:
+        paired = judge(m.accuracy, run.reference, space)
+        attrs["paired_vs_reference"] = paired.to_dict()
+        same_answers = m.predictions == (run.reference.user_attrs.get("predictions") or {})
+    constraints = constraint_values(space, m, paired, same_answers=same_answers)
+    check = reproduction(
+        {"config": attrs["config"], "environment": attrs.get("environment") or {}},
+        None if plan.endpoint else space.deploy,
+    )
+    constraints[DEPLOYABLE] = 0.0 if check.deployable else 1.0
+    attrs |= {
+        "deployable": check.deployable,
+        "deployability": check.reason,
+        "constraints": constraints,
+        "infeasible_because": infeasible_because(
+            {**attrs, "constraints": constraints}, space.constraints
+        ),
+    }
+    values = [float(m.user_attrs()[o.metric]) for o in space.objectives]
+    return _Verdict(m, attrs, constraints, values)
+
+
+def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> list[float]:
+    """The sampler proposed a configuration already measured: record it, don't re-run it.
+
+    GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
+    came from, and the trial does not count towards --trials.
+    """
+    for key, value in twin.user_attrs.items():
+        if key not in _NOT_INHERITED:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", twin.number)
+    trial.set_user_attr("answers_computed", 0)
+    constraints = dict(twin.user_attrs["constraints"])
+    if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
+        # The reference's twin is still a candidate: judged like every other one (a zero
+        # difference), not left without a comparison.
+        paired = judge(stored_accuracy(twin), twin, space)
+        trial.set_user_attr("paired_vs_reference", paired.to_dict())
+    record_constraints(trial, constraints)
+    return list(twin.values)
+
+
 class Objective:
     """What study.optimize calls for each trial."""
 
@@ -241,7 +335,27 @@ class Objective:
             trial.set_user_attr("time_s", time_s)
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
-        plan, space = self.plan, self.plan.space
+        proposal = self._propose(trial)
+        if proposal.twin_possible:
+            waited = time.perf_counter()
+            twin = identical_trial(
+                trial.study,
+                proposal.config,
+                number=trial.number,
+                timeout_s=self.plan.space.trial_timeout_s,
+            )
+            time_s["twin_wait"] = time.perf_counter() - waited
+            if twin is not None:
+                return copy_twin(trial, twin, self.plan.space)
+        run = self._measure(trial, proposal, time_s)
+        self.recording_from = time.perf_counter()
+        verdict = judge_run(self.plan, run, time_s)
+        return self._record(trial, verdict, time_s)
+
+    def _propose(self, trial: optuna.Trial) -> _Proposal:
+        """The configuration to measure: the reference's, a named candidate's, or the
+        sampler's."""
+        space = self.plan.space
         is_reference = bool(trial.user_attrs.get("is_reference"))
         candidate = trial.user_attrs.get("candidate")
         fixed = None
@@ -250,21 +364,21 @@ class Objective:
         elif candidate:
             fixed = space.candidate_config(str(candidate))
         config = suggest(space, trial, fixed=fixed)
-        output_key = accuracy_key(config, plan.evalset)
+        output_key = accuracy_key(config, self.plan.evalset)
         trial.set_user_attr("config", config.model_dump())
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
-        if not (is_reference or candidate):
-            waited = time.perf_counter()
-            twin = identical_trial(
-                trial.study, config, number=trial.number, timeout_s=space.trial_timeout_s
-            )
-            time_s["twin_wait"] = time.perf_counter() - waited
-            if twin is not None:
-                return self._copy_twin(trial, twin)
+        return _Proposal(
+            config, output_key, is_reference, twin_possible=not (is_reference or candidate)
+        )
+
+    def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
+        """The load test (and accuracy pass, unless an earlier trial's answers are reused) on
+        the launch the scheduler gives; a failure fails this trial alone."""
+        plan, space, config = self.plan, self.plan.space, proposal.config
         # Another worker may still be measuring the reference: measure now, judge after.
-        reference = None if is_reference else reference_trial(trial.study)
-        cached = find_reusable(trial.study, output_key)
+        reference = None if proposal.is_reference else reference_trial(trial.study)
+        cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         ids = [item.id for item in plan.evalset.items]
         try:
@@ -288,65 +402,39 @@ class Objective:
                 max_seconds=self._measure_seconds(trial.study),
             )
             result = session.measure(config, measure, on_phase=self.progress.phase)
-            if reference is None and not is_reference:
+            if reference is None and not proposal.is_reference:
                 reference = await_reference(trial.study, space)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts)
-        self.recording_from = time.perf_counter()
-        m = to_measurement(
-            space,
+        return _Run(
             config,
             result,
-            startup_s=session.startup_s,
-            evalset=plan.evalset,
-            measure_accuracy=measure_accuracy,
+            session.startup_s,
+            session.launch_id,
+            measure_accuracy,
+            reference,
+            cached,
         )
-        time_s.update(m.time_s)
-        m.environment = {**m.environment, "launch_id": session.launch_id}
-        # Everything the trial records from here on: spooled before it goes to the storage,
-        # so a storage that refuses the writes (locked, full) costs no measurement.
-        attrs: dict[str, Any] = {}
-        if cached is not None:
-            m.accuracy = stored_accuracy(cached)
-            m.predictions = dict(cached.user_attrs.get("predictions") or {})
-            attrs["accuracy_reused_from"] = cached.number
-        attrs["answers_computed"] = 0 if cached else len(m.predictions)
-        attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
-        paired = None
-        same_answers = False
-        if reference is not None and m.accuracy is not None:
-            paired = judge(m.accuracy, reference, space)
-            attrs["paired_vs_reference"] = paired.to_dict()
-            same_answers = m.predictions == (reference.user_attrs.get("predictions") or {})
-        constraints = constraint_values(space, m, paired, same_answers=same_answers)
-        check = reproduction(
-            {"config": attrs["config"], "environment": attrs.get("environment") or {}},
-            None if plan.endpoint else space.deploy,
-        )
-        constraints[DEPLOYABLE] = 0.0 if check.deployable else 1.0
-        attrs |= {
-            "deployable": check.deployable,
-            "deployability": check.reason,
-            "constraints": constraints,
-            "infeasible_because": infeasible_because(
-                {**attrs, "constraints": constraints}, space.constraints
-            ),
-        }
-        values = [float(m.user_attrs()[o.metric]) for o in space.objectives]
+
+    def _record(
+        self, trial: optuna.Trial, verdict: _Verdict, time_s: dict[str, float]
+    ) -> list[float]:
+        """Spooled before it goes to the storage, so a storage that refuses the writes
+        (locked, full) costs no measurement."""
+        m = verdict.measurement
         if not m.screened_out:
             earlier = {k: trial.user_attrs.get(k) for k in _RECORDED_EARLY}
-            self.spool.write(
-                trial.number, spool_payload(trial, values, {**earlier, **attrs, "time_s": time_s})
-            )
-        for key, value in attrs.items():
+            payload = {**earlier, **verdict.attrs, "time_s": time_s}
+            self.spool.write(trial.number, spool_payload(trial, verdict.values, payload))
+        for key, value in verdict.attrs.items():
             trial.set_user_attr(key, value)
-        record_constraints(trial, constraints)
-        self.artifacts.sample_outputs(trial, plan.evalset, m)
+        record_constraints(trial, verdict.constraints)
+        self.artifacts.sample_outputs(trial, self.plan.evalset, m)
         if m.screened_out:
             raise optuna.TrialPruned(
                 f"screening: accuracy already below the floor on {len(m.predictions)} items"
             )
-        return values
+        return verdict.values
 
     def _measure_seconds(self, study: optuna.Study) -> float | None:
         """How long the load test may run so the trial ends inside the budget."""
@@ -355,23 +443,3 @@ class Objective:
             return None
         used = time.perf_counter() - self.started  # this trial's start-up, so far
         return max(MIN_MEASURE_S, left - used - self.budget.overhead(study))
-
-    def _copy_twin(self, trial: optuna.Trial, twin: FrozenTrial) -> list[float]:
-        """The sampler proposed a configuration already measured: record it, don't re-run it.
-
-        GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
-        came from, and the trial does not count towards --trials.
-        """
-        for key, value in twin.user_attrs.items():
-            if key not in _NOT_INHERITED:
-                trial.set_user_attr(key, value)
-        trial.set_user_attr("duplicate_of", twin.number)
-        trial.set_user_attr("answers_computed", 0)
-        constraints = dict(twin.user_attrs["constraints"])
-        if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
-            # The reference's twin is still a candidate: judged like every other one (a zero
-            # difference), not left without a comparison.
-            paired = judge(stored_accuracy(twin), twin, self.plan.space)
-            trial.set_user_attr("paired_vs_reference", paired.to_dict())
-        record_constraints(trial, constraints)
-        return list(twin.values)

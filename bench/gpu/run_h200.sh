@@ -266,7 +266,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|issue17-d|issue17-e|train" >&2
     exit 2
     ;;
 esac

@@ -76,9 +76,9 @@ class WorkerSession:
         as a server's start-up runs from its launch to its first answer.
         """
         started = time.perf_counter()
-        self.process.start()
-        threading.Thread(target=self._read_events, daemon=True).start()
         try:
+            self.process.start()
+            threading.Thread(target=self._read_events, daemon=True).start()
             ready = self._follow("ready", self.trial_timeout_s, on_phase)
         except BaseException:
             self.close()
