@@ -18,6 +18,8 @@ from pydantic import (
     model_validator,
 )
 
+from autotune.backends import BACKENDS, deploy_targets, server_backends
+
 Backend = Literal["transformers", "swift", "lmdeploy", "vllm"]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 AttnImplementation = Literal["eager", "sdpa", "flash_attention_2"]
@@ -61,30 +63,16 @@ OUTPUT_AFFECTING_PARAMS: tuple[str, ...] = tuple(
 
 SAMPLING_PARAMS: frozenset[str] = frozenset({"temperature", "top_k", "top_p"})
 
-# Which backend can honour which parameter. A parameter a backend lacks is never suggested for
-# it, so a trial never records a knob that had no effect. For LMDeploy and vLLM, compile_mode
-# none means eager execution (--eager-mode / --enforce-eager) and any other value the engine's
-# own CUDA graphs (and, for vLLM, its torch.compile): the engines have no per-mode choice.
-# max_batch_size is a server's cap on requests it batches; in-process, batch_size is the batch.
-# tensor_parallel splits one model over several GPUs: LMDeploy --tp, vLLM
-# --tensor-parallel-size; the transformers engine (in-process, or under swift deploy) has none.
-# Quantisation and caches: which values each engine supports for Qwen3-VL is in
-# autotune.space.support; ms-swift's transformers engine is measured plain (no flag of
-# `swift deploy` quantises on load or caches images).
+# Which backend can honour which parameter (each engine's `lacks`, autotune.backends). A
+# parameter a backend lacks is never suggested for it, so a trial never records a knob that had
+# no effect. For LMDeploy and vLLM, compile_mode none means eager execution (--eager-mode /
+# --enforce-eager) and any other value the engine's own CUDA graphs (and, for vLLM, its
+# torch.compile): the engines have no per-mode choice. max_batch_size is a server's cap on
+# requests it batches; in-process, batch_size is the batch. tensor_parallel splits one model
+# over several GPUs: LMDeploy --tp, vLLM --tensor-parallel-size. Quantisation and caches: which
+# values each engine supports for Qwen3-VL is in autotune.space.support.
 BACKEND_PARAMS: dict[str, frozenset[str]] = {
-    "transformers": frozenset(PARAM_NAMES)
-    - {"kv_cache_fraction", "max_batch_size", "tensor_parallel"},
-    "swift": frozenset(PARAM_NAMES)
-    - {
-        "kv_cache_fraction",
-        "compile_mode",
-        "tensor_parallel",
-        "weight_quant",
-        "kv_quant",
-        "prefix_cache",
-    },
-    "lmdeploy": frozenset(PARAM_NAMES) - {"attn_implementation"},
-    "vllm": frozenset(PARAM_NAMES) - {"attn_implementation"},
+    name: frozenset(PARAM_NAMES) - backend.lacks for name, backend in BACKENDS.items()
 }
 
 
@@ -102,17 +90,27 @@ def no_effect_message(backend: str, names: list[str] | tuple[str, ...] | Any) ->
 
 
 # Backends that autotune measures through a server process rather than in-process.
-SERVER_BACKENDS: frozenset[str] = frozenset({"swift", "lmdeploy", "vllm"})
+SERVER_BACKENDS: frozenset[str] = server_backends()
 
 # Where a recommendation can be deployed, and which backends' trials each target reproduces:
 # its own server, and for ms-swift also the in-process transformers engine it wraps (under the
 # conditions autotune.export.reproduce checks: no compile, greedy).
-DEPLOY_TARGETS: tuple[str, ...] = ("swift", "lmdeploy", "vllm")
+DEPLOY_TARGETS: tuple[str, ...] = deploy_targets()
 DEPLOYABLE_BACKENDS: dict[str, frozenset[str]] = {
-    "swift": frozenset({"swift", "transformers"}),
-    "lmdeploy": frozenset({"lmdeploy"}),
-    "vllm": frozenset({"vllm"}),
+    name: BACKENDS[name].deploys for name in DEPLOY_TARGETS
 }
+
+
+def clear_unused_launch_params(values: dict[str, Any]) -> None:
+    """A backend's KV-cache share and tensor parallelism, where it has none, at their neutral
+    values (None, 1), so two configurations that differ only there are one."""
+    # An unknown backend is TrialConfig's to refuse, in its own words.
+    params = BACKEND_PARAMS.get(values["backend"], frozenset())
+    if "kv_cache_fraction" not in params:
+        values["kv_cache_fraction"] = None
+    if "tensor_parallel" not in params:
+        values["tensor_parallel"] = 1
+
 
 # What an engine is started with: changing one of these needs a new launch (a new server
 # process, or a new model load in the worker). Everything else is chosen per request, so

@@ -10,8 +10,12 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 
+from autotune.backends import BACKENDS
+
 # The distribution that provides each export format's command.
-ENGINE_PACKAGES: dict[str, str] = {"swift": "ms-swift", "lmdeploy": "lmdeploy", "vllm": "vllm"}
+ENGINE_PACKAGES: dict[str, str] = {
+    name: backend.package for name, backend in BACKENDS.items() if backend.package
+}
 
 # lmdeploy/archs.py: "Fallback to pytorch engine because ... not supported by turbomind engine"
 # (or "... turbomind engine is not installed correctly").

@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.backends import BACKENDS
 from autotune.params import SERVER_BACKENDS, TrialConfig
 
 COMMANDS = {
-    "swift": "swift deploy",
-    "lmdeploy": "lmdeploy serve api_server",
-    "vllm": "vllm serve",
+    name: backend.deploy_command for name, backend in BACKENDS.items() if backend.deploy_command
 }
 
 

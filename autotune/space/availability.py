@@ -11,12 +11,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from autotune.backends import BACKENDS
+
 # What is missing -> how to install it (one line the user can paste).
 _BACKEND_CHECKS: dict[str, tuple[str, str | None, str]] = {
     # backend: (python module, command on PATH or None, install hint)
-    "swift": ("swift", "swift", "pip install 'autotune[swift]'"),
-    "lmdeploy": ("lmdeploy", "lmdeploy", "pip install 'autotune[lmdeploy]'"),
-    "vllm": ("vllm", "vllm", "pip install 'autotune[vllm]'"),
+    name: (backend.module, backend.program, backend.install_hint or f"install {name}")
+    for name, backend in BACKENDS.items()
+    if backend.module
 }
 _ATTN_CHECKS: dict[str, tuple[str, str]] = {
     "flash_attention_2": ("flash_attn", "pip install 'autotune[flash-attn]'"),

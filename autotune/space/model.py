@@ -22,6 +22,7 @@ from autotune.params import (
     PARAM_NAMES,
     SERVER_BACKENDS,
     TrialConfig,
+    clear_unused_launch_params,
     no_effect_message,
 )
 from autotune.space.settings import (
@@ -208,8 +209,7 @@ class SearchSpace(_Strict):
         values.update(candidate.config)
         if values["backend"] in SERVER_BACKENDS and values.get("max_batch_size") is None:
             values["max_batch_size"] = self.server_max_batch_size()
-        if values["backend"] not in ("lmdeploy", "vllm"):
-            values.update(kv_cache_fraction=None, tensor_parallel=1)
+        clear_unused_launch_params(values)
         return TrialConfig(**values)
 
     def server_max_batch_size(self) -> int:

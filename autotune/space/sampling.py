@@ -13,6 +13,7 @@ from autotune.params import (
     SAMPLING_PARAMS,
     SERVER_BACKENDS,
     TrialConfig,
+    clear_unused_launch_params,
 )
 from autotune.space.model import SearchSpace, is_int_param
 from autotune.space.settings import ParamSpec
@@ -136,8 +137,7 @@ def suggest(
     if not values["do_sample"]:
         for name in SAMPLING_PARAMS:
             values[name] = None
-    if values["backend"] not in ("lmdeploy", "vllm"):
-        values.update(kv_cache_fraction=None, tensor_parallel=1)
+    clear_unused_launch_params(values)
     if values["backend"] not in SERVER_BACKENDS:
         values["max_batch_size"] = None
     elif values["max_batch_size"] is None or not applies(space, "max_batch_size", values):

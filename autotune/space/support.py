@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.backends import BACKENDS
 from autotune.params import BACKEND_PARAMS
 
 # Servers whose requests can force an answer's exact length (a minimum number of tokens and
-# ignore_eos), so load tests do equal work; autotune.export renders each one's fields.
-# `swift deploy` cannot: ms-swift 4.6's RequestConfig has neither field.
-LENGTH_FORCING_SERVERS = frozenset({"lmdeploy", "vllm"})
+# ignore_eos), so load tests do equal work (each engine's `forces_length`); autotune.export
+# renders each one's fields.
+LENGTH_FORCING_SERVERS = frozenset(name for name, b in BACKENDS.items() if b.forces_length)
 
 
 def can_force_length(fmt: str) -> bool:

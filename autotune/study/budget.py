@@ -17,10 +17,11 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.backends import BACKENDS
 from autotune.study.timeshare import budget_seconds, trial_seconds
 
 # Start-up guesses before a study has launched anything of its own, in seconds.
-STARTUP_GUESS_S = {"transformers": 20.0, "swift": 30.0, "lmdeploy": 90.0, "vllm": 120.0}
+STARTUP_GUESS_S = {name: backend.startup_guess_s for name, backend in BACKENDS.items()}
 # A guess of one trial's measured part before any trial has run.
 FIRST_TRIAL_GUESS_S = 30.0
 

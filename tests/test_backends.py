@@ -1,0 +1,79 @@
+"""What every engine in the registry (autotune.backends) must offer, checked engine by engine.
+
+One parametrised suite: an engine that is added with gaps (a deploy target with no renderer,
+a length-forcing server with no fields, a parameter name that does not exist) fails here by
+name.
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+
+from autotune.backends import BACKENDS, deploy_targets, server_backends
+from autotune.export import FORMATS, forced_length, render_export
+from autotune.export.reproduce import COMMANDS
+from autotune.params import BACKEND_PARAMS, PARAM_NAMES, Backend, TrialConfig
+from autotune.space.availability import missing_reason
+from autotune.study.budget import STARTUP_GUESS_S
+
+ENGINES = sorted(BACKENDS)
+SERVERS = sorted(server_backends())
+
+
+def test_the_registry_names_the_engines_a_trial_config_accepts() -> None:
+    assert set(BACKENDS) == set(get_args(Backend))
+    assert all(name == backend.name for name, backend in BACKENDS.items())
+    assert BACKENDS["transformers"].server is False  # the reference engine runs in-process
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_every_engine_lacks_only_real_parameters_and_keeps_the_core(name: str) -> None:
+    backend = BACKENDS[name]
+    assert backend.lacks <= set(PARAM_NAMES), backend.lacks - set(PARAM_NAMES)
+    # What every engine must take: which engine, and the request-time load and decoding.
+    core = {"backend", "dtype", "image_max_side", "batch_size", "do_sample", "max_new_tokens"}
+    assert core <= BACKEND_PARAMS[name]
+    assert BACKEND_PARAMS[name] == set(PARAM_NAMES) - backend.lacks
+    assert STARTUP_GUESS_S[name] == backend.startup_guess_s > 0
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_every_server_engine_is_a_deploy_target_with_a_renderer_and_an_install_line(
+    name: str,
+) -> None:
+    backend = BACKENDS[name]
+    assert name in deploy_targets() and name in FORMATS
+    assert name in backend.deploys
+    assert backend.package and backend.module and backend.program
+    assert backend.install_hint and backend.install_hint.startswith("pip install")
+    config = TrialConfig(backend=name, dtype="bfloat16", batch_size=4, max_new_tokens=64)
+    export = render_export(config, fmt=name, model="/models/m", port=8000)
+    # The command the export prints is the one reproduce and the report name for it.
+    assert " ".join(export.argv).startswith(backend.deploy_command or "?")
+    assert COMMANDS[name] == backend.deploy_command
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_server_forces_answer_lengths_exactly_when_the_registry_says_so(name: str) -> None:
+    fields = forced_length(name, 128)
+    assert (fields is not None) == BACKENDS[name].forces_length
+    if fields is not None:
+        assert 128 in fields.values() and fields.get("ignore_eos") is True
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_missing_engine_is_named_with_its_install_line(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = BACKENDS[name]
+    monkeypatch.setattr("autotune.space.availability._has_module", lambda module: False)
+    reason = missing_reason("backend", name)
+    assert reason == f"backend {name} is not installed ({backend.install_hint})"
+
+
+def test_the_in_process_engine_needs_no_install_and_no_server() -> None:
+    assert missing_reason("backend", "transformers") is None
+    assert "transformers" not in deploy_targets()
+    assert any("transformers" in BACKENDS[t].deploys for t in deploy_targets())
