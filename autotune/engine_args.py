@@ -15,86 +15,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from autotune.backends import BACKENDS
+
 Scalar = str | int | float | bool
 EngineArgValue = Scalar | list[Scalar] | dict[str, Any]
 
-# Flags each renderer sets from a typed parameter or a serve option -> what sets them.
+# Flags each renderer sets from a typed parameter or a serve option -> what sets them (each
+# engine's `reserved_flags`, autotune.backends).
 RESERVED: dict[str, dict[str, str]] = {
-    "lmdeploy": {
-        "model-path": "the model (--model)",
-        "backend": "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)",
-        "dtype": "the dtype parameter",
-        "max-batch-size": "the max_batch_size parameter",
-        "cache-max-entry-count": "the kv_cache_fraction parameter",
-        "eager-mode": "the compile_mode parameter (none = eager, else CUDA graphs)",
-        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
-        "quant-policy": "the kv_quant parameter",
-        "model-format": "the weight_quant parameter (fp8 serves the block-FP8 checkpoint)",
-        "enable-prefix-caching": "the prefix_cache parameter",
-        "adapters": "autotune --adapter NAME=PATH",
-        "server-name": "autotune (--host)",
-        "server-port": "autotune (--port)",
-        "model-name": "autotune (served model name)",
-    },
-    "vllm": {
-        "model": "the model (--model)",
-        "dtype": "the dtype parameter",
-        "max-num-seqs": "the max_batch_size parameter",
-        "gpu-memory-utilization": "the kv_cache_fraction parameter",
-        "enforce-eager": "the compile_mode parameter (none = eager, else compile + CUDA graphs)",
-        "limit-mm-per-prompt": "autotune (one image per prompt)",
-        "tensor-parallel-size": "the tensor_parallel parameter (GPUs handed out by autotune "
-        "run --gpus)",
-        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
-        "quantization": "the weight_quant parameter",
-        "kv-cache-dtype": "the kv_quant parameter",
-        "enable-prefix-caching": "the prefix_cache parameter",
-        "no-enable-prefix-caching": "the prefix_cache parameter",
-        "mm-processor-cache-gb": "the prefix_cache parameter (0 when off)",
-        "enable-lora": "autotune --adapter NAME=PATH",
-        "lora-modules": "autotune --adapter NAME=PATH",
-        "max-lora-rank": "autotune --adapter NAME=PATH (the adapters' largest rank)",
-        "mm-processor-kwargs": "the checkpoint's image processor (image_max_side resizes "
-        "client-side)",
-        "override-generation-config": "the decoding parameters (sent in every request)",
-        "host": "autotune (--host)",
-        "port": "autotune (--port)",
-        "served-model-name": "autotune (served model name)",
-    },
-    "swift": {
-        "model": "the model (--model)",
-        "model_type": "autotune (qwen3_vl)",
-        "template": "autotune (qwen3_vl)",
-        "infer_backend": "the backend parameter",
-        "torch_dtype": "the dtype parameter",
-        "attn_impl": "the attn_implementation parameter",
-        "max_batch_size": "the max_batch_size parameter",
-        "vllm_max_num_seqs": "the max_batch_size parameter",
-        "vllm_gpu_memory_utilization": "the kv_cache_fraction parameter",
-        "vllm_enforce_eager": "the compile_mode parameter",
-        "vllm_limit_mm_per_prompt": "autotune (one image per prompt)",
-        "max_new_tokens": "the max_new_tokens parameter",
-        "temperature": "the decoding parameters",
-        "top_k": "the decoding parameters",
-        "top_p": "the decoding parameters",
-        "seed": "the decoding parameters",
-        "repetition_penalty": "the repetition_penalty parameter",
-        # Adapters the trials did not measure would be served and exported all the same.
-        "adapters": "autotune --adapter NAME=PATH",
-        "vllm_enable_lora": "autotune --adapter NAME=PATH",
-        "vllm_max_lora_rank": "autotune --adapter NAME=PATH (the adapters' largest rank)",
-        "host": "autotune (--host)",
-        "port": "autotune (--port)",
-        "served_model_name": "autotune (served model name)",
-    },
+    name: dict(backend.reserved_flags)
+    for name, backend in BACKENDS.items()
+    if backend.reserved_flags
 }
 
 # The context-length flag of each format: set by engine_args or by the session_len serve
 # option, never by both.
-SESSION_LEN_FLAG = {
-    "lmdeploy": "session-len",
-    "vllm": "max-model-len",
-    "swift": "vllm_max_model_len",
+SESSION_LEN_FLAG: dict[str, str] = {
+    name: backend.session_len_flag for name, backend in BACKENDS.items() if backend.session_len_flag
 }
 
 

@@ -7,15 +7,20 @@ name.
 
 from __future__ import annotations
 
+import re
 from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 
 from autotune.backends import BACKENDS, deploy_targets, server_backends
+from autotune.checkpoints.adapters import CANNOT_SERVE
+from autotune.engine_args import EngineArgs
 from autotune.export import FORMATS, forced_length, render_export
 from autotune.export.reproduce import COMMANDS
 from autotune.params import BACKEND_PARAMS, PARAM_NAMES, Backend, TrialConfig
 from autotune.space.availability import missing_reason
+from autotune.space.support import supported_choices, unsupported_reason
 from autotune.study.budget import STARTUP_GUESS_S
 
 ENGINES = sorted(BACKENDS)
@@ -77,3 +82,32 @@ def test_the_in_process_engine_needs_no_install_and_no_server() -> None:
     assert missing_reason("backend", "transformers") is None
     assert "transformers" not in deploy_targets()
     assert any("transformers" in BACKENDS[t].deploys for t in deploy_targets())
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_every_server_engine_reserves_its_own_flags_and_names_its_context_flag(name: str) -> None:
+    """A space's engine_args cannot set what autotune renders itself, on every engine: a
+    reserved flag given again is refused with what sets it."""
+    backend = BACKENDS[name]
+    assert backend.reserved_flags and backend.session_len_flag
+    assert backend.session_len_flag not in backend.reserved_flags  # engine_args may set it
+    flag = next(iter(backend.reserved_flags))
+    with pytest.raises(ValidationError, match=re.escape(backend.reserved_flags[flag])):
+        EngineArgs.model_validate({name: {flag: "1"}})
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_an_engine_judges_only_values_of_parameters_it_has(name: str) -> None:
+    backend = BACKENDS[name]
+    for table in (backend.unsupported, backend.cuda_only):
+        for param, reasons in table.items():
+            assert param in BACKEND_PARAMS[name], f"{name} lacks {param} altogether"
+            for value, reason in reasons.items():
+                device = "cpu" if table is backend.cuda_only else "cuda"
+                assert unsupported_reason(name, param, value, device=device) == reason
+                assert value not in supported_choices(name, param, [value], device=device)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_an_engine_that_cannot_serve_adapters_says_why(name: str) -> None:
+    assert CANNOT_SERVE.get(name) == BACKENDS[name].adapters_refused

@@ -1,14 +1,17 @@
 """What autotune knows about one engine, in one place: the facts every layer above reads.
 
 Each engine's module (autotune/backends/<name>.py) holds one `Backend`; the registry
-(autotune.backends) lists them. Parameters, availability checks, the deploy command, the
-package that provides it, whether load tests can force answer lengths and the start-up guess
+(autotune.backends) lists them. The parameters it lacks, what it supports for Qwen3-VL value
+by value, availability checks, the deploy command and its reserved flags, the package that
+provides it, LoRA adapters, whether load tests can force answer lengths and the start-up guess
 of the budget all come from here, so adding an engine starts with one module and one line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,15 @@ class Backend:
     # Its requests can force an answer's exact length (a minimum of tokens and ignore_eos), so
     # load tests do equal work; autotune.export renders the fields.
     forces_length: bool = False
+    # The flags its command sets from a typed parameter or a serve option -> what sets them:
+    # a space's engine_args may not set them again (autotune.engine_args).
+    reserved_flags: Mapping[str, str] = field(default_factory=dict)
+    # Its context-length flag: set by engine_args or by the session_len serve option, not both.
+    session_len_flag: str | None = None
+    # parameter -> {value it cannot serve for Qwen3-VL: why}; a value not listed is supported
+    # (autotune.space.support).
+    unsupported: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
+    # parameter -> {value that needs a CUDA GPU: why}.
+    cuda_only: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
+    # Why it cannot serve a LoRA adapter of Qwen3-VL; None: it can.
+    adapters_refused: str | None = None

@@ -1,6 +1,16 @@
-"""LMDeploy's `lmdeploy serve api_server`, with its PyTorch engine."""
+"""LMDeploy's `lmdeploy serve api_server` (0.18), with its PyTorch engine.
+
+Checked in its sources, not only its documentation: FP8 weights load from a block-FP8
+checkpoint (config.json `quantization_config.quant_method: fp8` with `weight_block_size`, the
+layout of Qwen's `-FP8` releases). `--quant-policy` parses none/int4/int8/fp8/fp8_e5m2/
+turbo_quant for any model, but the supported-models table marks KV int8 and int4 "No" for
+Qwen3-VL and lists no FP8 KV cache for it: autotune does not measure what the engine does not
+claim. `--enable-prefix-caching` applies to Qwen3-VL (image hashes are part of the block keys).
+"""
 
 from autotune.backends.base import Backend
+
+_TABLE = "LMDeploy 0.18's supported-models table"
 
 BACKEND = Backend(
     name="lmdeploy",
@@ -15,4 +25,31 @@ BACKEND = Backend(
     program="lmdeploy",
     install_hint="pip install 'autotune[lmdeploy]'",
     forces_length=True,
+    reserved_flags={
+        "model-path": "the model (--model)",
+        "backend": "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)",
+        "dtype": "the dtype parameter",
+        "max-batch-size": "the max_batch_size parameter",
+        "cache-max-entry-count": "the kv_cache_fraction parameter",
+        "eager-mode": "the compile_mode parameter (none = eager, else CUDA graphs)",
+        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
+        "quant-policy": "the kv_quant parameter",
+        "model-format": "the weight_quant parameter (fp8 serves the block-FP8 checkpoint)",
+        "enable-prefix-caching": "the prefix_cache parameter",
+        "adapters": "autotune --adapter NAME=PATH",
+        "server-name": "autotune (--host)",
+        "server-port": "autotune (--port)",
+        "model-name": "autotune (served model name)",
+    },
+    session_len_flag="session-len",
+    unsupported={
+        "kv_quant": {
+            "int8": f"{_TABLE} marks KV int8 'No' for Qwen3-VL",
+            "int4": f"{_TABLE} marks KV int4 'No' for Qwen3-VL",
+            "fp8": f"{_TABLE} lists no FP8 KV cache for Qwen3-VL",
+        }
+    },
+    cuda_only={"weight_quant": {"fp8": "LMDeploy's FP8 kernels need a CUDA GPU"}},
+    adapters_refused="LMDeploy 0.18's PyTorch engine fails to load LoRA adapters of Qwen VL "
+    "models (InternLM/lmdeploy#4162, open)",
 )

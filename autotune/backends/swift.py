@@ -1,6 +1,8 @@
-"""ms-swift's `swift deploy`, serving its transformers engine."""
+"""ms-swift's `swift deploy` (4.6), serving its transformers engine."""
 
 from autotune.backends.base import Backend
+
+_ADAPTERS = "autotune --adapter NAME=PATH"
 
 BACKEND = Backend(
     name="swift",
@@ -28,4 +30,31 @@ BACKEND = Backend(
     install_hint="pip install 'autotune[swift]'",
     # ms-swift 4.6's RequestConfig has neither a minimum of tokens nor ignore_eos.
     forces_length=False,
+    reserved_flags={
+        "model": "the model (--model)",
+        "model_type": "autotune (qwen3_vl)",
+        "template": "autotune (qwen3_vl)",
+        "infer_backend": "the backend parameter",
+        "torch_dtype": "the dtype parameter",
+        "attn_impl": "the attn_implementation parameter",
+        "max_batch_size": "the max_batch_size parameter",
+        "vllm_max_num_seqs": "the max_batch_size parameter",
+        "vllm_gpu_memory_utilization": "the kv_cache_fraction parameter",
+        "vllm_enforce_eager": "the compile_mode parameter",
+        "vllm_limit_mm_per_prompt": "autotune (one image per prompt)",
+        "max_new_tokens": "the max_new_tokens parameter",
+        "temperature": "the decoding parameters",
+        "top_k": "the decoding parameters",
+        "top_p": "the decoding parameters",
+        "seed": "the decoding parameters",
+        "repetition_penalty": "the repetition_penalty parameter",
+        # Adapters the trials did not measure would be served and exported all the same.
+        "adapters": _ADAPTERS,
+        "vllm_enable_lora": _ADAPTERS,
+        "vllm_max_lora_rank": f"{_ADAPTERS} (the adapters' largest rank)",
+        "host": "autotune (--host)",
+        "port": "autotune (--port)",
+        "served_model_name": "autotune (served model name)",
+    },
+    session_len_flag="vllm_max_model_len",
 )

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.backends import BACKENDS
 from autotune.errors import ModelError
 
 # Served model names: what a client writes in "model" and what a flag value carries.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # Targets whose engine cannot serve a LoRA adapter of Qwen3-VL, and why.
-CANNOT_SERVE = {
-    "lmdeploy": "LMDeploy 0.18's PyTorch engine fails to load LoRA adapters of Qwen VL models "
-    "(InternLM/lmdeploy#4162, open)",
+CANNOT_SERVE: dict[str, str] = {
+    name: backend.adapters_refused for name, backend in BACKENDS.items() if backend.adapters_refused
 }
 
 

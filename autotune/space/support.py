@@ -2,21 +2,10 @@
 
 A space may list quantisation or cache values that only some backends serve. The study never
 proposes an unsupported combination (autotune.space.sampling.searched narrows the
-choices per backend) and lists each one once, with the reason below, in the run's notes.
+choices per backend) and lists each one once, with its reason, in the run's notes.
 
-Checked at these versions (the sources, not only the documentation):
-- LMDeploy 0.18, PyTorch engine: FP8 weights load from a block-FP8 checkpoint (config.json
-  `quantization_config.quant_method: fp8` with `weight_block_size`, the layout of Qwen's
-  `-FP8` releases). `--quant-policy` parses none/int4/int8/fp8/fp8_e5m2/turbo_quant for any
-  model, but LMDeploy's supported-models table marks KV int8 and int4 "No" for Qwen3-VL and
-  lists no FP8 KV cache for it: autotune does not measure what the engine does not claim.
-  `--enable-prefix-caching` applies to Qwen3-VL (image hashes are part of the block keys).
-- vLLM (0.11 and later): `--quantization fp8` quantises the weights on load; `--kv-cache-dtype`
-  takes auto or fp8 variants, no int8 or int4. Prefix caching is on by default and its
-  multimodal processor cache (`--mm-processor-cache-gb`, 4 GiB) keeps decoded images.
-- transformers 5.x in-process: `FineGrainedFP8Config` (block FP8, 128 x 128) quantises on
-  load, on CUDA only; its quantised KV caches need optimum-quanto or HQQ, which no deploy
-  target serves. Both are what-ifs: no `swift deploy` flag reproduces them.
+Each engine's own module (autotune/backends/<name>.py) holds its table, with the versions it
+was checked at.
 """
 
 from __future__ import annotations
@@ -36,39 +25,14 @@ def can_force_length(fmt: str) -> bool:
     return fmt in LENGTH_FORCING_SERVERS
 
 
-# (backend, parameter) -> {unsupported value: reason}. A value not listed is supported.
-_UNSUPPORTED: dict[tuple[str, str], dict[Any, str]] = {
-    ("lmdeploy", "kv_quant"): {
-        "int8": "LMDeploy 0.18's supported-models table marks KV int8 'No' for Qwen3-VL",
-        "int4": "LMDeploy 0.18's supported-models table marks KV int4 'No' for Qwen3-VL",
-        "fp8": "LMDeploy 0.18's supported-models table lists no FP8 KV cache for Qwen3-VL",
-    },
-    ("vllm", "kv_quant"): {
-        "int8": "vLLM's --kv-cache-dtype has no int8 (auto or fp8 only)",
-        "int4": "vLLM's --kv-cache-dtype has no int4 (auto or fp8 only)",
-    },
-    ("transformers", "kv_quant"): {
-        value: "transformers' quantised KV caches need optimum-quanto or HQQ, and no deploy "
-        "target serves them"
-        for value in ("int8", "int4", "fp8")
-    },
-}
-
-# Values that need a CUDA GPU whatever the engine's version.
-_CUDA_ONLY: dict[tuple[str, str], dict[Any, str]] = {
-    ("transformers", "weight_quant"): {
-        "fp8": "transformers' FineGrainedFP8Config runs on CUDA GPUs only"
-    },
-    ("lmdeploy", "weight_quant"): {"fp8": "LMDeploy's FP8 kernels need a CUDA GPU"},
-    ("vllm", "weight_quant"): {"fp8": "vLLM's FP8 kernels need a CUDA GPU"},
-}
-
-
 def unsupported_reason(backend: str, name: str, value: Any, *, device: str = "auto") -> str | None:
     """Why `backend` cannot serve Qwen3-VL with `name=value` (on `device`), or None if it can."""
-    reason = _UNSUPPORTED.get((backend, name), {}).get(value)
+    engine = BACKENDS.get(backend)
+    if engine is None:
+        return None  # an unknown backend is TrialConfig's to refuse
+    reason = engine.unsupported.get(name, {}).get(value)
     if reason is None and device == "cpu":
-        reason = _CUDA_ONLY.get((backend, name), {}).get(value)
+        reason = engine.cuda_only.get(name, {}).get(value)
     return reason
 
 
