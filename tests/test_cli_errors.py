@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -337,3 +338,12 @@ def test_eval_of_an_engine_that_is_not_installed_fails_in_one_line(workdir: Path
     result = run_cli(["eval", "--space", "smoke", "--param", "backend=vllm"], workdir)
     assert_one_line_error(result, "could not be measured: unsupported: 'vllm'", code=1)
     assert not list(workdir.iterdir())
+
+
+def test_a_busy_timeout_that_is_not_a_number_is_one_line_and_writes_nothing(
+    workdir: Path,
+) -> None:
+    env = {**os.environ, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S": "soon"}
+    result = autotune_cli("run", "--space", "smoke", "--trials", "1", cwd=workdir, env=env)
+    assert_one_line_error(result, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S='soon'", "unset it")
+    assert no_database_written(workdir)

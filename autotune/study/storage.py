@@ -34,7 +34,6 @@ from autotune.errors import StudyError
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
     OPTUNA_TABLES,
-    SQLITE_BUSY_TIMEOUT_S,
     STUDIES_DIR,
     check_several_writers,
     check_storage_url,
@@ -44,6 +43,7 @@ from autotune.study.storage_urls import (
     is_journal,
     local_file,
     secrets_in,
+    sqlite_busy_timeout_s,
     sqlite_file,
 )
 
@@ -111,7 +111,7 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
                 "or pass --storage URL"
             )
         database.parent.mkdir(parents=True, exist_ok=True)
-        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+        engine_kwargs = {"connect_args": {"timeout": sqlite_busy_timeout_s()}}
     else:
         _check_server_tables(url, shown)
     kwargs: dict[str, Any] = {"engine_kwargs": engine_kwargs}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sqlite3
@@ -17,8 +18,26 @@ from pathlib import Path
 from autotune.errors import StudyError
 
 # How long SQLite waits for another writer's lock before a write gives up (seconds); the
-# retries after that are autotune.study.storage's.
+# retries after that are autotune.study.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
 SQLITE_BUSY_TIMEOUT_S = 30.0
+SQLITE_BUSY_TIMEOUT_ENV = "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S"
+
+
+def sqlite_busy_timeout_s() -> float:
+    """SQLite's busy timeout: 30 s, or AUTOTUNE_SQLITE_BUSY_TIMEOUT_S (at least 0.1 s)."""
+    value = os.environ.get(SQLITE_BUSY_TIMEOUT_ENV)
+    if value is None:
+        return SQLITE_BUSY_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise StudyError(
+            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds; set it to one "
+            f"(e.g. 30) or unset it"
+        )
+    return max(0.1, seconds)
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -201,7 +220,7 @@ def _check_sqlite_content(path: Path, shown: str, *, create: bool) -> None:
     read_only = f"{path.resolve().as_uri()}?mode=ro"
     try:
         with contextlib.closing(
-            sqlite3.connect(read_only, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+            sqlite3.connect(read_only, uri=True, timeout=sqlite_busy_timeout_s())
         ) as db:
             rows = db.execute("SELECT type, name FROM sqlite_master").fetchall()
             tables = {name for kind, name in rows if kind == "table"}
