@@ -78,9 +78,9 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
         result = session.measure(config, plan)
     finally:
         session.close()
-    assert result["screened_out"] is True
-    assert result["timings"] == []  # no load test was run
-    assert set(result["predictions"]) == set(subset)  # nor the rest of the set
+    assert result.screened_out is True
+    assert result.timings == []  # no load test was run
+    assert set(result.predictions) == set(subset)  # nor the rest of the set
 
 
 def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) -> None:

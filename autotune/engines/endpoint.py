@@ -20,7 +20,7 @@ from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
 from autotune.export.base import sampling_request
 from autotune.params import TrialConfig
-from autotune.records import Prompt
+from autotune.records import Prompt, SessionResult
 
 # Greedy in every engine we know: temperature 0 (OpenAI, vLLM, ms-swift) and top_k 1 (LMDeploy,
 # which has no greedy switch over HTTP). The server's kind is unknown here, so send both.
@@ -83,7 +83,7 @@ class EndpointSession:
 
     def measure(
         self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
-    ) -> dict[str, Any]:
+    ) -> SessionResult:
         model = served_model(self.adapters, served_models(self.base))
         passes = drive_passes(
             self.base,
@@ -96,12 +96,12 @@ class EndpointSession:
             timeout_s=self.trial_timeout_s,
             on_phase=on_phase,
         )
-        return {
+        return SessionResult(
             **passes,
-            "peak_memory_mib": math.nan,
-            "memory_source": "unavailable (endpoint)",
-            "environment": {"runner": "endpoint", "endpoint": self.base, "served_model": model},
-        }
+            peak_memory_mib=math.nan,
+            memory_source="unavailable (endpoint)",
+            environment={"runner": "endpoint", "endpoint": self.base, "served_model": model},
+        )
 
     def alive(self) -> bool:
         return True

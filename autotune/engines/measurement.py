@@ -15,8 +15,8 @@ from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.checkpoints.adapters import Adapter
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.summary import summarize
-from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 from autotune.space import SearchSpace
 
 
@@ -57,22 +57,20 @@ class Measurement:
 def to_measurement(
     space: SearchSpace,
     config: TrialConfig,
-    result: dict[str, Any],
+    result: SessionResult,
     *,
     startup_s: float,
     evalset: EvalSet,
     measure_accuracy: bool,
 ) -> Measurement:
     """The figures of one session result (see autotune.engines.session)."""
-    timings = [RequestTiming(**t) for t in result["timings"]]
-    screened_out = bool(result.get("screened_out"))
     figures: dict[str, float] = {}
-    if not screened_out:
+    if not result.screened_out:
         figures = summarize(
-            timings,
-            load_start=float(result["load_start"]),
-            load_stop=float(result["load_stop"]),
-            min_warmup_s=float(result.get("min_warmup_s", 0.0)),
+            result.timings,
+            load_start=result.load_start,
+            load_stop=result.load_stop,
+            min_warmup_s=result.min_warmup_s,
             confidence=space.workload.ci_confidence,
             launch_spread_rel=space.workload.launch_spread_rel,
             latency_slo_ms=space.constraints.latency_slo_ms,
@@ -83,27 +81,27 @@ def to_measurement(
     # Warm-up: the explicit one (in-process compilation) and the start of the load that was
     # cut off as not yet steady; measuring: the rest of the load, its drain included.
     load_warmup_s = figures.get("load_warmup_s", 0.0)
-    warmup_s = float(result["warmup_s"]) + load_warmup_s
+    warmup_s = result.warmup_s + load_warmup_s
     figures["startup_s"] = startup_s
     figures["compile_s"] = warmup_s
-    figures["peak_memory_mib"] = result["peak_memory_mib"]
-    predictions = result.get("predictions") or {}
+    figures["peak_memory_mib"] = result.peak_memory_mib
+    predictions = result.predictions
     report = score_predictions(evalset, predictions) if measure_accuracy else None
     return Measurement(
         config=config,
         figures=figures,
         accuracy=report,
-        environment=result["environment"],
-        memory_source=result["memory_source"],
+        environment=result.environment,
+        memory_source=result.memory_source,
         predictions=predictions,
-        screened_out=screened_out,
-        stop_reason=str(result.get("stop_reason", "")),
-        repeated_requests=int(result.get("repeated_requests", 0)),
+        screened_out=result.screened_out,
+        stop_reason=result.stop_reason,
+        repeated_requests=result.repeated_requests,
         time_s={
             "warmup": warmup_s,
-            "measuring": max(0.0, float(result.get("load_s", 0.0)) - load_warmup_s),
-            "accuracy": float(result.get("accuracy_s", 0.0)),
-            "screening": float(result.get("screening_s", 0.0)),
+            "measuring": max(0.0, result.load_s - load_warmup_s),
+            "accuracy": result.accuracy_s,
+            "screening": result.screening_s,
         },
     )
 

@@ -118,7 +118,7 @@ async def run_passes(
         "load_stop": run.stop,
         "min_warmup_s": run.min_warmup_s,
         "accuracy_s": accuracy_s,
-        "timings": [reply.timing.to_dict() for reply in run.replies],
+        "timings": [reply.timing for reply in run.replies],
         "stop_reason": run.stop_reason,
         "stop_rule_trail": run.trail,
         "predictions": predictions or {},

@@ -42,7 +42,7 @@ from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
 from autotune.params import TrialConfig
-from autotune.records import Prompt
+from autotune.records import Prompt, SessionResult
 
 Render = Callable[[TrialConfig, int | None], Export]
 
@@ -283,7 +283,7 @@ class ServerSession:
 
     def measure(
         self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
-    ) -> dict[str, Any]:
+    ) -> SessionResult:
         server, ready, export, sampler = self.server, self.ready, self.export, self.sampler
         assert server is not None and ready is not None and export is not None
         assert sampler is not None
@@ -334,12 +334,12 @@ class ServerSession:
             "engine_version": engine_version(export.format),
             **_library_versions(),
         }
-        return {
+        return SessionResult(
             **passes,
-            "peak_memory_mib": peak_mib,
-            "memory_source": memory_source,
-            "environment": environment,
-        }
+            peak_memory_mib=peak_mib,
+            memory_source=memory_source,
+            environment=environment,
+        )
 
     def alive(self) -> bool:
         return self.server is not None and self.server.process.poll() is None

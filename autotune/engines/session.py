@@ -3,8 +3,8 @@
 A session is one launch: a worker process holding a loaded model, a server command, or an
 endpoint someone else runs. `measure` runs one trial's request-time settings on it (a load
 test at the trial's concurrency until its rate has settled and is known, then the accuracy
-pass) and returns the same result fields whatever the engine, so a figure means the same for
-every backend.
+pass) and returns one SessionResult (autotune.records) whatever the engine, so a figure means
+the same for every backend.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from autotune.accuracy.screening import ScreeningRequest
 from autotune.measure.convergence import SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 from autotune.space import SearchSpace
 
 PhaseCallback = Callable[[str], None]
@@ -111,8 +112,8 @@ class EngineSession(Protocol):
 
     def measure(
         self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None
-    ) -> dict[str, Any]:
-        """One trial's result fields; TrialFailure when it cannot complete."""
+    ) -> SessionResult:
+        """One trial's SessionResult; TrialFailure when it cannot complete."""
 
     def alive(self) -> bool:
         """Whether the engine can measure another trial."""

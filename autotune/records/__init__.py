@@ -1,5 +1,7 @@
-"""What the layers above hand each other: one request/reply pair for every engine and client."""
+"""What the layers above hand each other: one request/reply pair for every engine and client,
+and the typed result of one trial's session."""
 
 from autotune.records.exchange import Prompt, Reply
+from autotune.records.session import SessionResult
 
-__all__ = ["Prompt", "Reply"]
+__all__ = ["Prompt", "Reply", "SessionResult"]

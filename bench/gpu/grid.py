@@ -34,8 +34,8 @@ from autotune.engines import measure_plan, open_session  # noqa: E402
 from autotune.engines.measurement import to_measurement  # noqa: E402
 from autotune.errors import AutotuneError, TrialFailure  # noqa: E402
 from autotune.measure.steady import token_series  # noqa: E402
-from autotune.measure.timing import RequestTiming  # noqa: E402
 from autotune.params import SERVER_BACKENDS, TrialConfig  # noqa: E402
+from autotune.records import SessionResult  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study import plan_study  # noqa: E402
 
@@ -52,10 +52,9 @@ SHOWN = (
 )
 
 
-def per_second(result: dict[str, Any]) -> list[float]:
-    timings = [RequestTiming(**t) for t in result["timings"]]
-    start, stop = float(result["load_start"]), float(result["load_stop"])
-    return [round(v, 1) for v in token_series(timings, start=start, end=stop, bin_s=1.0)]
+def per_second(result: SessionResult) -> list[float]:
+    series = token_series(result.timings, start=result.load_start, end=result.load_stop, bin_s=1.0)
+    return [round(v, 1) for v in series]
 
 
 def request_points(spec: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     # warm-up ended and how the rate swung, for the results page.
                     tokens_per_s_each_s=per_second(result),
                     # What the stop rule saw every 5 s (autotune.client.load.LoadRun.trail).
-                    stop_rule_trail=result.get("stop_rule_trail", []),
+                    stop_rule_trail=result.stop_rule_trail,
                 )
                 rows.append(row)
                 shown = ", ".join(f"{k} {m.figures.get(k, float('nan')):.4g}" for k in SHOWN)

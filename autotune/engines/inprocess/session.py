@@ -24,6 +24,7 @@ from autotune.engines.process import ManagedProcess
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 
 
 class WorkerSession:
@@ -90,14 +91,14 @@ class WorkerSession:
 
     def measure(
         self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
-    ) -> dict[str, Any]:
+    ) -> SessionResult:
         command = MeasureCommand(config=config, plan=plan)
         try:
             stdin = self.process.proc.stdin  # type: ignore[union-attr]
             assert stdin is not None
             stdin.write(json.dumps({"measure": command.model_dump(mode="json")}) + "\n")
             stdin.flush()
-            result = self._follow("result", self.trial_timeout_s, on_phase)
+            raw = self._follow("result", self.trial_timeout_s, on_phase)
         except BrokenPipeError:
             self.close()
             raise TrialFailure(
@@ -107,8 +108,9 @@ class WorkerSession:
             # A failed or interrupted trial leaves the engine in an unknown state.
             self.close()
             raise
-        result["environment"] = {
-            **result["environment"],
+        result = SessionResult.model_validate(raw)
+        result.environment = {
+            **result.environment,
             "runner": "inprocess",
             "worker_pid": str(self.pid),
         }

@@ -32,6 +32,7 @@ from autotune.measure.convergence import (
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 
 
 class LaunchRequest(BaseModel):
@@ -96,7 +97,7 @@ class Worker:
         item = self.by_id[item_id]
         return Prompt(item_id=item_id, image=self.images[item_id], prompt=item.prompt, mark=mark)
 
-    def measure(self, config: TrialConfig, plan: MeasurePlan, events: _Events) -> dict[str, Any]:
+    def measure(self, config: TrialConfig, plan: MeasurePlan, events: _Events) -> SessionResult:
         if config.launch_key() != self.launch.launch_key():
             raise RuntimeError("trial configuration does not match this worker's launch")
         from autotune.engines.memory import MemorySampler
@@ -190,24 +191,24 @@ class Worker:
             peak_mib, memory_source = engine.peak_memory_mib()
         else:
             peak_mib, memory_source = rss.stop()[0], "rss"
-        return {
-            "warmup_s": warmup_s,
-            "load_s": load_s,
-            "load_start": load_start,
-            "load_stop": load_stop,
-            "min_warmup_s": min_warmup_s,
-            "accuracy_s": accuracy_s,
-            "screening_s": screening_s,
-            "timings": [t.to_dict() for t in timings],
-            "stop_reason": stop_reason,
-            "stop_rule_trail": trail,
-            "predictions": predictions,
-            "screened_out": screened_out,
-            "peak_memory_mib": peak_mib,
-            "memory_source": memory_source,
-            "environment": engine.describe(),
-            "repeated_requests": repeats.repeated,
-        }
+        return SessionResult(
+            warmup_s=warmup_s,
+            load_s=load_s,
+            load_start=load_start,
+            load_stop=load_stop,
+            min_warmup_s=min_warmup_s,
+            accuracy_s=accuracy_s,
+            screening_s=screening_s,
+            timings=timings,
+            stop_reason=stop_reason,
+            stop_rule_trail=trail,
+            predictions=predictions,
+            screened_out=screened_out,
+            peak_memory_mib=peak_mib,
+            memory_source=memory_source,
+            environment=engine.describe(),
+            repeated_requests=repeats.repeated,
+        )
 
 
 def _screened_out(evalset: Any, predictions: dict[str, str], screening: ScreeningRequest) -> bool:
@@ -239,7 +240,8 @@ def _serve(worker: Worker, commands: IO[str], events: _Events) -> None:
         if message.get("quit"):
             return
         command = MeasureCommand.model_validate(message["measure"])
-        events.send(result=worker.measure(command.config, command.plan, events))
+        result = worker.measure(command.config, command.plan, events)
+        events.send(result=result.model_dump(mode="json"))
 
 
 def main(argv: list[str]) -> int:
