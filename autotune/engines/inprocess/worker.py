@@ -241,7 +241,8 @@ def _serve(worker: Worker, commands: IO[str], events: _Events) -> None:
             return
         command = MeasureCommand.model_validate(message["measure"])
         result = worker.measure(command.config, command.plan, events)
-        events.send(result=result.model_dump(mode="json"))
+        # Python-mode dump: json.dumps keeps a NaN figure as NaN (JSON mode would send null).
+        events.send(result=result.model_dump())
 
 
 def main(argv: list[str]) -> int:
