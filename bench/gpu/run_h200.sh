@@ -31,6 +31,8 @@
 #                                              # bench/gpu/collect_issue17.py sums it all up
 #   bash bench/gpu/run_h200.sh issue17-d       # one call (~10 min): three fresh launches of
 #                                              # lmdeploy-graphs with spread answer lengths
+#   bash bench/gpu/run_h200.sh issue17-more    # one call (~9 min) at once after issue17-a: the
+#                                              # study resumed to $ISSUE17_BUDGET_B (15m)
 #   bash bench/gpu/run_h200.sh issue17-e       # one call (~10 min) after the study ran to its
 #                                              # budget: verify, then the grid around it
 #   bash bench/gpu/run_h200.sh train           # the test model's recipe (issue 13), ~17 min:
@@ -41,6 +43,11 @@
 #   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
+#
+# The device tool carries at most 64 MiB: the tracked tree (41 MB, 34 MB of it the tiny test
+# model's checkpoint) and .whl/ (23 MB) are just over it. The GPU runs read only the tiny
+# model's tokenizer files, so move models/tiny-qwen3-vl/model.safetensors aside for the calls
+# and back afterwards (the tests need it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODE=${1:-study}
@@ -222,6 +229,16 @@ issue17_d() {
     --json "$OUT/issue17-spread.json" --markdown "$OUT/issue17-spread.md" | head -30
 }
 
+issue17_more() {
+  # The study of issue17-a resumed to $ISSUE17_BUDGET_B of trial time in one more call, kept
+  # on the warm machine (and returned in $OUT) for the next call.
+  issue17_restore
+  STUDY=$ISSUE17_STUDY DB="sqlite:///$OUT/$ISSUE17_STUDY.db" \
+    study "${ISSUE17_BUDGET_B:-15m}" "${ISSUE17_CALL_S:-540}" >/dev/null
+  cp "$OUT/$ISSUE17_STUDY.db" "$ISSUE17_KEEP/"
+  grep -v "^[│┃┏┡└]" "$OUT/study.log" | tail -12
+}
+
 issue17_e() {
   # The last call of a study resumed in calls (each trial now measures to +-3%, 3-4 minutes):
   # verify its recommendation, then the grid around it (graphs, concurrency 64, three image
@@ -244,6 +261,7 @@ case "$MODE" in
   issue17-b) setup >/dev/null; issue17_b ;;
   issue17-c) setup >/dev/null; issue17_c ;;
   issue17-d) setup; issue17_d ;;
+  issue17-more) setup >/dev/null; issue17_more ;;
   issue17-e) setup >/dev/null; issue17_e ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
@@ -266,7 +284,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|issue17-d|issue17-e|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|issue17-d|issue17-more|issue17-e|train" >&2
     exit 2
     ;;
 esac
