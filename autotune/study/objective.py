@@ -29,6 +29,7 @@ from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 from autotune.space import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
@@ -204,7 +205,7 @@ class _Proposal:
 @dataclass(frozen=True)
 class _Run:
     config: TrialConfig
-    result: dict[str, Any]  # the session's result, turned into figures by to_measurement
+    result: SessionResult  # turned into the trial's figures by to_measurement
     startup_s: float
     launch_id: str
     measure_accuracy: bool
