@@ -20,7 +20,10 @@ from pydantic import (
 
 from autotune.backends import BACKENDS, deploy_targets, server_backends
 
-Backend = Literal["transformers", "swift", "lmdeploy", "vllm"]
+# The engines of the registry (autotune.backends), in its order: a new engine module and its
+# registry line are all a TrialConfig needs to accept it.
+Backend = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
+DeployTarget = Literal[deploy_targets()]  # type: ignore[valid-type]
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 AttnImplementation = Literal["eager", "sdpa", "flash_attention_2"]
 CompileMode = Literal["none", "default", "reduce-overhead", "max-autotune"]

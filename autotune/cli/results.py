@@ -20,6 +20,7 @@ from autotune.cli.base import (
     trial_option,
     user_errors,
 )
+from autotune.params import DEPLOY_TARGETS
 
 
 @main.command()
@@ -45,7 +46,7 @@ def format_option(formats: list[str], help_text: str) -> Callable[[F], F]:
 @storage_option
 @trial_option
 @format_option(
-    ["swift", "lmdeploy", "vllm", "yaml"],
+    [*DEPLOY_TARGETS, "yaml"],
     "Target; default: the study's deploy target (the space's `deploy:`).",
 )
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address the server binds.")
@@ -85,9 +86,7 @@ def export(
 @study_option
 @storage_option
 @trial_option
-@format_option(
-    ["swift", "lmdeploy", "vllm"], "Command to relaunch. Default: the study's deploy target."
-)
+@format_option(list(DEPLOY_TARGETS), "Command to relaunch. Default: the study's deploy target.")
 @click.option(
     "--endpoint",
     default=None,

@@ -16,11 +16,12 @@ from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
 from ..engine_args import SESSION_LEN_FLAG, EngineArgs
 from ..errors import ExportError
-from ..params import TrialConfig
+from ..params import DEPLOY_TARGETS, TrialConfig
 from . import lmdeploy, swift, vllm, yaml_config
 from .base import Export, ServeOptions
 
-FORMATS: tuple[str, ...] = ("swift", "lmdeploy", "vllm", "yaml")
+# Every deploy target of the registry, and a YAML file of the configuration.
+FORMATS: tuple[str, ...] = (*DEPLOY_TARGETS, "yaml")
 
 # Request fields that make a server answer exactly N tokens, by format: load tests send them so
 # every trial does equal work (Workload.output_tokens). `swift deploy` has no such field: its

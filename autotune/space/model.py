@@ -21,6 +21,7 @@ from autotune.params import (
     MAX_SEED,
     PARAM_NAMES,
     SERVER_BACKENDS,
+    DeployTarget,
     TrialConfig,
     clear_unused_launch_params,
     no_effect_message,
@@ -66,7 +67,7 @@ class SearchSpace(_Strict):
     description: str = ""
     model: str = Field(description="Hub id or local path (relative paths: to the space file).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where engines run.")
-    deploy: Literal["swift", "lmdeploy", "vllm"] = Field(
+    deploy: DeployTarget = Field(
         "swift",
         description="The deploy target: `best`, `export` and `verify` recommend only trials "
         "whose command for it reproduces what was measured (autotune.export.reproduce).",
