@@ -20,6 +20,7 @@ import os
 import socket
 import tempfile
 import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +156,29 @@ class Spool:
 def spool_payload(
     trial: optuna.Trial, values: list[float], user_attrs: dict[str, Any]
 ) -> dict[str, Any]:
+    started = trial.datetime_start
     return {
         "number": trial.number,
+        # Which trial of which study: another study later made at the same path under the same
+        # name has its own trial with this number, started at another time.
+        "started": started.isoformat() if started is not None else None,
         "values": values,
         "params": trial.params,
         "distributions": {k: distribution_to_json(d) for k, d in trial.distributions.items()},
         "user_attrs": user_attrs,
     }
+
+
+def _same_trial(original: FrozenTrial | None, started: str | None) -> bool:
+    """Whether a spooled payload belongs to `original`: a measured trial always exists in the
+    storage (it is created before it is measured), and it started when the payload says (a
+    payload from before that was recorded has no start, and is taken as it is)."""
+    if original is None:
+        return False
+    if started is None or original.datetime_start is None:
+        return True
+    # Within a second: a storage may keep the instant at a coarser precision.
+    return abs((original.datetime_start - datetime.fromisoformat(started)).total_seconds()) < 1
 
 
 def recover(study: optuna.Study, spool: Spool) -> list[str]:
@@ -173,6 +190,15 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
         original: FrozenTrial | None = trials.get(number)
         if original is not None and original.state == TrialState.COMPLETE:
             spool.remove(number)  # recorded after all
+            continue
+        if not _same_trial(original, payload.get("started")):
+            # Left by an earlier study of this name at this path (deleted since): not this
+            # study's results.
+            spool.remove(number)
+            notes.append(
+                f"discarded the spooled results of a trial {number} that is not this study's "
+                "(an earlier study of the same name at the same path)"
+            )
             continue
         attrs = dict(payload["user_attrs"])
         constraints = attrs.get("constraints") or {}

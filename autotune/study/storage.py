@@ -279,7 +279,9 @@ def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
         try:
-            return _WRITE_RETRY(method, self, *args, **kwargs)
+            # A copy per call: a write that calls another wrapped write (or another thread's,
+            # the heartbeat's) must not share its attempt count and state.
+            return _WRITE_RETRY.copy()(method, self, *args, **kwargs)
         except Exception as exc:
             refusal = _database_error(exc)
             if refusal is None:
