@@ -13,27 +13,12 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
-from autotune.backends import BACKENDS
+from autotune.backends import BACKENDS, deploy_targets
 
 Scalar = str | int | float | bool
 EngineArgValue = Scalar | list[Scalar] | dict[str, Any]
-
-# Flags each renderer sets from a typed parameter or a serve option -> what sets them (each
-# engine's `reserved_flags`, autotune.backends).
-RESERVED: dict[str, dict[str, str]] = {
-    name: dict(backend.reserved_flags)
-    for name, backend in BACKENDS.items()
-    if backend.reserved_flags
-}
-
-# The context-length flag of each format: set by engine_args or by the session_len serve
-# option, never by both.
-SESSION_LEN_FLAG: dict[str, str] = {
-    name: backend.session_len_flag for name, backend in BACKENDS.items() if backend.session_len_flag
-}
-
 
 # A flag as engines spell it, with or without its leading dashes: letters, digits, '-', '_' and
 # '.' (vLLM's --compilation-config.level). Anything else (`max-num-seqs=256`, a space) would
@@ -68,15 +53,17 @@ def _check_value(key: str, value: EngineArgValue) -> None:
 
 
 def flag_name(fmt: str, key: str) -> str:
-    """The canonical spelling: LMDeploy/vLLM use dashes, ms-swift underscores."""
+    """The engine's own spelling (`Backend.flag_separator`): LMDeploy/vLLM use dashes, ms-swift
+    underscores."""
     bare = key.strip().lstrip("-")
-    return bare.replace("-", "_") if fmt == "swift" else bare.replace("_", "-")
+    separator = BACKENDS[fmt].flag_separator
+    return bare.replace("_" if separator == "-" else "-", separator)
 
 
 def _value_words(fmt: str, value: EngineArgValue) -> list[str] | None:
     """The words after `--flag`; [] for a bare switch, None to leave the flag out."""
     if isinstance(value, bool):
-        if fmt == "swift":  # ms-swift's dataclass parser takes true/false
+        if BACKENDS[fmt].boolean_values:  # a dataclass parser (ms-swift) takes true/false
             return [str(value).lower()]
         return [] if value else None  # store_true switches: false is the default
     if isinstance(value, dict):
@@ -97,28 +84,18 @@ def render_flags(fmt: str, args: dict[str, EngineArgValue]) -> list[str]:
     return words
 
 
-class EngineArgs(BaseModel):
+class _EngineArgsBase(BaseModel):
     """Extra flags per export format, e.g. `lmdeploy: {vision-max-batch-size: 16}`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    lmdeploy: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="Extra `lmdeploy serve api_server` flags."
-    )
-    vllm: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="Extra `vllm serve` flags."
-    )
-    swift: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="Extra `swift deploy` flags."
-    )
-
-    @field_validator("lmdeploy", "vllm", "swift", mode="after")
+    @field_validator("*", mode="after")
     @classmethod
     def _normalise_and_refuse_duplicates(
         cls, args: dict[str, EngineArgValue], info: ValidationInfo
     ) -> dict[str, EngineArgValue]:
         fmt = str(info.field_name)
-        reserved = RESERVED[fmt]
+        reserved = BACKENDS[fmt].reserved_flags
         normalised: dict[str, EngineArgValue] = {}
         for key, value in args.items():
             if not key.strip("- "):
@@ -139,3 +116,21 @@ class EngineArgs(BaseModel):
     def for_format(self, fmt: str) -> dict[str, EngineArgValue]:
         """The flags for one export format ({} for yaml and formats without extras)."""
         return dict(getattr(self, fmt, {}) or {})
+
+
+# One field per deploy target of the registry, so an engine added there takes engine_args too.
+EngineArgs = create_model(
+    "EngineArgs",
+    __base__=_EngineArgsBase,
+    __doc__=_EngineArgsBase.__doc__,
+    **{
+        name: (
+            dict[str, EngineArgValue],
+            Field(
+                default_factory=dict,
+                description=f"Extra `{BACKENDS[name].deploy_command}` flags.",
+            ),
+        )
+        for name in deploy_targets()
+    },
+)

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 
 from autotune.backends import BACKENDS, deploy_targets, server_backends
 from autotune.checkpoints.adapters import CANNOT_SERVE
-from autotune.engine_args import EngineArgs
-from autotune.export import FORMATS, forced_length, render_export
+from autotune.engine_args import EngineArgs, flag_name
+from autotune.engines.identity import check_engine
+from autotune.export import FORMATS, forced_length, render_export, renderer
 from autotune.export.reproduce import COMMANDS
 from autotune.params import BACKEND_PARAMS, PARAM_NAMES, Backend, TrialConfig
 from autotune.space.availability import missing_reason
@@ -58,6 +59,23 @@ def test_every_server_engine_is_a_deploy_target_with_a_renderer_and_an_install_l
     # The command the export prints is the one reproduce and the report name for it.
     assert " ".join(export.argv).startswith(backend.deploy_command or "?")
     assert COMMANDS[name] == backend.deploy_command
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_every_server_names_a_renderer_and_spells_flags_and_engines_its_own_way(name: str) -> None:
+    backend = BACKENDS[name]
+    assert callable(renderer(name)), backend.renderer
+    sep = backend.flag_separator
+    assert flag_name(name, "--max_batch-size") == f"max{sep}batch{sep}size"
+    # The command autotune renders asks for the engine the trial records, and a clean log
+    # says it ran that engine.
+    config = TrialConfig(backend=name, dtype="bfloat16", batch_size=1, max_new_tokens=16)
+    check = check_engine(name, render_export(config, fmt=name, model="m").argv, log_text="")
+    assert not check.fell_back
+    inner = backend.inner_engine
+    if inner is not None and inner.fallback_log:
+        fell = check_engine(name, [], log_text="... Fallback to pytorch engine because ...")
+        assert (fell.requested, fell.actual) == (inner.default, inner.fallback_to)
 
 
 @pytest.mark.parametrize("name", SERVERS)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.engine_args import RESERVED, EngineArgs, render_flags
+from autotune.backends import BACKENDS
+from autotune.engine_args import EngineArgs, render_flags
 from autotune.errors import SpaceError
 from autotune.space import load_space
 
@@ -98,9 +99,11 @@ def test_render_flags_by_value_type() -> None:
     assert render_flags("swift", {"stream": False}) == ["--stream", "false"]
 
 
-def test_reserved_flags_use_each_engines_spelling() -> None:
-    assert all("_" not in key for key in RESERVED["lmdeploy"])
-    assert all("-" not in key for key in RESERVED["swift"])
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_reserved_flags_use_each_engines_spelling(name: str) -> None:
+    backend = BACKENDS[name]
+    other = "_" if backend.flag_separator == "-" else "-"
+    assert all(other not in key for key in backend.reserved_flags), name
 
 
 @pytest.mark.parametrize(

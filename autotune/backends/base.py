@@ -2,9 +2,13 @@
 
 Each engine's module (autotune/backends/<name>.py) holds one `Backend`; the registry
 (autotune.backends) lists them. The parameters it lacks, what it supports for Qwen3-VL value
-by value, availability checks, the deploy command and its reserved flags, the package that
-provides it, LoRA adapters, whether load tests can force answer lengths and the start-up guess
-of the budget all come from here, so adding an engine starts with one module and one line.
+by value, availability checks, the deploy command, its renderer, its flags' spelling and
+reserved names, the engine a command really ran, the package that provides it, LoRA adapters,
+the request fields that force answer lengths and the start-up guess of the budget all come from
+here: adding an engine is one module and one registry line (autotune.backends).
+
+The renderer is named, not imported ("module:function"): it builds on the trial configuration
+and the export layer, which sit above this one; autotune.export resolves it when it renders.
 """
 
 from __future__ import annotations
@@ -12,6 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class InnerEngine:
+    """A command that runs one of several engines, chosen by one of its flags."""
+
+    # The flag that picks it, and what the command runs without it.
+    flag: str
+    default: str
+    # Other spellings of an engine -> its name (ms-swift's deprecated `pt`).
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    # A log line (regular expression) that says the command fell back to another engine, and
+    # that engine: a trial records the engine that served it, never the one asked for.
+    fallback_log: str | None = None
+    fallback_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,9 +56,21 @@ class Backend:
     module: str | None = None
     program: str | None = None
     install_hint: str | None = None
-    # Its requests can force an answer's exact length (a minimum of tokens and ignore_eos), so
-    # load tests do equal work; autotune.export renders the fields.
-    forces_length: bool = False
+    # "module:function" that renders a configuration as its deploy command:
+    # render(config: TrialConfig, opts: autotune.export.ServeOptions) -> autotune.export.Export.
+    renderer: str | None = None
+    # The request fields that, set to N with ignore_eos, make it answer exactly N tokens, so
+    # load tests do equal work; () when its requests cannot force a length.
+    length_fields: tuple[str, ...] = ()
+    # How its command line spells a flag: `--max-batch-size` ("-") or `--max_batch_size`
+    # ("_"); and whether a boolean flag takes a value (`--stream false`) or is a bare switch.
+    flag_separator: str = "-"
+    boolean_values: bool = False
+    # The engine inside its command, when the command can run several; None: itself.
+    inner_engine: InnerEngine | None = None
+    # It serves a quantised weight_quant layout from that layout's own checkpoint (a space's
+    # quantized_checkpoints) rather than quantising on load.
+    loads_quantized_checkpoints: bool = False
     # The flags its command sets from a typed parameter or a serve option -> what sets them:
     # a space's engine_args may not set them again (autotune.engine_args).
     reserved_flags: Mapping[str, str] = field(default_factory=dict)
@@ -52,3 +83,8 @@ class Backend:
     cuda_only: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
     # Why it cannot serve a LoRA adapter of Qwen3-VL; None: it can.
     adapters_refused: str | None = None
+
+    @property
+    def forces_length(self) -> bool:
+        """Its requests can force an answer's exact length."""
+        return bool(self.length_fields)

@@ -8,7 +8,7 @@ Qwen3-VL and lists no FP8 KV cache for it: autotune does not measure what the en
 claim. `--enable-prefix-caching` applies to Qwen3-VL (image hashes are part of the block keys).
 """
 
-from autotune.backends.base import Backend
+from autotune.backends.base import Backend, InnerEngine
 
 _TABLE = "LMDeploy 0.18's supported-models table"
 
@@ -24,7 +24,18 @@ BACKEND = Backend(
     module="lmdeploy",
     program="lmdeploy",
     install_hint="pip install 'autotune[lmdeploy]'",
-    forces_length=True,
+    renderer="autotune.export.lmdeploy:render",
+    length_fields=("max_completion_tokens", "min_new_tokens"),
+    # It picks TurboMind unless told otherwise and falls back to its PyTorch engine with only a
+    # log warning (lmdeploy/archs.py: "Fallback to pytorch engine because ... not supported by
+    # turbomind engine", or "... turbomind engine is not installed correctly").
+    inner_engine=InnerEngine(
+        flag="--backend",
+        default="turbomind",
+        fallback_log=r"fall ?back to pytorch engine",
+        fallback_to="pytorch",
+    ),
+    loads_quantized_checkpoints=True,
     reserved_flags={
         "model-path": "the model (--model)",
         "backend": "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)",

@@ -1,6 +1,6 @@
 """ms-swift's `swift deploy` (4.6), serving its transformers engine."""
 
-from autotune.backends.base import Backend
+from autotune.backends.base import Backend, InnerEngine
 
 _ADAPTERS = "autotune --adapter NAME=PATH"
 
@@ -28,8 +28,16 @@ BACKEND = Backend(
     module="swift",
     program="swift",
     install_hint="pip install 'autotune[swift]'",
-    # ms-swift 4.6's RequestConfig has neither a minimum of tokens nor ignore_eos.
-    forces_length=False,
+    renderer="autotune.export.swift:render",
+    # No length_fields: ms-swift 4.6's RequestConfig has neither a minimum of tokens nor
+    # ignore_eos.
+    # Its dataclass argument parser: `--max_batch_size`, and booleans as `--stream false`.
+    flag_separator="_",
+    boolean_values=True,
+    # `pt` is the deprecated name of its transformers engine.
+    inner_engine=InnerEngine(
+        flag="--infer_backend", default="transformers", aliases={"pt": "transformers"}
+    ),
     reserved_flags={
         "model": "the model (--model)",
         "model_type": "autotune (qwen3_vl)",

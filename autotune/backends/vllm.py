@@ -22,7 +22,8 @@ BACKEND = Backend(
     module="vllm",
     program="vllm",
     install_hint="pip install 'autotune[vllm]'",
-    forces_length=True,
+    renderer="autotune.export.vllm:render",
+    length_fields=("max_tokens", "min_tokens"),
     reserved_flags={
         "model": "the model (--model)",
         "dtype": "the dtype parameter",

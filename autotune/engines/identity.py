@@ -1,7 +1,8 @@
 """What each server command is: its engine package, the engine it asked for, the one it ran.
 
-LMDeploy picks TurboMind unless told otherwise and falls back to its PyTorch engine with only a
-log warning; a trial must record the engine that served it, never the one that was asked for.
+A command may run one of several engines (`Backend.inner_engine`): LMDeploy picks TurboMind
+unless told otherwise and falls back to its PyTorch engine with only a log warning; a trial must
+record the engine that served it, never the one that was asked for.
 """
 
 from __future__ import annotations
@@ -11,15 +12,6 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from autotune.backends import BACKENDS
-
-# The distribution that provides each export format's command.
-ENGINE_PACKAGES: dict[str, str] = {
-    name: backend.package for name, backend in BACKENDS.items() if backend.package
-}
-
-# lmdeploy/archs.py: "Fallback to pytorch engine because ... not supported by turbomind engine"
-# (or "... turbomind engine is not installed correctly").
-_LMDEPLOY_FALLBACK = re.compile(r"fall ?back to pytorch engine", re.IGNORECASE)
 
 # Every supported server runs on uvicorn, which prints the address it really bound.
 _UVICORN_BOUND = re.compile(r"Uvicorn running on https?://[^\s:]+:(\d+)")
@@ -47,26 +39,26 @@ def _flag(argv: list[str], *names: str) -> str | None:
 
 def requested_engine(fmt: str, argv: list[str]) -> str:
     """The engine the command asks for, with each CLI's own default when it does not say."""
-    if fmt == "lmdeploy":
-        return _flag(argv, "--backend") or "turbomind"
-    if fmt == "swift":
-        engine = _flag(argv, "--infer_backend") or "transformers"
-        return "transformers" if engine == "pt" else engine  # pt: deprecated alias
-    return fmt
+    inner = BACKENDS[fmt].inner_engine if fmt in BACKENDS else None
+    if inner is None:
+        return fmt
+    engine = _flag(argv, inner.flag) or inner.default
+    return inner.aliases.get(engine, engine)
 
 
 def check_engine(fmt: str, argv: list[str], log_text: str) -> EngineCheck:
     """The engine asked for and the engine the server log says it runs."""
     requested = requested_engine(fmt, argv)
     actual = requested
-    if fmt == "lmdeploy" and _LMDEPLOY_FALLBACK.search(log_text):
-        actual = "pytorch"
+    inner = BACKENDS[fmt].inner_engine if fmt in BACKENDS else None
+    if inner and inner.fallback_log and re.search(inner.fallback_log, log_text, re.IGNORECASE):
+        actual = inner.fallback_to or actual
     return EngineCheck(requested=requested, actual=actual)
 
 
 def engine_version(fmt: str) -> str:
     """The installed version of the package behind the command, from this environment."""
-    package = ENGINE_PACKAGES.get(fmt)
+    package = BACKENDS[fmt].package if fmt in BACKENDS else None
     if package is None:
         return "unknown"
     try:
@@ -76,8 +68,9 @@ def engine_version(fmt: str) -> str:
 
 
 def install_hint(fmt: str) -> str:
-    """The pip command that installs the engine behind `fmt` (autotune's optional extras)."""
-    return f"pip install 'autotune[{fmt}]'" if fmt in ENGINE_PACKAGES else "install its engine"
+    """The command that installs the engine behind `fmt` (autotune's optional extras)."""
+    backend = BACKENDS.get(fmt)
+    return (backend.install_hint if backend else None) or "install its engine"
 
 
 def bound_port_from_log(log_text: str) -> int | None:

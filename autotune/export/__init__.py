@@ -1,54 +1,59 @@
 """Turn a measured configuration into a ready-to-run deploy command (or a YAML file).
 
-One module per target; `render_export` picks it by name. Every export says whether it is
+Each deploy target's renderer is the one its engine names (autotune.backends,
+`Backend.renderer`); `render_export` picks it by name. Every export says whether it is
 exactly what the trial measured (`Export.exact`) and, in `Export.notes`, what it cannot express.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
+from ..backends import BACKENDS
 from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
-from ..engine_args import SESSION_LEN_FLAG, EngineArgs
+from ..engine_args import EngineArgs
 from ..errors import ExportError
 from ..params import DEPLOY_TARGETS, TrialConfig
-from . import lmdeploy, swift, vllm, yaml_config
+from . import yaml_config
 from .base import Export, ServeOptions
 
 # Every deploy target of the registry, and a YAML file of the configuration.
 FORMATS: tuple[str, ...] = (*DEPLOY_TARGETS, "yaml")
 
-# Request fields that make a server answer exactly N tokens, by format: load tests send them so
-# every trial does equal work (Workload.output_tokens). `swift deploy` has no such field: its
-# requests carry neither min_tokens nor ignore_eos (ms-swift 4.6 RequestConfig).
-_FORCED_LENGTH: dict[str, Callable[[int], dict[str, Any]]] = {
-    "lmdeploy": lmdeploy.forced_length,
-    "vllm": vllm.forced_length,
-}
 # A server of unknown kind (--endpoint): each engine's spelling; the others are ignored.
 ANY_SERVER_FORCED_LENGTH = ("max_tokens", "min_tokens", "min_new_tokens")
+
+Renderer = Callable[[TrialConfig, ServeOptions], Export]
 
 
 def forced_length(fmt: str | None, tokens: int) -> dict[str, Any] | None:
     """The request fields that force `tokens`-token answers on `fmt` (None: an endpoint of
-    unknown kind); None when that server cannot be made to."""
-    if fmt is None:
-        return {**dict.fromkeys(ANY_SERVER_FORCED_LENGTH, tokens), "ignore_eos": True}
-    force = _FORCED_LENGTH.get(fmt)
-    return force(tokens) if force is not None else None
+    unknown kind), so load tests do equal work (Workload.output_tokens); None when that server
+    cannot be made to (`swift deploy`: ms-swift 4.6's requests carry neither a minimum of
+    tokens nor ignore_eos)."""
+    fields = ANY_SERVER_FORCED_LENGTH if fmt is None else BACKENDS[fmt].length_fields
+    return {**dict.fromkeys(fields, tokens), "ignore_eos": True} if fields else None
 
 
-_RENDERERS: dict[str, Callable[[TrialConfig, ServeOptions], Export]] = {
-    "swift": swift.render,
-    "lmdeploy": lmdeploy.render,
-    "vllm": vllm.render,
-    "yaml": yaml_config.render,
-}
+@functools.cache
+def renderer(fmt: str) -> Renderer | None:
+    """The function that renders `fmt`'s command (its engine's "module:function"); None for
+    a format without one."""
+    if fmt == "yaml":
+        return yaml_config.render
+    backend = BACKENDS.get(fmt)
+    if backend is None or backend.renderer is None:
+        return None
+    module, _, function = backend.renderer.partition(":")
+    render: Renderer = getattr(importlib.import_module(module), function)
+    return render
 
 
 def render_export(
@@ -88,8 +93,8 @@ def render_export(
     Raises:
         ExportError: Unknown format, bad option, or a configuration the target cannot serve.
     """
-    renderer = _RENDERERS.get(fmt)
-    if renderer is None:
+    render = renderer(fmt)
+    if render is None:
         close = difflib.get_close_matches(fmt, FORMATS, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ExportError(f"unknown export format {fmt!r}.{hint} Available: {', '.join(FORMATS)}")
@@ -100,9 +105,10 @@ def render_export(
     if session_len is not None and session_len < 1:
         raise ExportError(f"session_len must be positive, got {session_len}")
     extra = _engine_args(fmt, engine_args or {})
-    if session_len is not None and SESSION_LEN_FLAG.get(fmt) in extra:
+    session_len_flag = BACKENDS[fmt].session_len_flag if fmt in BACKENDS else None
+    if session_len is not None and session_len_flag in extra:
         raise ExportError(
-            f"session_len is given twice: as an option and as engine_args --{SESSION_LEN_FLAG[fmt]}"
+            f"session_len is given twice: as an option and as engine_args --{session_len_flag}"
         )
     opts = ServeOptions(
         model=model,
@@ -117,7 +123,7 @@ def render_export(
         adapters=tuple(adapters),
         quantized_models=dict(quantized_models or {}),
     )
-    return renderer(config, opts)
+    return render(config, opts)
 
 
 def _engine_args(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -139,4 +145,5 @@ __all__ = [
     "ServeOptions",
     "forced_length",
     "render_export",
+    "renderer",
 ]

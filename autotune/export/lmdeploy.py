@@ -8,8 +8,6 @@ client's request body (`Export.request`) and in the client-side image resize.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..checkpoints.adapters import CANNOT_SERVE
 from ..engine_args import render_flags
 from ..errors import ExportError
@@ -30,12 +28,6 @@ from .base import (
     image_note,
     sampling_request,
 )
-
-
-def forced_length(tokens: int) -> dict[str, Any]:
-    """Request fields that make LMDeploy answer exactly `tokens` tokens (load tests only:
-    equal work across trials, autotune.space.settings.Workload.output_tokens)."""
-    return {"max_completion_tokens": tokens, "min_new_tokens": tokens, "ignore_eos": True}
 
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:

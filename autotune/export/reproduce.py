@@ -55,7 +55,7 @@ def reproduction(attrs: dict[str, Any], target: str | None) -> Reproduction:
             False, f"measured through `{COMMANDS.get(fmt, fmt)}`, not the deploy target {target}"
         )
     config = TrialConfig(**(attrs.get("config") or {}))
-    if target != "swift":
+    if config.backend not in BACKENDS[target].deploys:
         return Reproduction(
             False,
             f"measured in-process with {config.backend}; `{COMMANDS[target]}` runs another engine",

@@ -11,8 +11,6 @@ vLLM has no choice between torch.compile modes on its command line.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..engine_args import render_flags
 from ..params import TrialConfig
 from ..space.support import unsupported_reason
@@ -44,11 +42,6 @@ def lora_rank_flag(opts: ServeOptions) -> int:
     """The smallest --max-lora-rank that holds every adapter's rank."""
     largest = max(adapter.rank for adapter in opts.adapters)
     return next((rank for rank in LORA_RANKS if rank >= largest), LORA_RANKS[-1])
-
-
-def forced_length(tokens: int) -> dict[str, Any]:
-    """Request fields that make vLLM answer exactly `tokens` tokens (load tests only)."""
-    return {"max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True}
 
 
 def render(config: TrialConfig, opts: ServeOptions) -> Export:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
+from autotune.backends import BACKENDS
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter
 from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
@@ -167,20 +168,27 @@ def _for_adapters(
     return space.model_copy(update={"params": params}), notes
 
 
+def _checkpoint_engines() -> tuple[str, ...]:
+    """Engines that serve a quantised layout from its own checkpoint (LMDeploy's FP8)."""
+    return tuple(name for name, b in BACKENDS.items() if b.loads_quantized_checkpoints)
+
+
 def _served_checkpoint_layouts(space: SearchSpace) -> list[str]:
     """The weight_quant values this run may launch on an engine that serves a checkpoint in
     that layout (LMDeploy: FP8 weights are the -FP8 checkpoint)."""
+    engines = _checkpoint_engines()
     configs = [space.reference_config()] + [
         space.candidate_config(c.name) for c in space.candidates
     ]
-    layouts = {c.weight_quant for c in configs if c.backend == "lmdeploy"}
+    layouts = {c.weight_quant for c in configs if c.backend in engines}
     backend = space.params.get("backend")
     quant = space.params.get("weight_quant")
     searched = set(backend.choices or []) if backend is not None else set()
-    lmdeploy = {"backend": "lmdeploy"}
-    if "lmdeploy" in searched and quant is not None and applies(space, "weight_quant", lmdeploy):
-        choices = quant.choices or []
-        layouts |= set(supported_choices("lmdeploy", "weight_quant", choices, device=space.device))
+    for engine in engines:
+        on_it = {"backend": engine}
+        if engine in searched and quant is not None and applies(space, "weight_quant", on_it):
+            choices = quant.choices or []
+            layouts |= set(supported_choices(engine, "weight_quant", choices, device=space.device))
     return sorted(layouts - {"none"})
 
 
@@ -297,7 +305,7 @@ def with_checkpoint_for(plan: StudyPlan, config: TrialConfig) -> StudyPlan:
     """`plan` with the quantised checkpoint `config` needs (`autotune eval --param
     weight_quant=fp8` on LMDeploy, which the space itself may not search)."""
     layout = config.weight_quant
-    if config.backend != "lmdeploy" or layout == "none" or layout in plan.quantized_paths:
+    if config.backend not in _checkpoint_engines() or layout in ("none", *plan.quantized_paths):
         return plan
     if plan.endpoint is not None:
         return plan

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.backends import BACKENDS, PLUGIN_GROUP
 from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
 
@@ -71,7 +72,14 @@ def deploy_target(study: optuna.Study) -> str | None:
     if study.user_attrs.get("endpoint"):
         return None
     space = study.user_attrs.get("space") or {}
-    return study.user_attrs.get("deploy_target") or space.get("deploy") or "swift"
+    target = str(study.user_attrs.get("deploy_target") or space.get("deploy") or "swift")
+    if target not in BACKENDS:
+        raise StudyError(
+            f"study {study.study_name!r} deploys with the engine {target!r}, which is not "
+            f"registered here (engines: {', '.join(BACKENDS)}); install the package that adds "
+            f"it (an entry point in the group {PLUGIN_GROUP!r})"
+        )
+    return target
 
 
 def trial_reproduction(study: optuna.Study, trial: FrozenTrial) -> Reproduction:
