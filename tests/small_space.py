@@ -53,6 +53,22 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     return path
 
 
+def quick_space(name: str, folder: Path, **workload: float) -> Path:
+    """Built-in space `name` as `folder`/<name>.yaml: the same study (name, evalset, params,
+    trials, reference) with the model on an absolute path and shorter workload caps.
+
+    The built-in caps are sized for a useful figure; tests that check the loop, its records and
+    its commands get the same kinds of figures from a shorter load (the caps bound time, not
+    what is recorded).
+    """
+    data = yaml.safe_load((REPO / "search_spaces" / f"{name}.yaml").read_text(encoding="utf-8"))
+    data["model"] = str(MODEL)
+    data["workload"] = {**data["workload"], **workload}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def autotune_cli(
     *args: str, cwd: Path, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
