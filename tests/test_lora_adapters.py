@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from small_space import REPO, autotune_cli
+from small_space import REPO, autotune_cli, quick_space
 
 from autotune.checkpoints.adapters import parse_adapters
 from autotune.errors import ModelError
@@ -64,16 +64,34 @@ def test_a_space_that_deploys_with_lmdeploy_refuses_an_adapter(lora: Path, tmp_p
     assert not (tmp_path / "studies").exists()  # nothing written
 
 
-@pytest.mark.slow
-@pytest.mark.swift
-def test_a_lora_study_through_swift_deploy_exports_and_verifies(lora: Path, tmp_path: Path) -> None:
-    storage = f"sqlite:///{tmp_path}/lora.db"
-    adapter = f"ocr={lora}"
+@pytest.fixture(scope="module")
+def lora_study(lora: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """A two-trial smoke-swift study through `swift deploy` with the adapter: (folder, storage,
+    space file).
+
+    The smoke-swift space with its load capped at 3 s after 2 s of settling (instead of 10 s
+    and 5 s): these tests check what the adapter changes (the answers, the command, verify's
+    accuracy), not the speed figures. `autotune eval` measures a load too, so it gets the
+    same space.
+    """
+    folder = tmp_path_factory.mktemp("lora-study")
+    space = quick_space("smoke-swift", folder, max_measure_s=3, max_warmup_s=2)
+    storage = f"sqlite:///{folder}/lora.db"
     run = autotune_cli(
-        "run", "--space", "smoke-swift", "--trials", "2", "--study", "lora",
-        "--storage", storage, "--adapter", adapter, cwd=tmp_path,
+        "run", "--space", str(space), "--trials", "2", "--study", "lora",
+        "--storage", storage, "--adapter", f"ocr={lora}", cwd=folder,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
+    return folder, storage, space
+
+
+@pytest.mark.slow
+@pytest.mark.swift
+def test_a_lora_study_through_swift_deploy_answers_with_the_adapter(
+    lora: Path, lora_study: tuple[Path, str, Path]
+) -> None:
+    tmp_path, storage, space = lora_study
+    adapter = f"ocr={lora}"
     study = optuna.load_study(study_name="lora", storage=storage)
     assert study.user_attrs["adapters"][0]["name"] == "ocr"
     reference = study.trials[0]
@@ -84,7 +102,7 @@ def test_a_lora_study_through_swift_deploy_exports_and_verifies(lora: Path, tmp_
     evals = {}
     for name, extra in (("adapted", ["--adapter", adapter]), ("base", [])):
         ran = autotune_cli(
-            "eval", "--space", "smoke-swift", "--param", "backend=transformers", "--json",
+            "eval", "--space", str(space), "--param", "backend=transformers", "--json",
             *extra, cwd=tmp_path,
         )  # fmt: skip
         assert ran.returncode == 0, ran.stderr[-3000:]
@@ -93,12 +111,24 @@ def test_a_lora_study_through_swift_deploy_exports_and_verifies(lora: Path, tmp_
     assert served == evals["adapted"]
     assert sum(served[i] != evals["base"][i] for i in served) >= len(served) // 2
 
+
+@pytest.mark.slow
+@pytest.mark.swift
+def test_the_lora_study_exports_the_adapter(lora: Path, lora_study: tuple[Path, str, Path]) -> None:
+    tmp_path, storage, _ = lora_study
     export = autotune_cli("export", "--study", "lora", "--storage", storage, "--json", cwd=tmp_path)
     assert export.returncode == 0, export.stderr
     command = json.loads(export.stdout)
     assert command["argv"][command["argv"].index("--adapters") + 1] == f"ocr={lora.resolve()}"
     assert command["exact"] is True
 
+
+@pytest.mark.slow
+@pytest.mark.swift
+def test_the_lora_study_verifies_by_relaunching_with_the_adapter(
+    lora_study: tuple[Path, str, Path],
+) -> None:
+    tmp_path, storage, _ = lora_study
     verify = autotune_cli(
         "verify", "--study", "lora", "--storage", storage, "--json", "--tolerance", "1.0",
         cwd=tmp_path,
