@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -555,22 +556,44 @@ def test_ctrl_c_during_a_server_trial_stops_the_server(tmp_path: Path, when: str
     assert not leaked, [p.pid for p in leaked]
 
 
-@pytest.mark.slow
-@pytest.mark.swift
-@needs_swift
-def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
-    storage = f"sqlite:///{tmp_path}/x.db"
+@dataclass(frozen=True)
+class SwiftStudy:
+    """What `autotune run --space smoke-swift` left, and what was seen of it while it ran."""
+
+    storage: str
+    returncode: int
+    out: str
+    err: str
+    servers: list[int]
+    leaked: list[psutil.Process]
+    run_s: float
+
+
+@pytest.fixture(scope="module")
+def smoke_swift_study(tmp_path_factory: pytest.TempPathFactory) -> SwiftStudy:
+    """The three-trial smoke-swift study, run once for the test of the study and the test of
+    its verify (each under a minute on its own)."""
+    storage = f"sqlite:///{tmp_path_factory.mktemp('swift')}/x.db"
     started = time.monotonic()
     run = autotune("run", "--space", "smoke-swift", "--trials", "3", "--study", "x",
                    "--storage", storage)  # fmt: skip
     run_tree = Descendants(run.pid)
     out, err = run.communicate(timeout=900)
     run_s = time.monotonic() - started
-    assert run.returncode == 0, err[-3000:]
-    assert "recommended: trial" in out
-    assert not run_tree.alive()
+    leaked = run_tree.alive()  # checked the moment autotune has exited
+    return SwiftStudy(storage, run.returncode, out, err, run_tree.servers(), leaked, run_s)
 
-    study = optuna.load_study(study_name="x", storage=storage)
+
+@pytest.mark.slow
+@pytest.mark.swift
+@needs_swift
+def test_smoke_swift_study_shares_one_server(smoke_swift_study: SwiftStudy) -> None:
+    run = smoke_swift_study
+    assert run.returncode == 0, run.err[-3000:]
+    assert "recommended: trial" in run.out
+    assert not run.leaked
+
+    study = optuna.load_study(study_name="x", storage=run.storage)
     trials = study.get_trials()
     assert {t.state.name for t in trials} == {"COMPLETE"}
     # Three measured trials (a configuration proposed again copies its twin's figures and
@@ -578,7 +601,7 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
     # process served them all, and its start-up was paid once.
     measured = [t for t in trials if "duplicate_of" not in t.user_attrs]
     assert len(measured) == 3
-    assert len(run_tree.servers()) == 1
+    assert len(run.servers) == 1
     assert len({t.user_attrs["launch_id"] for t in measured}) == 1
     assert len({t.user_attrs["environment"]["server_pid"] for t in measured}) == 1
     assert [t.user_attrs["launch_started"] for t in measured] == [True, False, False]
@@ -593,6 +616,13 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
         assert a["environment"]["runner"] == "server"
         assert "swift deploy --model " in a["environment"]["server_command"]
 
+
+@pytest.mark.slow
+@pytest.mark.swift
+@needs_swift
+def test_smoke_swift_study_then_verify(smoke_swift_study: SwiftStudy) -> None:
+    assert smoke_swift_study.returncode == 0, smoke_swift_study.err[-3000:]
+    storage = smoke_swift_study.storage
     started = time.monotonic()
     # 24 requests of a tiny model on two shared cores: p95 moved by up to +51% between two
     # launches of the same command here. This test is about the relaunch path, so it allows
@@ -609,4 +639,4 @@ def test_smoke_swift_study_then_verify(tmp_path: Path) -> None:
     assert {c["metric"] for c in report["checks"]} >= {"accuracy", "e2e_latency_p95_ms"}
     assert "swift deploy --model " in report["command"]
     assert not verify_tree.alive() and verify_tree.servers()
-    print(f"\nsmoke-swift: run {run_s:.0f} s, verify {verify_s:.0f} s")
+    print(f"\nsmoke-swift: run {smoke_swift_study.run_s:.0f} s, verify {verify_s:.0f} s")
