@@ -35,11 +35,17 @@ def bench(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What `run_h200.sh` leaves in $OUT, made on the CPU: a study, verify, grid, repeat."""
+def bench_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder standing for `run_h200.sh`'s $OUT, holding the tiny space they all run."""
     out = tmp_path_factory.mktemp("out")
-    space = small_space(out, name="bench", trials=2)
-    result, _ = run_study(space, study="bench", cwd=out)
+    return small_space(out, name="bench", trials=2)
+
+
+@pytest.fixture(scope="module")
+def study_and_verify(bench_space: Path) -> Path:
+    """The study and its `autotune verify`, in $OUT."""
+    out = bench_space.parent
+    result, _ = run_study(bench_space, study="bench", cwd=out)
     assert result.returncode == 0, result.stderr[-2000:]
     verify = autotune_cli(
         "verify", "--study", "bench", "--storage", f"sqlite:///{out}/bench.db", "--json",
@@ -47,10 +53,20 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert verify.returncode in (0, 1), verify.stderr[-2000:]
     (out / "verify.json").write_text(verify.stdout, encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def grids(bench_space: Path) -> Path:
+    """The grid script on reused launches (grid) and on fresh ones (repeat), in $OUT.
+
+    A fixture of its own (the grid needs no study), so neither half's set-up is paid by a
+    single test."""
+    out = bench_space.parent
     for name, repeat, request in (("grid", "1", '{"batch_size": [1, 2]}'),
                                   ("repeat", "2", '{"batch_size": [2]}')):  # fmt: skip
         grid = bench(
-            "grid.py", "--space", str(space), "--out", str(out), "--name", name,
+            "grid.py", "--space", str(bench_space), "--out", str(out), "--name", name,
             "--repeat", repeat, "--launch", "{}", "--request", request,
             "--deadline-s", "300", "--min-launch-s", "10", cwd=out,
         )  # fmt: skip
@@ -58,7 +74,14 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_grid_measures_every_point_on_reused_and_fresh_launches(outputs: Path) -> None:
+@pytest.fixture(scope="module")
+def outputs(study_and_verify: Path, grids: Path) -> Path:
+    """What `run_h200.sh` leaves in $OUT, made on the CPU: a study, verify, grid, repeat."""
+    return study_and_verify
+
+
+def test_grid_measures_every_point_on_reused_and_fresh_launches(grids: Path) -> None:
+    outputs = grids
     grid = json.loads((outputs / "grid.json").read_text())
     rows = grid["rows"]
     assert [(r["batch_size"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
@@ -95,8 +118,9 @@ def test_collect_issue17_reads_the_study_verify_repeat_and_grid(outputs: Path) -
     assert "One configuration, fresh launches" in page and "Fresh relaunch" in page
 
 
-def test_launch_spread_reads_a_repeated_grid(outputs: Path) -> None:
+def test_launch_spread_reads_a_repeated_grid(grids: Path) -> None:
     """bench/cpu/launch_spread.py: the spread between the two fresh launches of `repeat`."""
+    outputs = grids
     result = subprocess.run(
         [sys.executable, str(REPO / "bench" / "cpu" / "launch_spread.py"),
          str(outputs / "repeat.json"), "--json", str(outputs / "spread.json"),
