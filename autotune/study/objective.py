@@ -120,7 +120,8 @@ _NOT_INHERITED = frozenset(
 )
 
 
-# How often a trial looks whether the same configuration, running in another worker, is done.
+# How often a trial looks whether the same configuration or the reference, running in another
+# worker, is done: one study read a second is nothing next to a trial.
 TWIN_POLL_S = 1.0
 
 
@@ -172,7 +173,7 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
                 "run the study again to retry the reference",
                 kind="no-reference",
             )
-        time.sleep(5)
+        time.sleep(TWIN_POLL_S)
 
 
 def fail_trial(trial: optuna.Trial, failure: TrialFailure, artifacts: ArtifactRecorder) -> NoReturn:

@@ -69,6 +69,8 @@ class WorkerSession:
         )
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._broken = False
+        # The worker is idle, reading its stdin: loaded, and not measuring a trial.
+        self._idle = False
 
     def start(self, *, on_phase: PhaseCallback | None = None) -> WorkerSession:
         """Start the worker and wait until its model is loaded.
@@ -84,6 +86,7 @@ class WorkerSession:
         except BaseException:
             self.close()
             raise
+        self._idle = True
         self.startup_s = time.perf_counter() - started
         self.load_s = float(ready["startup_s"])  # the model load alone, inside the worker
         self.pid = int(ready["pid"])
@@ -96,9 +99,11 @@ class WorkerSession:
         try:
             stdin = self.process.proc.stdin  # type: ignore[union-attr]
             assert stdin is not None
+            self._idle = False
             stdin.write(json.dumps({"measure": command.model_dump(mode="json")}) + "\n")
             stdin.flush()
             raw = self._follow("result", self.trial_timeout_s, on_phase)
+            self._idle = True
         except BrokenPipeError:
             self.close()
             raise TrialFailure(
@@ -122,8 +127,11 @@ class WorkerSession:
     def close(self) -> None:
         self._broken = True
         proc = self.process.proc
-        if proc is not None and proc.poll() is None and proc.stdin is not None:
-            try:  # ask first: a worker that quits by itself frees its GPU memory cleanly
+        # Ask an idle worker first: one that quits by itself frees its GPU memory cleanly. One
+        # still loading, or stuck in a trial that timed out, reads no stdin: asking it would only
+        # wait the 5 s out before stop() takes its process group down anyway.
+        if self._idle and proc is not None and proc.poll() is None and proc.stdin is not None:
+            try:
                 proc.stdin.write(json.dumps({"quit": True}) + "\n")
                 proc.stdin.close()
                 proc.wait(timeout=5)
