@@ -27,6 +27,7 @@ from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.exports import trial_config
 from autotune.study.select import deploy_target, find_trial, recommend
@@ -128,7 +129,7 @@ def accuracy_check(recorded: Any, measured: Any, max_drop: float) -> Check:
 def compare(
     trial: FrozenTrial, m: Measurement, space: SearchSpace, tolerance: float
 ) -> list[Check]:
-    recorded = trial.user_attrs
+    recorded = TrialRecord.of(trial).model_dump()
     measured: dict[str, Any] = dict(m.figures)
     if m.accuracy is not None:
         measured["accuracy"] = m.accuracy.accuracy
@@ -159,7 +160,7 @@ def compare(
 
 
 def stored_space(study: optuna.Study) -> SearchSpace:
-    data = study.user_attrs.get("space")
+    data = StudyRecord.of(study).space
     if not data:
         raise StudyError(f"study '{study.study_name}' does not store its space; cannot verify")
     return SearchSpace.model_validate(data)
@@ -183,9 +184,12 @@ def verify_trial(
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     config = trial_config(trial)
     space = stored_space(study)
-    evalset = load_evalset(study.user_attrs["evalset"])
+    record = StudyRecord.of(study)
+    if not record.evalset:
+        raise StudyError(f"study '{study.study_name}' does not store its evaluation set")
+    evalset = load_evalset(record.evalset)
     # A study measured through an endpoint is verified against that endpoint by default.
-    endpoint = endpoint or study.user_attrs.get("endpoint")
+    endpoint = endpoint or record.endpoint
     target = None if endpoint else fmt or deploy_target(study) or "swift"
     result = VerifyResult(
         study=study.study_name,
@@ -210,8 +214,8 @@ def verify_trial(
             evalset=evalset,
             endpoint=endpoint,
             server_format=target,
-            image_geometry=study.user_attrs.get("image_geometry"),
-            measure_accuracy=not study.user_attrs.get("dummy_weights"),
+            image_geometry=record.image_geometry,
+            measure_accuracy=not record.dummy_weights,
             on_phase=on_phase,
             adapters=_adapters(study, adapters),
             quantized_paths=study_quantized_paths(study.user_attrs, device=space.device),
@@ -238,7 +242,7 @@ def verify_trial(
 
 
 def measured_in_process(trial: FrozenTrial) -> bool:
-    return (trial.user_attrs.get("environment") or {}).get("runner", "inprocess") == "inprocess"
+    return TrialRecord.of(trial).environment.get("runner", "inprocess") == "inprocess"
 
 
 def _cell(value: float | None) -> str:

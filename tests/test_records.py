@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
+import optuna
 import pytest
 from pydantic import ValidationError
+from small_space import autotune_cli
 
+from autotune import SCHEMA_VERSION
+from autotune.errors import StudyError
 from autotune.measure.timing import RequestTiming
 from autotune.records import SessionResult
+from autotune.records.stored import StudyRecord, TrialRecord
 
 
 def result(**changed: object) -> SessionResult:
@@ -43,3 +49,45 @@ def test_a_misspelt_or_missing_field_fails_where_the_result_is_made() -> None:
         SessionResult(
             load_start=0.0, load_stop=1.0, timings=[], peak_memory_mib=1.0, environment={}
         )
+
+
+def copied_study(small_study: tuple[str, str], folder: Path) -> tuple[str, optuna.Study]:
+    """A private copy of the shared finished study, to change its records."""
+    url, name = small_study
+    storage = f"sqlite:///{folder}/copy.db"
+    optuna.copy_study(from_study_name=name, from_storage=url, to_storage=storage)
+    return storage, optuna.load_study(study_name=name, storage=storage)
+
+
+def test_stored_records_read_back_typed(small_study: tuple[str, str]) -> None:
+    study = optuna.load_study(study_name=small_study[1], storage=small_study[0])
+    reference = next(t for t in study.trials if t.user_attrs.get("is_reference"))
+    record = TrialRecord.of(reference)
+    assert record.is_reference is True and record.trial_config().backend
+    assert (
+        record.figure("throughput_output_tokens_per_s")
+        == (reference.user_attrs["throughput_output_tokens_per_s"])
+    )
+    assert record.figure("no_such_metric") is None
+    assert StudyRecord.of(study).objective_metrics == study.user_attrs["objective_metrics"]
+
+
+def test_a_record_without_a_version_is_version_1_and_a_newer_one_is_one_line(
+    small_study: tuple[str, str], tmp_path: Path
+) -> None:
+    storage, study = copied_study(small_study, tmp_path)
+    trial = study.trials[0]
+    attrs = {k: v for k, v in trial.user_attrs.items() if k != "schema_version"}
+    assert TrialRecord.from_attrs(attrs, number=0).schema_version == 1
+    study.set_user_attr("schema_version", SCHEMA_VERSION + 1)
+    shown = autotune_cli("best", "--study", study.study_name, "--storage", storage, cwd=tmp_path)
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr
+    assert len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+    assert "stored by a newer autotune" in shown.stderr and "upgrade autotune" in shown.stderr
+
+
+def test_a_mistyped_record_names_its_key(small_study: tuple[str, str]) -> None:
+    trial = optuna.load_study(study_name=small_study[1], storage=small_study[0]).trials[0]
+    broken = {**trial.user_attrs, "is_reference": "maybe"}
+    with pytest.raises(StudyError, match=r"trial 0 has an unreadable record: is_reference"):
+        TrialRecord.from_attrs(broken, number=0)

@@ -12,16 +12,17 @@ from autotune.checkpoints.adapters import stored_adapters
 from autotune.export import Export, render_export
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.study.select import deploy_target, find_trial, infeasibility, recommend
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:
-    return TrialConfig(**trial.user_attrs["config"])
+    return TrialRecord.of(trial).trial_config()
 
 
 def study_engine_args(study: optuna.Study, fmt: str) -> dict[str, Any]:
     """The engine_args.<fmt> of the space the study ran with (what its servers were given)."""
-    space = study.user_attrs.get("space") or {}
+    space = StudyRecord.of(study).space
     return dict((space.get("engine_args") or {}).get(fmt) or {})
 
 
@@ -39,7 +40,8 @@ def export_trial(
     `exact` false (`--strict` refuses it)."""
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     fmt = fmt or deploy_target(study) or "swift"
-    model = study.user_attrs.get("model") or study.user_attrs.get("model_path")
+    record = StudyRecord.of(study)
+    model = record.model or record.model_path
     result = render_export(
         trial_config(trial),
         fmt=fmt,
@@ -47,7 +49,7 @@ def export_trial(
         host=host,
         port=port,
         engine_args=study_engine_args(study, fmt) if fmt != "yaml" else None,
-        image_geometry=study.user_attrs.get("image_geometry"),
+        image_geometry=record.image_geometry,
         adapters=stored_adapters(study.user_attrs),
         quantized_models=_quantized_models(study.user_attrs, str(model)),
     )
@@ -60,7 +62,7 @@ def export_trial(
     reasons = infeasibility(study, trial)
     if reasons:
         result = result.blocked(f"trial {trial.number} is infeasible: {'; '.join(reasons)}.")
-    if study.user_attrs.get("dummy_weights"):
+    if record.dummy_weights:
         note = (
             f"measured with random (dummy) weights of {model}'s architecture: speed and memory "
             "carry over, accuracy was not measured; check it on the real checkpoint."

@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.backends import BACKENDS, PLUGIN_GROUP
 from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
+from autotune.records.stored import StudyRecord, TrialRecord
 
 # The constraints that decide feasibility. Trials also carry a "deployable" constraint for the
 # sampler (so it learns where deployable configurations are); it is not a feasibility limit.
@@ -27,7 +28,7 @@ DEPLOYABLE = "deployable"
 
 def constraint_values(trial: FrozenTrial) -> list[float]:
     """Always three values in CONSTRAINT_NAMES order; unmeasured means infeasible."""
-    stored = trial.user_attrs.get("constraints")
+    stored = TrialRecord.of(trial).constraints
     if not stored:
         return [1.0, 0.0, 0.0]
     return [float(stored.get(name, 0.0)) for name in CONSTRAINT_NAMES]
@@ -38,7 +39,7 @@ def is_feasible(trial: FrozenTrial) -> bool:
 
 
 def objective_names(study: optuna.Study) -> list[str]:
-    return list(study.user_attrs.get("objective_metrics", [])) or [
+    return list(StudyRecord.of(study).objective_metrics) or [
         f"objective_{i}" for i in range(len(study.directions))
     ]
 
@@ -48,7 +49,7 @@ def infeasible_trials(study: optuna.Study, complete: list[FrozenTrial]) -> dict[
     return {
         t.number: reasons
         for t in complete
-        if "duplicate_of" not in t.user_attrs and (reasons := infeasibility(study, t))
+        if TrialRecord.of(t).duplicate_of is None and (reasons := infeasibility(study, t))
     }
 
 
@@ -56,23 +57,23 @@ def infeasibility(study: optuna.Study, trial: FrozenTrial) -> list[str]:
     """Why a completed trial is infeasible, in words ([] when it is feasible)."""
     if trial.state != TrialState.COMPLETE or is_feasible(trial):
         return []
-    stored = trial.user_attrs.get("infeasible_because")
+    stored = TrialRecord.of(trial).infeasible_because
     if stored:
         return list(stored)
     from autotune.accuracy.floor import infeasible_because
     from autotune.space import Constraints
 
-    space = study.user_attrs.get("space") or {}
+    space = StudyRecord.of(study).space
     constraints = Constraints.model_validate(space.get("constraints") or {})
     return infeasible_because(trial.user_attrs, constraints) or ["no constraint values recorded"]
 
 
 def deploy_target(study: optuna.Study) -> str | None:
     """The study's deploy target; None for an endpoint study (and "swift" for old studies)."""
-    if study.user_attrs.get("endpoint"):
+    record = StudyRecord.of(study)
+    if record.endpoint:
         return None
-    space = study.user_attrs.get("space") or {}
-    target = str(study.user_attrs.get("deploy_target") or space.get("deploy") or "swift")
+    target = str(record.deploy_target or record.space.get("deploy") or "swift")
     if target not in BACKENDS:
         raise StudyError(
             f"study {study.study_name!r} deploys with the engine {target!r}, which is not "
@@ -109,13 +110,13 @@ def throughput_interval(
     """The trial's throughput interval (tokens/s), when it recorded one. `same_launch`: the
     load test's own interval, for comparing trials measured on one launch (the spread between
     launches is common to both)."""
-    value = trial.user_attrs.get("throughput_output_tokens_per_s")
-    rel = trial.user_attrs.get("throughput_ci_rel")
-    if same_launch:
-        rel = trial.user_attrs.get("throughput_ci_within_rel", rel)
-    if not isinstance(value, (int, float)) or not isinstance(rel, (int, float)):
-        return None
-    if not math.isfinite(rel):
+    record = TrialRecord.of(trial)
+    value = record.figure("throughput_output_tokens_per_s")
+    rel = record.figure("throughput_ci_rel")
+    within = record.figure("throughput_ci_within_rel")
+    if same_launch and within is not None:
+        rel = within
+    if value is None or rel is None or not math.isfinite(rel):
         return None
     return value * (1 - rel), value * (1 + rel)
 
@@ -123,8 +124,8 @@ def throughput_interval(
 def tied(a: FrozenTrial, b: FrozenTrial) -> bool:
     """Whether neither trial is known to be faster: their throughput intervals overlap, or one
     measured too briefly to have one (NaN: its figure alone proves nothing)."""
-    launch = a.user_attrs.get("launch_id")
-    same = launch is not None and launch == b.user_attrs.get("launch_id")
+    launch = TrialRecord.of(a).launch_id
+    same = launch is not None and launch == TrialRecord.of(b).launch_id
     ia, ib = throughput_interval(a, same_launch=same), throughput_interval(b, same_launch=same)
     if ia is None or ib is None:
         return _too_short_for_an_interval(a) or _too_short_for_an_interval(b)
@@ -132,8 +133,8 @@ def tied(a: FrozenTrial, b: FrozenTrial) -> bool:
 
 
 def _too_short_for_an_interval(trial: FrozenTrial) -> bool:
-    rel = trial.user_attrs.get("throughput_ci_rel")
-    return isinstance(rel, float) and not math.isfinite(rel)
+    rel = TrialRecord.of(trial).figure("throughput_ci_rel")
+    return rel is not None and not math.isfinite(rel)
 
 
 @dataclass
@@ -186,7 +187,7 @@ def recommend(study: optuna.Study) -> Recommendation:
         raise StudyError(f"study '{study.study_name}' has no completed trial yet")
     target = deploy_target(study)
     # A repeated proposal carries its twin's figures: the twin alone stands for them.
-    measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
+    measured = [t for t in complete if TrialRecord.of(t).duplicate_of is None]
     candidates, what_ifs = split_deployable(study, measured)
     if not candidates:
         raise NoDeployableTrial(
@@ -247,6 +248,6 @@ def find_trial(study: optuna.Study, number: int) -> FrozenTrial:
 
 def reference_trial(study: optuna.Study) -> FrozenTrial | None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if trial.user_attrs.get("is_reference"):
+        if TrialRecord.of(trial).is_reference:
             return trial
     return None
