@@ -13,6 +13,7 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import changed_params, named_beside, params_words, what_ifs_title
 from autotune.study.select import (
     CONSTRAINT_NAMES,
@@ -41,20 +42,20 @@ HEADLINE = (
 
 
 def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> dict[str, Any]:
-    attrs = trial.user_attrs
+    record = TrialRecord.of(trial)
     return {
         "trial": trial.number,
         "state": trial.state.name,
-        "reference": bool(attrs.get("is_reference")),
-        "candidate": attrs.get("candidate"),
+        "reference": record.is_reference,
+        "candidate": record.candidate,
         "feasible": is_feasible(trial),
-        "constraints": dict(attrs.get("constraints") or {}),
-        "figures": {name: attrs.get(name) for name in HEADLINE},
+        "constraints": dict(record.constraints or {}),
+        "figures": {name: record.figure(name) for name in HEADLINE},
         "throughput_interval_tokens_per_s": throughput_interval(trial),
-        "config": attrs.get("config"),
-        "launch_id": attrs.get("launch_id"),
-        "time_s": attrs.get("time_s"),
-        "gpus": attrs.get("gpus"),
+        "config": record.config or None,
+        "launch_id": record.launch_id,
+        "time_s": record.time_s or None,
+        "gpus": record.gpus or None,
         "gpu_unlike_reference": gpu_mismatch(trial, reference),
     }
 
@@ -63,7 +64,7 @@ def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | Non
     """Why the trial's GPU is not the reference's kind (model or clock), or None."""
     if reference is None or reference.number == trial.number:
         return None
-    return differs(trial.user_attrs.get("gpus") or [], reference.user_attrs.get("gpus") or [])
+    return differs(TrialRecord.of(trial).gpus, TrialRecord.of(reference).gpus)
 
 
 def best_json(study: optuna.Study) -> dict[str, Any]:
@@ -74,11 +75,11 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
             zip(objective_names(study), [d.name.lower() for d in study.directions], strict=True)
         ),
         "trials": {s.name: states.count(s) for s in TrialState if states.count(s)},
-        "dummy_weights": bool(study.user_attrs.get("dummy_weights")),
+        "dummy_weights": StudyRecord.of(study).dummy_weights,
         "deploy_target": deploy_target(study),
         "time": study_time_share(study).to_dict(),
         "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
-        "floor_warning": study.user_attrs.get("floor_warning"),
+        "floor_warning": StudyRecord.of(study).floor_warning,
     }
     ref = reference_trial(study)
     try:
