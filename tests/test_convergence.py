@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 
@@ -19,6 +20,7 @@ from autotune.measure.convergence import (
 )
 from autotune.measure.steady import (
     BIN_S,
+    MIN_BATCHES,
     TESTED_BATCHES,
     batch_means,
     fixed_edges,
@@ -221,6 +223,29 @@ def test_the_rule_caps_a_rate_that_never_settles_and_a_window_that_never_narrows
     assert stops and capped.reason_to_stop(snapshot(noisy, stops[0])) == MAX_SECONDS
     assert 40.0 <= stops[0] <= 50.0  # 40 s of window after the warm-up
     assert rule(max_requests=100).reason_to_stop(snapshot(noisy, 10.0)) == MAX_REQUESTS
+
+
+def test_the_window_cap_waits_for_an_interval_within_the_load_cap() -> None:
+    """Requests of 5.5 s make 11 s batches: at the 40 s window cap the window holds three
+    batch means and no interval, so the load goes on (into the warm-up time it did not use)
+    until a fourth gives one; the load cap still ends it (issue 12's FP8 trials on the H200
+    stopped with three)."""
+    series = poisson(waves(1400.0, period_s=11.0))
+
+    def slow(upto_s: float) -> LoadSnapshot:
+        return dataclasses.replace(snapshot(series, upto_s, turnover=5.5), e2e_median_s=5.5)
+
+    capped = rule(target_ci_rel=0.001, max_measure_s=40.0, max_load_s=90.0)
+    at_cap = slow(46.0).estimate(0.95)
+    assert at_cap is not None and at_cap.window_s >= 40.0 and at_cap.batches < MIN_BATCHES
+    assert capped.reason_to_stop(slow(46.0)) is None
+    stops = [t for t in np.arange(46.0, 90.0, 1.0) if capped.reason_to_stop(slow(t))]
+    assert stops and capped.reason_to_stop(slow(stops[0])) == MAX_SECONDS
+    stopped = slow(stops[0]).estimate(0.95)
+    assert stopped is not None and stopped.batches >= MIN_BATCHES
+    assert math.isfinite(stopped.ci_rel)
+    # No interval before the load cap: the load cap ends it all the same.
+    assert rule(max_measure_s=40.0, max_load_s=47.0).reason_to_stop(slow(47.0)) == MAX_SECONDS
 
 
 # --- a real closed loop -------------------------------------------------------------------------

@@ -11,10 +11,17 @@ a snapshot of the load now and then; the rule stops it once
 or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all
 (warm-up included), or `max_requests`. A trial stopped by a cap says so; its interval is then
 what was measured, however wide.
+
+The steady-window cap waits for an interval: a window that holds fewer than MIN_BATCHES batch
+means has none, and a figure without one cannot be compared or repeated. Slow requests make
+long batches (two turnovers each): at 5 s a request, a 40 s window holds three. Such a load
+goes on past `max_measure_s`, into the warm-up time it did not use, until its window has an
+interval; `max_load_s` and `max_requests` still bound it, so no trial runs longer than before.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,7 +94,7 @@ class SteadyRule:
             return None
         if estimate.batches >= TESTED_BATCHES and estimate.ci_rel <= self.target_ci_rel:
             return CONVERGED
-        if estimate.window_s >= self.max_measure_s:
+        if estimate.window_s >= self.max_measure_s and math.isfinite(estimate.ci_rel):
             return MAX_SECONDS
         return None
 

@@ -16,6 +16,7 @@
 #                                              # --gpus 0,1 (wall times), then a tp-2 trial
 #   bash bench/gpu/run_h200.sh issue12         # FP8 vs bf16 and prefix cache off vs on, side
 #                                              # by side (bench/gpu/issue12.yaml), ~6 min
+#   bash bench/gpu/run_h200.sh issue12-fp8     # its bf16 reference and FP8 trials only, ~6 min
 #   bash bench/gpu/run_h200.sh issue12-default # the default space (guide's recipe, reference,
 #                                              # tuned recommendation) for 7 min, then collect
 #   bash bench/gpu/run_h200.sh issue17-a       # issue 17, call 1 of 3 (~5 min): the default
@@ -167,6 +168,14 @@ issue12() {
   python3 bench/gpu/collect_issue12.py "$OUT" >/dev/null && cat "$OUT/issue12.json" | head -60
 }
 
+# The FP8 half of issue 12 again (bench/gpu/issue12-fp8.yaml): the bf16 reference and both FP8
+# candidates, whose 5 s requests left 3 batch means and no interval at the 40 s window cap
+# before the cap waited for an interval (autotune.measure.convergence).
+issue12_fp8() {
+  autotune run --space bench/gpu/issue12-fp8.yaml --dummy-weights --study issue12-fp8 \
+    --storage "sqlite:///$OUT/issue12-fp8.db" 2>&1 | tee "$OUT/issue12-fp8.log" | grep "^\[\|^time"
+}
+
 issue12_default() {
   autotune run --space default --dummy-weights --budget "${ISSUE12_BUDGET:-7m}" \
     --study issue12-default --storage "sqlite:///$OUT/issue12-default.db" 2>&1 \
@@ -256,6 +265,7 @@ case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
   issue12-default) setup >/dev/null; issue12_default ;;
+  issue12-fp8) setup; issue12_fp8 ;;
   train) train ;;
   issue17-a) setup; issue17_a ;;
   issue17-b) setup >/dev/null; issue17_b ;;
@@ -284,7 +294,7 @@ case "$MODE" in
     tail -15 "$OUT/study.log"; cat "$OUT/best.txt"
     ;;
   *)
-    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-default|issue17-a|issue17-b|issue17-c|issue17-d|issue17-more|issue17-e|train" >&2
+    echo "usage: $0 setup|study [BUDGET] [TIMEOUT_S]|grid|verify|issue10-a|issue10-b|oom|issue11|issue12|issue12-fp8|issue12-default|issue17-a|issue17-b|issue17-c|issue17-d|issue17-more|issue17-e|train" >&2
     exit 2
     ;;
 esac
