@@ -72,7 +72,11 @@ class TrialRecord(_Stored):
     accuracy_reused_from: int | None = None
     answers_computed: int | None = None
     accuracy: float | None = None
+    accuracy_by_category: dict[str, float] = {}
+    item_scores: dict[str, float] = {}
+    item_passed: dict[str, bool] = {}
     predictions: dict[str, str] = {}
+    sample_outputs_artifact: str | None = None
     paired_vs_reference: dict[str, Any] | None = None
     failure_kind: str | None = None
     failure_reason: str | None = None

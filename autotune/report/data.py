@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.params import PARAM_NAMES, base_param
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.study.exports import export_trial
 from autotune.study.select import (
     NoDeployableTrial,
@@ -108,15 +109,15 @@ def params_words(params: dict[str, Any]) -> str:
 
 def what_ifs_title(what_ifs: list[tuple[FrozenTrial, str]]) -> str:
     """The heading over the what-if table: it names the reference only when the table holds it."""
-    if any(trial.user_attrs.get("is_reference") for trial, _ in what_ifs):
+    if any(TrialRecord.of(trial).is_reference for trial, _ in what_ifs):
         return "what-ifs and the reference"
     return "what-ifs"
 
 
 def changed_params(trial: FrozenTrial, reference: FrozenTrial | None) -> dict[str, Any]:
     """The parameters whose value differs from the reference's (all searched ones without one)."""
-    config = trial.user_attrs.get("config") or {}
-    base = (reference.user_attrs.get("config") or {}) if reference is not None else {}
+    config = TrialRecord.of(trial).config
+    base = TrialRecord.of(reference).config if reference is not None else {}
     searched = {base_param(key) for key in trial.params}
     names = [n for n in PARAM_NAMES if n in searched or (base and n in config)]
     return {n: config.get(n) for n in names if not base or config.get(n) != base.get(n)}
@@ -163,7 +164,7 @@ def top_configs(study: optuna.Study, rec: Recommendation | None) -> list[TopConf
 
 
 def _artifact_rows(trial: FrozenTrial, store: Any) -> list[dict[str, Any]] | None:
-    artifact_id = trial.user_attrs.get("sample_outputs_artifact")
+    artifact_id = TrialRecord.of(trial).sample_outputs_artifact
     if store is None or not artifact_id:
         return None
     try:
@@ -183,9 +184,8 @@ def sample_outputs(trial: FrozenTrial, store: Any) -> list[dict[str, Any]]:
     rows = _artifact_rows(trial, store)
     if rows is not None:
         return rows
-    predictions = trial.user_attrs.get("predictions") or {}
-    scores = trial.user_attrs.get("item_scores") or {}
-    passed = trial.user_attrs.get("item_passed") or {}
+    record = TrialRecord.of(trial)
+    predictions, scores, passed = record.predictions, record.item_scores, record.item_passed
     return [
         {"id": i, "answer": a, "score": scores.get(i), "passed": passed.get(i)}
         for i, a in sorted(predictions.items())
@@ -229,10 +229,11 @@ def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any
     """Where the study ran: the recorded device and versions, model and eval set."""
     env: dict[str, Any] = {}
     for trial in trials:  # the first trial that recorded one: all share the machine
-        if trial.user_attrs.get("environment"):
-            env.update(trial.user_attrs["environment"])
+        recorded = TrialRecord.of(trial).environment
+        if recorded:
+            env.update(recorded)
             break
-    attrs = study.user_attrs
+    attrs = StudyRecord.of(study).model_dump()
     for key in ("model", "evalset", "space_name", "endpoint", "autotune_version"):
         if attrs.get(key) is not None:
             env[key] = attrs[key]
@@ -282,13 +283,11 @@ def named_beside(trials: list[FrozenTrial], rec: Recommendation | None) -> list[
     """Of a study's `trials`: the reference, every named candidate (whatever its outcome) and
     the recommendation, in trial order, so known recipes are read beside what the search
     found; empty for a study without candidates."""
-    if not any(t.user_attrs.get("candidate") for t in trials):
+    if not any(TrialRecord.of(t).candidate for t in trials):
         return []
     recommended = rec.trial.number if rec is not None else None
     return [
         t
         for t in trials
-        if t.user_attrs.get("candidate")
-        or t.user_attrs.get("is_reference")
-        or t.number == recommended
+        if TrialRecord.of(t).candidate or TrialRecord.of(t).is_reference or t.number == recommended
     ]

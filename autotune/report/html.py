@@ -18,6 +18,7 @@ from autotune import __version__
 from autotune.engines.gpus import describe
 from autotune.errors import AutotuneError
 from autotune.export import Export
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import (
     ReportData,
     TopConfig,
@@ -93,18 +94,20 @@ def _figures_table(rec: FrozenTrial, ref: FrozenTrial | None) -> str:
     head = "<tr><th>figure</th><th>recommended</th>"
     head += "<th>reference</th><th>vs reference</th></tr>" if ref is not None else "</tr>"
     rows = [head]
+    recorded = TrialRecord.of(rec)
     for key, label, spec, higher in FIGURES:
-        cells = f"<td>{_e(label)}</td><td class='num'>{_fmt(rec.user_attrs.get(key), spec)}</td>"
+        value = recorded.figure(key)
+        cells = f"<td>{_e(label)}</td><td class='num'>{_fmt(value, spec)}</td>"
         if ref is not None:
-            base = ref.user_attrs.get(key)
+            base = TrialRecord.of(ref).figure(key)
             cells += f"<td class='num'>{_fmt(base, spec)}</td>"
-            cells += f"<td class='num'>{_versus(rec.user_attrs.get(key), base, higher)}</td>"
+            cells += f"<td class='num'>{_versus(value, base, higher)}</td>"
         rows.append(f"<tr>{cells}</tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 
 def _paired_line(trial: FrozenTrial) -> str:
-    paired = trial.user_attrs.get("paired_vs_reference")
+    paired = TrialRecord.of(trial).paired_vs_reference
     if not paired:
         return ""
     conf = finite(paired.get("confidence")) or 0.0
@@ -182,10 +185,11 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
         tags.append("Pareto")
     if not top.feasible:
         tags.append("infeasible")
-    if top.trial.user_attrs.get("is_reference"):
+    top_record = TrialRecord.of(top.trial)
+    if top_record.is_reference:
         tags.append("reference")
-    if top.trial.user_attrs.get("candidate"):
-        tags.append(str(top.trial.user_attrs["candidate"]))
+    if top_record.candidate:
+        tags.append(top_record.candidate)
     label = str(top.trial.number) + "".join(f"<span class='tag'>{t}</span>" for t in tags)
     figures = _figure_cells(top.trial)
     params = _e(_params_text(changed_params(top.trial, data.reference)))
@@ -197,12 +201,12 @@ def _gpu_cell(trial: FrozenTrial, data: ReportData) -> str:
     """Where the trial ran, tagged when its GPU differs from the reference's."""
     unlike = gpu_mismatch(trial, data.reference)
     tag = f" <span class='tag bad' title='{_e(unlike)}'>unlike reference</span>" if unlike else ""
-    return f"<td>{_e(describe(trial.user_attrs.get('gpus')) or '-')}{tag}</td>"
+    return f"<td>{_e(describe(TrialRecord.of(trial).gpus) or '-')}{tag}</td>"
 
 
 def _figure_cells(trial: FrozenTrial) -> str:
     return "".join(
-        f"<td class='num'>{_fmt(trial.user_attrs.get(key), spec)}</td>"
+        f"<td class='num'>{_fmt(TrialRecord.of(trial).figure(key), spec)}</td>"
         for key, _, spec, _ in FIGURES[:6]
     )
 
@@ -218,10 +222,10 @@ def _named_section(data: ReportData) -> str:
     head += "<th>parameters</th><th>outcome</th></tr>"
     rows = []
     for trial in named:
-        attrs = trial.user_attrs
+        record = TrialRecord.of(trial)
         tags = ["recommended"] if trial.number == rec else []
-        tags += ["reference"] if attrs.get("is_reference") else []
-        tags += [str(attrs["candidate"])] if attrs.get("candidate") else []
+        tags += ["reference"] if record.is_reference else []
+        tags += [record.candidate] if record.candidate else []
         label = str(trial.number) + "".join(f"<span class='tag'>{_e(t)}</span>" for t in tags)
         if trial.state != TrialState.COMPLETE:
             outcome = f"{trial.state.name.lower()}: " + str(
@@ -233,7 +237,7 @@ def _named_section(data: ReportData) -> str:
             outcome = f"what-if: {what_ifs[trial.number]}"
         else:
             outcome = "recommended" if trial.number == rec else "deployable, feasible"
-        params = _e(_params_text(_set_values(attrs.get("config") or {})))
+        params = _e(_params_text(_set_values(record.config)))
         css = " class='rec'" if trial.number == rec else ""
         rows.append(
             f"<tr{css}><td>{label}</td>{_figure_cells(trial)}<td>{params}</td>"
@@ -256,11 +260,12 @@ def _what_if_section(data: ReportData) -> str:
     head += "<th>parameters</th><th>why it is not deployable</th></tr>"
     rows = []
     for trial, why in data.what_ifs:
-        tag = "<span class='tag'>reference</span>" if trial.user_attrs.get("is_reference") else ""
-        if trial.user_attrs.get("candidate"):
-            tag += f"<span class='tag'>{_e(trial.user_attrs['candidate'])}</span>"
+        record = TrialRecord.of(trial)
+        tag = "<span class='tag'>reference</span>" if record.is_reference else ""
+        if record.candidate:
+            tag += f"<span class='tag'>{_e(record.candidate)}</span>"
         figures = _figure_cells(trial)
-        params = _e(_params_text(_set_values(trial.user_attrs.get("config") or {})))
+        params = _e(_params_text(_set_values(record.config)))
         rows.append(
             f"<tr><td>{trial.number}{tag}</td>{figures}<td>{params}</td><td>{_e(why)}</td></tr>"
         )
@@ -302,13 +307,13 @@ def _recommended_section(data: ReportData) -> str:
         ties = f"<p class='note'>Tied on throughput (intervals overlap): {_e(tied)}.</p>"
     ref_line = (
         f"<p>Reference: trial {ref.number} — "
-        f"{_e(_params_text(_set_values(ref.user_attrs.get('config') or {})))}"
+        f"{_e(_params_text(_set_values(TrialRecord.of(ref).config)))}"
         "</p>"
         if ref is not None
         else "<p class='note'>No completed reference trial.</p>"
     )
     params = _e(_params_text(changed_params(rec.trial, ref)))
-    ran_on = describe(rec.trial.user_attrs.get("gpus"))
+    ran_on = describe(TrialRecord.of(rec.trial).gpus)
     unlike = gpu_mismatch(rec.trial, ref)
     where = f"<p>Measured on {_e(ran_on)}.</p>" if ran_on else ""
     if unlike:
@@ -386,16 +391,17 @@ def render(data: ReportData) -> str:
         importance += f"<p class='note'>Parameter importances: {_e(imp.message)}.</p>"
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     env_rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in env.items())
-    notes = [str(n) for n in study.user_attrs.get("notes") or []]
-    if study.user_attrs.get("dummy_weights"):
+    stored = StudyRecord.of(study)
+    notes = [str(n) for n in stored.notes]
+    if stored.dummy_weights:
         notes.insert(
             0,
             "measured with random (dummy) weights: speed and memory only, accuracy "
             "was not measured",
         )
     notes.append(f"time: {data.time.line()}")
-    if study.user_attrs.get("floor_warning"):
-        notes.append(str(study.user_attrs["floor_warning"]))
+    if stored.floor_warning:
+        notes.append(stored.floor_warning)
     if data.deploy_target:
         notes.append(f"deploy target: {data.deploy_target}")
     notes_html = "".join(f"<p class='note'>note: {_e(n)}</p>" for n in notes)

@@ -11,6 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import Importances, ReportData, changed_params, finite, params_words
 from autotune.study.select import CONSTRAINT_NAMES, constraint_values, is_feasible
 
@@ -34,11 +35,11 @@ def _go() -> Any:
 
 
 def _hover(trial: FrozenTrial, data: ReportData) -> str:
-    a = trial.user_attrs
-    lines = [f"trial {trial.number}" + (" (reference)" if a.get("is_reference") else "")]
+    record = TrialRecord.of(trial)
+    lines = [f"trial {trial.number}" + (" (reference)" if record.is_reference else "")]
     lines += params_words(changed_params(trial, data.reference)).split()
     for key, label in ((THROUGHPUT, "tok/s"), (P95, "p95 ms"), ("accuracy", "accuracy")):
-        value = finite(a.get(key))
+        value = finite(record.figure(key))
         lines.append(f"{label}: {value:.4g}" if value is not None else f"{label}: -")
     violated = [n for n, v in zip(CONSTRAINT_NAMES, constraint_values(trial), strict=True) if v > 0]
     if violated:
@@ -50,14 +51,14 @@ def _points(trials: Iterable[FrozenTrial], x_key: str, y_key: str) -> list[Froze
     return [
         t
         for t in trials
-        if finite(t.user_attrs.get(x_key)) is not None
-        and finite(t.user_attrs.get(y_key)) is not None
+        if finite(TrialRecord.of(t).figure(x_key)) is not None
+        and finite(TrialRecord.of(t).figure(y_key)) is not None
     ]
 
 
 def _accuracy_range(trials: list[FrozenTrial]) -> dict[str, float]:
     """Colour range over the measured accuracies, never wider than 0..1 nor a single value."""
-    values = [v for t in trials if (v := finite(t.user_attrs.get("accuracy"))) is not None]
+    values = [v for t in trials if (v := finite(TrialRecord.of(t).accuracy)) is not None]
     if not values:
         return {}
     low, high = min(values), max(values)
@@ -88,8 +89,8 @@ def pareto_figure(data: ReportData) -> Any:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[t.user_attrs[P95] for t in group],
-                y=[t.user_attrs[THROUGHPUT] for t in group],
+                x=[TrialRecord.of(t).figure(P95) for t in group],
+                y=[TrialRecord.of(t).figure(THROUGHPUT) for t in group],
                 mode="markers+text",
                 name=name,
                 text=[str(t.number) for t in group],
@@ -100,7 +101,7 @@ def pareto_figure(data: ReportData) -> Any:
                 marker={
                     "symbol": symbol,
                     "size": 13,
-                    "color": [finite(t.user_attrs.get("accuracy")) for t in group],
+                    "color": [finite(TrialRecord.of(t).accuracy) for t in group],
                     "coloraxis": "coloraxis",
                     "line": {"width": 1, "color": "#333"},
                 },
@@ -108,13 +109,14 @@ def pareto_figure(data: ReportData) -> Any:
         )
     rec = data.recommendation
     front = sorted(
-        _points(rec.front if rec else [], P95, THROUGHPUT), key=lambda t: t.user_attrs[P95]
+        _points(rec.front if rec else [], P95, THROUGHPUT),
+        key=lambda t: TrialRecord.of(t).figure(P95) or 0.0,
     )
     if len(front) > 1:
         fig.add_trace(
             go.Scatter(
-                x=[t.user_attrs[P95] for t in front],
-                y=[t.user_attrs[THROUGHPUT] for t in front],
+                x=[TrialRecord.of(t).figure(P95) for t in front],
+                y=[TrialRecord.of(t).figure(THROUGHPUT) for t in front],
                 mode="lines",
                 name="feasible Pareto front",
                 line={"dash": "dot", "color": "#555", "shape": "hv"},
@@ -129,8 +131,8 @@ def pareto_figure(data: ReportData) -> Any:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[trial.user_attrs[P95]],
-                y=[trial.user_attrs[THROUGHPUT]],
+                x=[TrialRecord.of(trial).figure(P95)],
+                y=[TrialRecord.of(trial).figure(THROUGHPUT)],
                 mode="markers",
                 name=f"{name} (trial {trial.number})",
                 marker={"symbol": symbol, "size": size, "color": colour, "line": {"width": 3}},
@@ -156,7 +158,7 @@ def _side_label(side: Any) -> str:
 
 
 def _config_value(trial: FrozenTrial, name: str) -> Any:
-    return (trial.user_attrs.get("config") or {}).get(name, trial.params.get(name))
+    return TrialRecord.of(trial).config.get(name, trial.params.get(name))
 
 
 def _category_order(values: Iterable[Any]) -> list[str]:
@@ -166,7 +168,7 @@ def _category_order(values: Iterable[Any]) -> list[str]:
 
 
 def _accuracy_settings(data: ReportData) -> dict[str, Any]:
-    constraints = (data.study.user_attrs.get("space") or {}).get("constraints") or {}
+    constraints = StudyRecord.of(data.study).space.get("constraints") or {}
     return constraints.get("accuracy") or {}
 
 
@@ -176,7 +178,7 @@ def _accuracy_floor(data: ReportData) -> float | None:
         return None
     if accuracy.get("mode") == "absolute":
         return finite(accuracy.get("min"))
-    ref = finite(data.reference.user_attrs.get("accuracy")) if data.reference else None
+    ref = finite(TrialRecord.of(data.reference).accuracy) if data.reference else None
     drop = finite(accuracy.get("max_drop"))
     return ref - drop if ref is not None and drop is not None else None
 
@@ -195,7 +197,7 @@ def _paired_confidence(data: ReportData) -> float | None:
 def paired_bar(trial: FrozenTrial) -> tuple[float, float]:
     """How far the trial's paired interval, placed on the accuracy axis, reaches above and
     below its point: the reference's accuracy plus [ci_low, ci_high] of the difference."""
-    paired = trial.user_attrs.get("paired_vs_reference") or {}
+    paired = TrialRecord.of(trial).paired_vs_reference or {}
     diff, low, high = (finite(paired.get(k)) for k in ("accuracy_diff", "ci_low", "ci_high"))
     if diff is None or low is None or high is None:
         return 0.0, 0.0  # the reference itself, or a trial judged before the paired test
@@ -207,7 +209,7 @@ def accuracy_figure(data: ReportData) -> Any | None:
     each point carries its paired interval: the floor is applied to the bar's lower end, so a
     point can sit above the line and still be infeasible."""
     go = _go()
-    trials = [t for t in data.complete if finite(t.user_attrs.get("accuracy")) is not None]
+    trials = [t for t in data.complete if finite(TrialRecord.of(t).accuracy) is not None]
     if not trials:
         return None
     order = _category_order(_config_value(t, "image_max_side") for t in trials)
@@ -228,7 +230,7 @@ def accuracy_figure(data: ReportData) -> Any | None:
             fig.add_trace(
                 go.Scatter(
                     x=[_side_label(_config_value(t, "image_max_side")) for t in group],
-                    y=[t.user_attrs["accuracy"] for t in group],
+                    y=[TrialRecord.of(t).accuracy for t in group],
                     error_y=error_y,
                     mode="markers",
                     name=name,
@@ -283,7 +285,7 @@ def batch_figure(data: ReportData) -> Any | None:
             fig.add_trace(
                 go.Scatter(
                     x=[str(_config_value(t, "batch_size")) for t in group],
-                    y=[t.user_attrs[key] for t in group],
+                    y=[TrialRecord.of(t).figure(key) for t in group],
                     mode="markers",
                     name=name,
                     legendgroup=name,

@@ -127,10 +127,11 @@ def _cell(value: Any, spec: str) -> str:
 
 
 def _throughput_cell(trial: FrozenTrial) -> str:
-    value = trial.user_attrs.get("throughput_output_tokens_per_s")
-    ci = trial.user_attrs.get("throughput_ci_rel")
+    record = TrialRecord.of(trial)
+    value = record.figure("throughput_output_tokens_per_s")
+    ci = record.figure("throughput_ci_rel")
     text = _cell(value, ".1f")
-    if isinstance(ci, float) and math.isfinite(ci):
+    if ci is not None and math.isfinite(ci):
         text += f" ±{ci:.1%}"
     return text
 
@@ -154,19 +155,19 @@ def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
     ):
         table.add_column(header, overflow="fold")
     for trial in trials:
-        a = trial.user_attrs
+        record = TrialRecord.of(trial)
         marker = "*" if trial.number == marked else ""
-        ref = " (ref)" if a.get("is_reference") else ""
-        if a.get("candidate"):
-            ref = f" ({a['candidate']})"
+        ref = " (ref)" if record.is_reference else ""
+        if record.candidate:
+            ref = f" ({record.candidate})"
         table.add_row(
             f"{trial.number}{marker}{ref}",
             _throughput_cell(trial),
-            _cell(a.get("e2e_latency_p95_ms"), ".0f"),
-            _cell(a.get("ttft_p50_ms"), ".0f"),
-            _cell(a.get("tpot_p50_ms"), ".1f"),
-            _cell(a.get("accuracy"), ".3f"),
-            _cell(a.get("peak_memory_mib"), ".0f"),
+            _cell(record.figure("e2e_latency_p95_ms"), ".0f"),
+            _cell(record.figure("ttft_p50_ms"), ".0f"),
+            _cell(record.figure("tpot_p50_ms"), ".1f"),
+            _cell(record.figure("accuracy"), ".3f"),
+            _cell(record.figure("peak_memory_mib"), ".0f"),
             _changed_params(trial),
         )
     return table
@@ -200,8 +201,9 @@ def best_text(study: optuna.Study) -> str:
         console.print("infeasible trials (never recommended while a feasible one exists):")
         for number, reasons in infeasible.items():
             console.print(f"  trial {number}: {'; '.join(reasons)}", markup=False)
-    if study.user_attrs.get("floor_warning"):
-        console.print(f"note: {study.user_attrs['floor_warning']}", markup=False)
+    stored = StudyRecord.of(study)
+    if stored.floor_warning:
+        console.print(f"note: {stored.floor_warning}", markup=False)
     unlike = _unlike_reference(study)
     if unlike:
         console.print("trials on a GPU unlike the reference's (compare their figures with care):")
@@ -217,7 +219,7 @@ def best_text(study: optuna.Study) -> str:
         )
         for trial, why in what_ifs:
             console.print(f"  trial {trial.number}: {why}")
-    if study.user_attrs.get("dummy_weights"):
+    if stored.dummy_weights:
         console.print(
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
@@ -229,14 +231,14 @@ def best_text(study: optuna.Study) -> str:
         for trial in named:
             if trial.state != TrialState.COMPLETE:
                 why = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
-                label = trial.user_attrs.get("candidate") or "reference"
+                label = TrialRecord.of(trial).candidate or "reference"
                 console.print(f"  trial {trial.number} ({label}): {why}", markup=False)
     console.print(f"time: {study_time_share(study).line()}")
     if rec is None:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
-    ran_on = describe(rec.trial.user_attrs.get("gpus"))
+    ran_on = describe(TrialRecord.of(rec.trial).gpus)
     if ran_on:
         console.print(f"  measured on {ran_on}", markup=False)
     if rec.ties:
