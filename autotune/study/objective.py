@@ -30,6 +30,7 @@ from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
+from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
@@ -239,7 +240,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     attrs: dict[str, Any] = {}
     if run.cached is not None:
         m.accuracy = stored_accuracy(run.cached)
-        m.predictions = dict(run.cached.user_attrs.get("predictions") or {})
+        m.predictions = dict(TrialRecord.of(run.cached).predictions)
         attrs["accuracy_reused_from"] = run.cached.number
     attrs["answers_computed"] = 0 if run.cached else len(m.predictions)
     attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
@@ -248,7 +249,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     if run.reference is not None and m.accuracy is not None:
         paired = judge(m.accuracy, run.reference, space)
         attrs["paired_vs_reference"] = paired.to_dict()
-        same_answers = m.predictions == (run.reference.user_attrs.get("predictions") or {})
+        same_answers = m.predictions == TrialRecord.of(run.reference).predictions
     constraints = constraint_values(space, m, paired, same_answers=same_answers)
     check = reproduction(
         {"config": attrs["config"], "environment": attrs.get("environment") or {}},
@@ -424,6 +425,9 @@ class Objective:
         """Spooled before it goes to the storage, so a storage that refuses the writes
         (locked, full) costs no measurement."""
         m = verdict.measurement
+        # What the trial stores must read back as a TrialRecord: a writer that breaks the
+        # record fails here, in its own trial, not later in `best` or `report`.
+        TrialRecord.from_attrs({**trial.user_attrs, **verdict.attrs}, number=trial.number)
         if not m.screened_out:
             earlier = {k: trial.user_attrs.get(k) for k in _RECORDED_EARLY}
             payload = {**earlier, **verdict.attrs, "time_s": time_s}
