@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from functools import cache
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.screening import ScreeningRequest
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
+from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 
 
@@ -36,18 +38,19 @@ def accuracy_key(config: TrialConfig, evalset: EvalSet) -> str:
 def find_reusable(study: optuna.Study, key: str) -> FrozenTrial | None:
     """A completed trial with the same answers key and a full set of scored answers."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if trial.user_attrs.get("output_key") == key and "item_passed" in trial.user_attrs:
+        record = TrialRecord.of(trial)
+        if record.output_key == key and "item_passed" in record.model_fields_set:
             return trial
     return None
 
 
 def stored_accuracy(trial: FrozenTrial) -> AccuracyReport:
-    attrs = trial.user_attrs
+    record = TrialRecord.of(trial)
     return AccuracyReport(
-        accuracy=float(attrs["accuracy"]),
-        by_category=dict(attrs.get("accuracy_by_category") or {}),
-        item_scores={k: float(v) for k, v in attrs["item_scores"].items()},
-        item_passed={k: bool(v) for k, v in attrs["item_passed"].items()},
+        accuracy=float(record.accuracy if record.accuracy is not None else math.nan),
+        by_category=dict(record.accuracy_by_category),
+        item_scores=dict(record.item_scores),
+        item_passed=dict(record.item_passed),
     )
 
 

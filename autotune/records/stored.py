@@ -78,6 +78,8 @@ class TrialRecord(_Stored):
     predictions: dict[str, str] = {}
     sample_outputs_artifact: str | None = None
     paired_vs_reference: dict[str, Any] | None = None
+    measure_stop_reason: str | None = None
+    owner: dict[str, Any] | None = None
     failure_kind: str | None = None
     failure_reason: str | None = None
     log_tail: str | None = None

@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.backends import BACKENDS
+from autotune.records.stored import TrialRecord
 from autotune.study.timeshare import budget_seconds, trial_seconds
 
 # Start-up guesses before a study has launched anything of its own, in seconds.
@@ -47,13 +48,13 @@ class Budget:
     def estimate(self, study: optuna.Study, *, launch_backends: set[str] | None) -> float:
         """Seconds the next trial should take. `launch_backends`: None when it reuses the
         running launch, else the backends its new launch may have (the slowest counts)."""
-        trials = [t for t in _finished(study) if t.user_attrs.get("time_s")]
+        trials = [t for t in _finished(study) if TrialRecord.of(t).time_s]
         work = [
             trial_seconds(t)
-            - float(t.user_attrs["time_s"].get("startup", 0.0))
-            - float(t.user_attrs["time_s"].get("gpu_wait", 0.0))
+            - float(TrialRecord.of(t).time_s.get("startup", 0.0))
+            - float(TrialRecord.of(t).time_s.get("gpu_wait", 0.0))
             for t in trials
-            if "duplicate_of" not in t.user_attrs
+            if TrialRecord.of(t).duplicate_of is None
         ]
         estimate = statistics.median(work) if work else FIRST_TRIAL_GUESS_S
         if launch_backends:
@@ -62,21 +63,21 @@ class Budget:
 
     def overhead(self, study: optuna.Study) -> float:
         """The median warm-up + accuracy of a trial: what follows its load test."""
+        records = [TrialRecord.of(t) for t in _finished(study)]
         parts = [
-            float(t.user_attrs["time_s"].get("warmup", 0.0))
-            + float(t.user_attrs["time_s"].get("accuracy", 0.0))
-            for t in _finished(study)
-            if t.user_attrs.get("time_s") and "duplicate_of" not in t.user_attrs
+            float(r.time_s.get("warmup", 0.0)) + float(r.time_s.get("accuracy", 0.0))
+            for r in records
+            if r.time_s and r.duplicate_of is None
         ]
         return statistics.median(parts) if parts else 0.0
 
     @staticmethod
     def _startup(trials: list[FrozenTrial], backend: str) -> float:
+        records = [TrialRecord.of(t) for t in trials]
         same = [
-            float(t.user_attrs["time_s"]["startup"])
-            for t in trials
-            if t.user_attrs["time_s"].get("startup")
-            and (t.user_attrs.get("config") or {}).get("backend") == backend
+            float(r.time_s["startup"])
+            for r in records
+            if r.time_s.get("startup") and r.config.get("backend") == backend
         ]
         return statistics.median(same) if same else STARTUP_GUESS_S.get(backend, 60.0)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records.stored import TrialRecord
+
 
 def counts_towards_target(trial: FrozenTrial) -> bool:
     """Whether a trial is one --trials asks for: not a repeated proposal, not a failed,
     interrupted or out-of-memory trial (whatever its state)."""
-    return "duplicate_of" not in trial.user_attrs and "failure_kind" not in trial.user_attrs
+    record = TrialRecord.of(trial)
+    return record.duplicate_of is None and record.failure_kind is None
 
 
 def counted_trials(study: optuna.Study, *, include_running: bool = False) -> int:

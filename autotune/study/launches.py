@@ -25,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.engines import EngineSession, PhaseCallback, open_session
 from autotune.engines.gpus import Gpu
 from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
+from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
@@ -101,13 +102,14 @@ class LaunchScheduler:
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Fix the next proposal's launch parameters to this trial's, or free them."""
-        duplicate = "duplicate_of" in trial.user_attrs
+        record = TrialRecord.of(trial)
+        duplicate = record.duplicate_of is not None
         self.repeats_in_a_row = self.repeats_in_a_row + 1 if duplicate else 0
         session = self.session
         on_this_launch = (
             session is not None
             and session.alive()
-            and trial.user_attrs.get("launch_id") in (session.launch_id, None)
+            and record.launch_id in (session.launch_id, None)
             and trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
         )
         keep = (
@@ -134,7 +136,7 @@ class LaunchScheduler:
     def _fixable(self, trial: FrozenTrial) -> bool:
         """Whether fixing this trial's parameters pins its whole launch: not so for a reference
         whose launch values lie outside the search (they are not trial parameters)."""
-        config = trial.user_attrs.get("config") or {}
+        config = TrialRecord.of(trial).config
         space = self.plan.space
         return bool(config) and all(
             found[0] in trial.params

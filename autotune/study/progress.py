@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
+from autotune.records.stored import TrialRecord
 from autotune.study.counting import counts_towards_target
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.timeshare import PARTS, part_seconds
@@ -42,38 +43,40 @@ def _fmt(value: object, spec: str) -> str:
 def trial_figures(trial: FrozenTrial) -> str:
     """One line of a finished trial's key figures."""
     if trial.state != TrialState.COMPLETE:
-        reason = trial.user_attrs.get("failure_reason") or trial.state.name.lower()
-        if trial.user_attrs.get("failure_kind") == "oom":
+        failed = TrialRecord.of(trial)
+        reason = failed.failure_reason or trial.state.name.lower()
+        if failed.failure_kind == "oom":
             # Recorded as PRUNED so that the sampler learns from it; a failure all the same.
             return f"FAIL (out of memory; the sampler now avoids this region): {reason}"
         return f"{trial.state.name}: {reason}"
-    a = trial.user_attrs
-    ci = a.get("throughput_ci_rel")
-    interval = f" ±{ci:.1%}" if isinstance(ci, float) and math.isfinite(ci) else ""
-    reasons = trial.user_attrs.get("infeasible_because") or []
+    a = TrialRecord.of(trial)
+    ci = a.figure("throughput_ci_rel")
+    interval = f" ±{ci:.1%}" if ci is not None and math.isfinite(ci) else ""
+    reasons = a.infeasible_because or []
     tags = "" if is_feasible(trial) else f" (infeasible: {'; '.join(reasons) or 'see best'})"
-    if a.get("deployable") is False:
+    if a.deployable is False:
         tags += " (what-if)"
     return (
-        f"{_fmt(a.get('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
-        f"{measuring_caveat(a)}, p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms, "
-        f"acc {_fmt(a.get('accuracy'), '.3f')}, "
-        f"mem {_fmt(a.get('peak_memory_mib'), '.0f')} MiB{tags}"
+        f"{_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
+        f"{measuring_caveat(a)}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "
+        f"acc {_fmt(a.figure('accuracy'), '.3f')}, "
+        f"mem {_fmt(a.figure('peak_memory_mib'), '.0f')} MiB{tags}"
     )
 
 
-def measuring_caveat(attrs: dict[str, object]) -> str:
+def measuring_caveat(record: TrialRecord) -> str:
     """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate."""
-    if attrs.get("warmup_settled") == 0.0:
+    if record.figure("warmup_settled") == 0.0:
         return " (rate never settled)"
-    if attrs.get("measure_stop_reason") in ("max_seconds", "max_requests"):
+    if record.measure_stop_reason in ("max_seconds", "max_requests"):
         return " (measuring cap reached)"
     return ""
 
 
 def time_line(trial: FrozenTrial) -> str:
     """Where one trial's seconds went: '(start-up 61 s, warm-up 3 s, measuring 12 s, ...)'."""
-    time_s = trial.user_attrs.get("time_s") or {}
+    record = TrialRecord.of(trial)
+    time_s = record.time_s
     seconds = {key: part_seconds(time_s, key) for key in PARTS}  # a NaN part counts as none
     parts = [
         f"{name} {seconds[key]:.0f} s"
@@ -88,9 +91,9 @@ def time_line(trial: FrozenTrial) -> str:
         # Screening and recording are short where they are not the story: shown from 1 s.
         if seconds[key] and (key not in ("screening", "recording") or seconds[key] >= 0.5)
     ]
-    launch = trial.user_attrs.get("launch_id")
+    launch = record.launch_id
     if launch is not None:
-        how = "new launch" if trial.user_attrs.get("launch_started") else "reused launch"
+        how = "new launch" if record.launch_started else "reused launch"
         parts.append(f"{how} {launch}")
     return f" ({', '.join(parts)})" if parts else ""
 
@@ -105,11 +108,11 @@ def best_so_far(study: optuna.Study) -> str:
         return ""
     if not rec.feasible:
         return "no feasible trial yet"
-    a = rec.trial.user_attrs
+    a = TrialRecord.of(rec.trial)
     return (
         f"best: trial {rec.trial.number} "
-        f"({_fmt(a.get('throughput_output_tokens_per_s'), '.1f')} tok/s, "
-        f"p95 {_fmt(a.get('e2e_latency_p95_ms'), '.0f')} ms)"
+        f"({_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')} tok/s, "
+        f"p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms)"
     )
 
 
@@ -197,16 +200,17 @@ class Progress:
         # so instead of repeating the count of the trial before.
         counts = counts_towards_target(trial)
         self.done = counted if counted is not None else self.done + int(counts)
-        if trial.user_attrs.get("failure_kind") == SURPLUS:
-            self.note(f"trial {trial.number} not run: {trial.user_attrs.get('failure_reason')}")
+        record = TrialRecord.of(trial)
+        if record.failure_kind == SURPLUS:
+            self.note(f"trial {trial.number} not run: {record.failure_reason}")
             return
         seconds = time.monotonic() - self.trial_started_at
         best = best_so_far(study)
-        tag = " (reference)" if trial.user_attrs.get("is_reference") else ""
-        if trial.user_attrs.get("candidate"):
-            tag = f" (candidate {trial.user_attrs['candidate']})"
-        if "duplicate_of" in trial.user_attrs:
-            tag = f" (same configuration as trial {trial.user_attrs['duplicate_of']}, not re-run)"
+        tag = " (reference)" if record.is_reference else ""
+        if record.candidate:
+            tag = f" (candidate {record.candidate})"
+        if record.duplicate_of is not None:
+            tag = f" (same configuration as trial {record.duplicate_of}, not re-run)"
         prefix = f"[{self.done}/{self.total}]" if counts else "[not counted]"
         self.note(
             f"{prefix} trial {trial.number}{tag} {seconds:.0f} s"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.records.stored import TrialRecord
 from autotune.study.counting import counts_towards_target
 
 PARTS = ("startup", "warmup", "measuring", "screening", "accuracy", "recording", "waiting")
@@ -83,17 +84,19 @@ def part_seconds(time_s: dict[str, float], part: str) -> float:
 
 
 def trial_seconds(trial: FrozenTrial) -> float:
-    return float((trial.user_attrs.get("time_s") or {}).get("total", 0.0))
+    return float(TrialRecord.of(trial).time_s.get("total", 0.0))
 
 
 def budget_seconds(trial: FrozenTrial) -> float:
     """What a trial costs a wall-clock budget: its time without its waits (for GPUs, for
     another worker measuring the same configuration), times its share of the run's GPUs (two
     workers on two GPUs spend the budget at wall-clock pace)."""
-    time_s = trial.user_attrs.get("time_s") or {}
+    record = TrialRecord.of(trial)
+    time_s = record.time_s
     waits = float(time_s.get("gpu_wait", 0.0)) + float(time_s.get("twin_wait", 0.0))
     busy = float(time_s.get("total", 0.0)) - waits
-    return max(0.0, busy) * float(trial.user_attrs.get("gpu_share", 1.0))
+    share = record.gpu_share if record.gpu_share is not None else 1.0
+    return max(0.0, busy) * float(share)
 
 
 def time_share(trials: list[FrozenTrial]) -> TimeShare:
@@ -102,7 +105,8 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
     launches: set[str] = set()
     counted = not_counted = 0
     for trial in trials:
-        time_s = trial.user_attrs.get("time_s") or {}
+        record = TrialRecord.of(trial)
+        time_s = record.time_s
         if not time_s:
             continue
         counted += 1
@@ -110,8 +114,8 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
         total += float(time_s.get("total", 0.0))
         for part in PARTS:
             parts[part] += part_seconds(time_s, part)
-        if trial.user_attrs.get("launch_id"):
-            launches.add(str(trial.user_attrs["launch_id"]))
+        if record.launch_id:
+            launches.add(record.launch_id)
     return TimeShare(
         total_s=total,
         parts_s=parts,
