@@ -17,6 +17,7 @@ from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.params import base_param
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials
@@ -76,7 +77,7 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             load_if_exists=True,
         )
     _check_resumable(study, plan)
-    if study.user_attrs.get("objective_metrics") is None:
+    if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
         for key, value in study_attrs(plan).items():
             study.set_user_attr(key, value)
         # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
@@ -87,24 +88,25 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
 
 
 def _check_resumable(study: optuna.Study, plan: StudyPlan) -> None:
-    stored = study.user_attrs.get("objective_metrics")
-    if stored is None:
+    record = StudyRecord.of(study)  # a study from a newer autotune stops here, in one line
+    if "objective_metrics" not in record.model_fields_set:
         return
+    stored = record.objective_metrics
     wanted = [o.metric for o in plan.space.objectives]
     if stored != wanted:
         raise StudyError(
             f"study '{plan.study_name}' optimises {stored}, not {wanted}; "
             "use another --study name for a different space"
         )
-    if study.user_attrs.get("endpoint") != plan.endpoint:
-        where = study.user_attrs.get("endpoint") or "servers autotune starts itself"
+    if record.endpoint != plan.endpoint:
+        where = record.endpoint or "servers autotune starts itself"
         raise StudyError(
             f"study '{plan.study_name}' measured {where}; resume it the same way, or use "
             "another --study name"
         )
     _check_same_distributions(study, plan)
-    if bool(study.user_attrs.get("dummy_weights")) != plan.dummy_weights:
-        how = "with" if study.user_attrs.get("dummy_weights") else "without"
+    if record.dummy_weights != plan.dummy_weights:
+        how = "with" if record.dummy_weights else "without"
         raise StudyError(
             f"study '{plan.study_name}' was run {how} --dummy-weights; resume it the same way, "
             "or use another --study name"
@@ -143,13 +145,11 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
     """Enqueue the reference, then each named candidate, unless measured or queued already."""
     trials = study.get_trials(deepcopy=False)
     pending = [t for t in trials if t.state == TrialState.WAITING]
-    if reference_trial(study) is None and not any(
-        t.user_attrs.get("is_reference") for t in pending
-    ):
+    if reference_trial(study) is None and not any(TrialRecord.of(t).is_reference for t in pending):
         study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
     # Queued, running (maybe in another process) or finished: not again. A candidate that
     # failed is not retried by itself; the sampler goes on.
-    done = {t.user_attrs["candidate"] for t in trials if t.user_attrs.get("candidate")}
+    done = {c for t in trials if (c := TrialRecord.of(t).candidate)}
     for candidate in plan.space.candidates:
         if candidate.name not in done:
             config = plan.space.candidate_config(candidate.name)
@@ -161,14 +161,13 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
     """Once the reference's accuracy is known: say so when the set is too small for the floor."""
     reference = reference_trial(study)
-    if reference is None or "accuracy" not in reference.user_attrs:
+    accuracy = TrialRecord.of(reference).accuracy if reference is not None else None
+    if accuracy is None:
         return
-    warning = floor_warning(
-        len(plan.evalset.items), float(reference.user_attrs["accuracy"]), plan.space.constraints
-    )
+    warning = floor_warning(len(plan.evalset.items), accuracy, plan.space.constraints)
     if warning is not None:
         progress.note(f"warning: {warning}")
-        if study.user_attrs.get("floor_warning") != warning:
+        if StudyRecord.of(study).floor_warning != warning:
             study.set_user_attr("floor_warning", warning)
 
 
@@ -207,16 +206,17 @@ class _AfterTrial:
         counted = counted_trials(study)
         self.progress.trial_finished(study, trial, counted=counted)
         self.launches.after_trial(study, trial)
-        self.repeats = self.repeats + 1 if "duplicate_of" in trial.user_attrs else 0
-        kind = trial.user_attrs.get("failure_kind")
+        record = TrialRecord.of(trial)
+        self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
+        kind = record.failure_kind
         self.failures = self.failures + 1 if kind not in (None, SURPLUS) else 0
-        if trial.user_attrs.get("is_reference") and trial.state == TrialState.COMPLETE:
+        if record.is_reference and trial.state == TrialState.COMPLETE:
             warn_if_set_too_small(study, self.plan, self.progress)
-        if trial.user_attrs.get("is_reference") and trial.state != TrialState.COMPLETE:
+        if record.is_reference and trial.state != TrialState.COMPLETE:
             accuracy = self.plan.space.constraints.accuracy
             if accuracy.mode == "relative" and accuracy.enabled:
                 raise StudyError(
-                    f"the reference trial failed ({trial.user_attrs.get('failure_reason', '?')})"
+                    f"the reference trial failed ({record.failure_reason or '?'})"
                     "; the relative accuracy floor needs it — fix the cause and run again"
                 )
         if counted_trials(study, include_running=True) >= self.target:

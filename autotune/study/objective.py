@@ -139,9 +139,10 @@ def identical_trial(
         for other in study.get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
         ):
-            if other.number == number or other.user_attrs.get("config") != wanted:
+            record = TrialRecord.of(other)
+            if other.number == number or record.config != wanted:
                 continue
-            if other.state == TrialState.COMPLETE and "constraints" in other.user_attrs:
+            if other.state == TrialState.COMPLETE and record.constraints is not None:
                 return other
             running = running or other.state == TrialState.RUNNING
         if not running or time.monotonic() > deadline:
@@ -166,7 +167,7 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
             for t in study.get_trials(
                 deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
             )
-            if t.user_attrs.get("is_reference")
+            if TrialRecord.of(t).is_reference
         ]
         if not pending or time.monotonic() > deadline:
             raise TrialFailure(
@@ -279,8 +280,9 @@ def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> lis
             trial.set_user_attr(key, value)
     trial.set_user_attr("duplicate_of", twin.number)
     trial.set_user_attr("answers_computed", 0)
-    constraints = dict(twin.user_attrs["constraints"])
-    if twin.user_attrs.get("is_reference") and "item_passed" in twin.user_attrs:
+    twin_record = TrialRecord.of(twin)
+    constraints = dict(twin_record.constraints or {})
+    if twin_record.is_reference and twin_record.item_passed:
         # The reference's twin is still a candidate: judged like every other one (a zero
         # difference), not left without a comparison.
         paired = judge(stored_accuracy(twin), twin, space)
@@ -359,8 +361,8 @@ class Objective:
         """The configuration to measure: the reference's, a named candidate's, or the
         sampler's."""
         space = self.plan.space
-        is_reference = bool(trial.user_attrs.get("is_reference"))
-        candidate = trial.user_attrs.get("candidate")
+        record = TrialRecord.of(trial)
+        is_reference, candidate = record.is_reference, record.candidate
         fixed = None
         if is_reference:
             fixed = space.reference_config()
