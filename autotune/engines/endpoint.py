@@ -97,7 +97,7 @@ class EndpointSession:
             on_phase=on_phase,
         )
         return SessionResult(
-            **passes,
+            **dict(passes),
             peak_memory_mib=math.nan,
             memory_source="unavailable (endpoint)",
             environment={"runner": "endpoint", "endpoint": self.base, "served_model": model},

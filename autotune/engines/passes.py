@@ -18,7 +18,7 @@ from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, ope
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
-from autotune.records import Prompt, Reply
+from autotune.records import PassesResult, Prompt, Reply
 
 # How a load-test request asks for an answer of exactly this many tokens (per server format).
 ForcedFields = Callable[[int], dict[str, Any]]
@@ -34,8 +34,8 @@ async def run_passes(
     plan: MeasurePlan,
     forced_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Load test (its warm-up included) and accuracy through one server; the result fields.
+) -> PassesResult:
+    """Load test (its warm-up included) and accuracy through one server.
 
     `forced_fields(tokens)` join the load test's requests only: they make each answer as long
     as `plan.answer_lengths()` says (autotune.export.forced_length), so trials do equal work.
@@ -111,17 +111,17 @@ async def run_passes(
             )
             predictions = {reply.item_id: reply.text for reply in answers}
             accuracy_s = time.perf_counter() - t0
-    return {
-        "warmup_s": 0.0,  # no separate warm-up: it is the start of the load
-        "load_s": load_s,
-        "load_start": run.start,
-        "load_stop": run.stop,
-        "min_warmup_s": run.min_warmup_s,
-        "accuracy_s": accuracy_s,
-        "timings": [reply.timing for reply in run.replies],
-        "stop_reason": run.stop_reason,
-        "stop_rule_trail": run.trail,
-        "predictions": predictions or {},
-        "screened_out": False,
-        "repeated_requests": repeats.repeated,
-    }
+    return PassesResult(
+        warmup_s=0.0,  # no separate warm-up: it is the start of the load
+        load_s=load_s,
+        load_start=run.start,
+        load_stop=run.stop,
+        min_warmup_s=run.min_warmup_s,
+        accuracy_s=accuracy_s,
+        timings=[reply.timing for reply in run.replies],
+        stop_reason=run.stop_reason,
+        stop_rule_trail=run.trail,
+        predictions=predictions or {},
+        screened_out=False,
+        repeated_requests=repeats.repeated,
+    )

@@ -42,7 +42,7 @@ from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
 from autotune.params import TrialConfig
-from autotune.records import Prompt, SessionResult
+from autotune.records import PassesResult, Prompt, SessionResult
 
 Render = Callable[[TrialConfig, int | None], Export]
 
@@ -66,10 +66,10 @@ def drive_passes(
     forced_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
-) -> dict[str, Any]:
+) -> PassesResult:
     """Run the passes under a time limit; transport errors become a TrialFailure."""
 
-    async def limited() -> dict[str, Any]:
+    async def limited() -> PassesResult:
         passes = run_passes(
             base_url,
             model,
@@ -335,7 +335,7 @@ class ServerSession:
             **_library_versions(),
         }
         return SessionResult(
-            **passes,
+            **dict(passes),
             peak_memory_mib=peak_mib,
             memory_source=memory_source,
             environment=environment,

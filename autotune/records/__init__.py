@@ -2,6 +2,6 @@
 and the typed result of one trial's session."""
 
 from autotune.records.exchange import Prompt, Reply
-from autotune.records.session import SessionResult
+from autotune.records.session import PassesResult, SessionResult
 
-__all__ = ["Prompt", "Reply", "SessionResult"]
+__all__ = ["PassesResult", "Prompt", "Reply", "SessionResult"]

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.measure.timing import RequestTiming
 
 
-class SessionResult(BaseModel):
-    """One trial's load test, accuracy answers, memory and where it ran."""
+class PassesResult(BaseModel):
+    """One trial's passes through a server: its load test and accuracy answers (what
+    autotune.engines.passes measures; the session adds memory and where it ran)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +36,11 @@ class SessionResult(BaseModel):
     predictions: dict[str, str] = Field(default_factory=dict, description="item id -> answer.")
     screened_out: bool = Field(False, description="Screening put it below the floor.")
     repeated_requests: int = Field(0, description="Requests that resent an earlier image.")
+
+
+class SessionResult(PassesResult):
+    """One trial's load test, accuracy answers, memory and where it ran."""
+
     peak_memory_mib: float = Field(description="Peak memory of the trial (NaN when unknown).")
     memory_source: str = Field(description="Where the peak was read (nvml, cuda, rss, ...).")
     environment: dict[str, str] = Field(description="Where and with what the trial ran.")
