@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from small_space import REPO, autotune_cli, run_study, small_space
+from small_space import FIGURES_WORKLOAD, REPO, autotune_cli, run_study, small_space
 
 from autotune.study.storage import open_storage
 
@@ -38,7 +38,8 @@ def bench(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
 def bench_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder standing for `run_h200.sh`'s $OUT, holding the tiny space they all run."""
     out = tmp_path_factory.mktemp("out")
-    return small_space(out, name="bench", trials=2)
+    # verify's tolerances and the grid's figures are compared: the longer load.
+    return small_space(out, name="bench", trials=2, workload=FIGURES_WORKLOAD)
 
 
 @pytest.fixture(scope="module")
