@@ -37,7 +37,10 @@ def fake_gpus_env(spec: str, tmp_path: Path) -> dict[str, str]:
     # A private temporary folder: the GPU lock files of this test are its own.
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
-    return {**os.environ, "AUTOTUNE_FAKE_GPUS": spec, "TMPDIR": str(tmp)}
+    # One compute thread per worker: two workers' engines at once would otherwise run four
+    # spinning threads on a 2-core machine (slower by far; no figure is compared here).
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return {**os.environ, **threads, "AUTOTUNE_FAKE_GPUS": spec, "TMPDIR": str(tmp)}
 
 
 def load(path: Path, name: str) -> optuna.Study:

@@ -52,6 +52,9 @@ def autotune(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpro
 def test_two_processes_share_one_study(tmp_path: Path) -> None:
     space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2, 4]}})
     with postgres_server.postgres() as url:
+        # One compute thread per process: two engines at once would otherwise run four
+        # spinning threads on a 2-core machine (slower by far; no figure is compared here).
+        threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         runs = [
             autotune(
                 "run",
@@ -65,6 +68,7 @@ def test_two_processes_share_one_study(tmp_path: Path) -> None:
                 "3",
                 "--quiet",
                 cwd=tmp_path,
+                env=threads,
             )
             for _ in range(2)
         ]
