@@ -151,15 +151,15 @@ def test_sigkill_during_a_swift_deploy_trial_stops_the_server(tmp_path: Path) ->
 def test_a_locked_database_costs_time_not_a_trial(tmp_path: Path) -> None:
     space = small_space(tmp_path, params=PARAMS)
     db = tmp_path / "s.db"
-    # SQLite's busy timeout at 3 s instead of 30: the lock below outlasts it four times over.
-    env = {**os.environ, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S": "3"}
+    # SQLite's busy timeout at 2 s instead of 30: the lock below outlasts it four times over.
+    env = {**os.environ, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S": "2"}
     run = start(space, db, 3, tmp_path, env=env)
     wait_for(lambda: running(db, 1), what="trial 1 to run")
-    # Another process takes SQLite's write lock for 12 s, longer than SQLite's own busy
+    # Another process takes SQLite's write lock for 8 s, longer than SQLite's own busy
     # timeout: autotune must wait it out and record the trial.
     lock = sqlite3.connect(db, timeout=60, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")
-    time.sleep(12)
+    time.sleep(8)
     lock.execute("COMMIT")
     lock.close()
     _, stderr = run.communicate(timeout=900)
