@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from autotune.measure.timing import RequestTiming
 
@@ -138,6 +137,8 @@ def lag1_autocorrelation(values: np.ndarray) -> float:
 def correlated(lag1: float, n: int) -> bool:
     """Whether a lag-1 autocorrelation of `n` batch means is significant: under independence it
     is about normal with mean -1/n and variance 1/n (Bartlett)."""
+    from scipy import stats  # here, not at the top: 0.8 s of import every command paid
+
     z = float(stats.norm.ppf(1 - CORRELATION_LEVEL / 2))
     return abs(lag1 + 1 / n) > z / math.sqrt(n)
 
@@ -201,6 +202,8 @@ def batch_means(
     Merging leaves fewer batches, whose own correlation is hard to see; so the variance of the
     mean is the larger of the merged batches' and the first batches' under the AR(1) factor.
     """
+    from scipy import stats  # here, not at the top: 0.8 s of import every command paid
+
     first = rates = _rates(series, edges, bin_s)
     first_lag1 = lag1 = lag1_autocorrelation(rates)
     while len(rates) >= TESTED_BATCHES and correlated(lag1, len(rates)):
@@ -305,6 +308,8 @@ def steady_state(
 def trend(rates: np.ndarray) -> str | None:
     """ "rising" or "falling" when the batch rates have a significant linear trend over the
     window (the slope's t-test); None when they have not, or are too few to say."""
+    from scipy import stats  # here, not at the top: 0.8 s of import every command paid
+
     if len(rates) < TESTED_BATCHES or np.ptp(rates) == 0:
         return None
     fit = stats.linregress(np.arange(len(rates)), rates)

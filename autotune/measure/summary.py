@@ -12,8 +12,6 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from scipy import stats
-
 from autotune.measure.steady import BIN_S, batch_seconds, steady_state, token_series
 from autotune.measure.timing import RequestTiming, percentile
 
@@ -21,6 +19,8 @@ from autotune.measure.timing import RequestTiming, percentile
 def with_launch_spread(within_rel: float, spread_rel: float, confidence: float) -> float:
     """The interval of a figure a fresh launch would give: the load's own half-width and the
     launches' spread at the same confidence, added in quadrature (independent sources)."""
+    from scipy import stats  # here, not at the top: 0.8 s of import every command paid
+
     if spread_rel <= 0 or math.isnan(within_rel):
         return within_rel
     spread = float(stats.norm.ppf(0.5 + confidence / 2)) * spread_rel
