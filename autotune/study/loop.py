@@ -21,6 +21,7 @@ from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials
+from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
@@ -310,11 +311,12 @@ def optimize(
     launches = LaunchScheduler(plan, base_sampler)
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
+    gate = InterruptGate()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(
-                Objective(plan, progress, launches, budget, spool, target=target),
+                Objective(plan, progress, launches, budget, spool, target=target, gate=gate),
                 timeout=timeout_s,
                 catch=(TrialFailure,),
                 callbacks=[after],

@@ -36,6 +36,7 @@ from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
 from autotune.study.counting import is_surplus
+from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import SURPLUS, Progress
@@ -303,8 +304,11 @@ class Objective:
         spool: Spool,
         *,
         target: int | None = None,
+        gate: InterruptGate | None = None,
     ) -> None:
-        """`target`: the study's trial target, shared with other workers."""
+        """`target`: the study's trial target, shared with other workers. `gate`: where Ctrl-C
+        may land (autotune.study.interrupts)."""
+        self.gate = gate or InterruptGate()
         self.plan = plan
         self.target = target
         self.progress = progress
@@ -317,14 +321,16 @@ class Objective:
         self.started = time.perf_counter()
         self.recording_from: float | None = None  # set once the engine has answered
         time_s: dict[str, float] = {"startup": 0.0}
-        trial.set_user_attr("owner", owner())
-        if self.target is not None and is_surplus(trial.study, trial.number, self.target):
-            trial.study.stop()
-            trial.set_user_attr("failure_kind", SURPLUS)
-            reason = "the trial target was reached by trials other workers started first"
-            trial.set_user_attr("failure_reason", reason)
-            raise TrialFailure(reason, kind=SURPLUS)
+        self.gate.open = True  # Ctrl-C from here on is this trial's to record
         try:
+            trial.set_user_attr("owner", owner())
+            self.gate.raise_pending()  # a Ctrl-C that landed while Optuna created the trial
+            if self.target is not None and is_surplus(trial.study, trial.number, self.target):
+                trial.study.stop()
+                trial.set_user_attr("failure_kind", SURPLUS)
+                reason = "the trial target was reached by trials other workers started first"
+                trial.set_user_attr("failure_reason", reason)
+                raise TrialFailure(reason, kind=SURPLUS)
             return self._run(trial, time_s)
         except KeyboardInterrupt:
             # Optuna records the trial as failed; say why, so a resumed run need not guess.
@@ -332,6 +338,7 @@ class Objective:
             trial.set_user_attr("failure_reason", "interrupted (Ctrl-C) before it ended")
             raise
         finally:
+            self.gate.open = False
             now = time.perf_counter()
             if self.recording_from is not None:
                 # Judging, spooling, the storage's writes and the sample-output artifact.

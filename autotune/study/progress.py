@@ -175,7 +175,16 @@ class Progress:
         if not self.quiet:
             # With a live bar, rich prints this above it. No markup: a message may quote
             # brackets ("[worker 1]", a path) that rich would take for style tags.
-            self.console.print(message, soft_wrap=True, markup=False)
+            self._print(message, markup=False)
+
+    def _print(self, message: str, *, markup: bool | None = None) -> None:
+        """A line for the reader, if there still is one: a worker whose coordinator was killed
+        writes into a pipe nobody reads, and a BrokenPipeError raised here would replace the
+        Ctrl-C or failure its trial is recording (the trial would end without its reason)."""
+        try:
+            self.console.print(message, soft_wrap=True, markup=markup)
+        except (BrokenPipeError, ConnectionResetError):
+            self.quiet = True
 
     def trial_started(self, number: int, config: TrialConfig) -> None:
         self.trial_started_at = time.monotonic()
@@ -188,7 +197,7 @@ class Progress:
             # trial shows where it is (start-up, warm-up, load test, accuracy).
             if not self.quiet and self.current:
                 elapsed = time.monotonic() - self.trial_started_at
-                self.console.print(f"  {self.current}: {name} ({elapsed:.0f} s)", soft_wrap=True)
+                self._print(f"  {self.current}: {name} ({elapsed:.0f} s)")
             return
         self.bar.update(self.task, description=f"{self.current}: {name}")
         self.bar.refresh()
