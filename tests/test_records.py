@@ -91,3 +91,12 @@ def test_a_mistyped_record_names_its_key(small_study: tuple[str, str]) -> None:
     broken = {**trial.user_attrs, "is_reference": "maybe"}
     with pytest.raises(StudyError, match=r"trial 0 has an unreadable record: is_reference"):
         TrialRecord.from_attrs(broken, number=0)
+
+
+def test_a_stored_null_reads_as_the_fields_default() -> None:
+    """A trial recovered from the spool stores null for what it had not recorded yet."""
+    record = TrialRecord.from_attrs(
+        {"gpus": None, "is_reference": None, "candidate": None, "config": {"backend": "swift"}},
+        number=1,
+    )
+    assert record.gpus == [] and record.is_reference is False and record.candidate is None

@@ -19,7 +19,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
@@ -32,6 +32,21 @@ class _Stored(BaseModel):
 
     schema_version: int = 1
     autotune_version: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """A stored null where the field has a value by default is that default: a trial
+        recovered from the spool stores null for what it had not recorded yet (gpus on a
+        machine without GPUs, is_reference of a sampled trial)."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            key: value
+            for key, value in data.items()
+            if value is not None or key not in fields or fields[key].default is None
+        }
 
     @classmethod
     def _read(cls, attrs: dict[str, Any], what: str) -> Any:
