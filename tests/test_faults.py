@@ -20,6 +20,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 from small_space import small_space
+from study_factory import build_study
 
 from autotune.study.storage import StorageUnavailable, open_storage
 
@@ -168,6 +169,27 @@ def test_a_locked_database_costs_time_not_a_trial(tmp_path: Path) -> None:
     study = load(db)
     assert [t.state for t in measured(study)] == [TrialState.COMPLETE] * 3
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.FAIL)]
+
+
+def test_a_read_waits_out_a_locked_database(tmp_path: Path) -> None:
+    """Reads wait too: a reader meets SQLite's busy timeout while another process holds the
+    exclusive lock, as a running study's trial reads its reference (found with two test
+    processes sharing two cores)."""
+    url, name = build_study(tmp_path)
+    db = tmp_path / f"{name}.db"
+    lock = sqlite3.connect(db, timeout=60, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    env = {**os.environ, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S": "1", "COLUMNS": "200"}
+    best = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "best", "--storage", url, "--study", name],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    time.sleep(4)  # four busy timeouts over
+    lock.execute("COMMIT")
+    lock.close()
+    stdout, stderr = best.communicate(timeout=120)
+    assert best.returncode == 0, stderr[-3000:]
+    assert "recommended: trial" in stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -10,9 +10,9 @@ database: a missing one is reported, not made. A URL is checked before anything 
 (no in-memory SQLite that would lose the study, no folder created at a typo's path), and a
 password in it is never printed (`display_url`).
 
-Writes wait for a busy database (SQLite's busy timeout) and are retried with backoff when it
-stays locked (`RetryingRDBStorage`), so another process holding a write lock costs time, not
-a measured trial.
+Reads and writes wait for a busy database (SQLite's busy timeout) and are retried with backoff
+when it stays locked (`RetryingRDBStorage`), so another process holding a write lock costs
+time, not a measured trial.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -135,7 +136,8 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return schema_race(RetryingRDBStorage, url, **kwargs)
+            # Opening reads Optuna's schema version: a locked database is waited out too.
+            return _LOCKED_RETRY.copy()(schema_race, RetryingRDBStorage, url, **kwargs)
     except ImportError as exc:
         raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
     except Exception as exc:
@@ -267,7 +269,7 @@ def _busy(exc: BaseException) -> bool:
 
 # A locked database is waited out: exponential backoff from 0.5 s to 10 s, with jitter so two
 # hosts that collided do not collide again in step.
-_WRITE_RETRY = tenacity.Retrying(
+_LOCKED_RETRY = tenacity.Retrying(
     retry=tenacity.retry_if_exception(_busy),
     stop=tenacity.stop_after_attempt(WRITE_RETRIES + 1),
     wait=tenacity.wait_exponential(multiplier=0.5, max=10) + tenacity.wait_random(0, 0.5),
@@ -275,19 +277,29 @@ _WRITE_RETRY = tenacity.Retrying(
 )
 
 
-def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
+# Whether this thread is inside a retried call already: a storage method that calls another
+# (get_all_trials calls _get_trials) is retried once, as a whole, not retries times retries.
+_inside_retry = threading.local()
+
+
+def _retrying(method: Callable[..., Any], action: str = "write to") -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_inside_retry, "active", False):
+            return method(self, *args, **kwargs)
+        _inside_retry.active = True
         try:
-            # A copy per call: a write that calls another wrapped write (or another thread's,
-            # the heartbeat's) must not share its attempt count and state.
-            return _WRITE_RETRY.copy()(method, self, *args, **kwargs)
+            # A copy per call: another thread's call (the heartbeat's) must not share its
+            # attempt count and state.
+            return _LOCKED_RETRY.copy()(method, self, *args, **kwargs)
         except Exception as exc:
             refusal = _database_error(exc)
             if refusal is None:
                 raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
             why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
-            raise StorageUnavailable(f"cannot write to the study's storage: {why}") from exc
+            raise StorageUnavailable(f"cannot {action} the study's storage: {why}") from exc
+        finally:
+            _inside_retry.active = False
 
     return wrapper
 
@@ -303,9 +315,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 class RetryingRDBStorage(optuna.storages.RDBStorage):
-    """Optuna's RDB storage whose writes wait out a locked database, then fail in one line.
+    """Optuna's RDB storage whose reads and writes wait out a locked database, then fail in one
+    line.
 
-    A write that still fails (the lock outlived the retries, the disk is full) raises
+    A call that still fails (the lock outlived the retries, the disk is full) raises
     StorageUnavailable, which `autotune run` prints as one line, keeping the trial's results
     in its spool (autotune.study.recovery) for the next run to record.
     """
@@ -323,8 +336,29 @@ _WRITES = (
     "set_trial_user_attr",
     "set_trial_system_attr",
 )
+# Every storage method that reads: a reader waits on a writer's exclusive lock as well (SQLite).
+_READS = (
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_all_studies",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial",
+    "get_all_trials",
+    "_get_trials",  # what Optuna's cached storage calls to read a study's trials
+    "get_best_trial",
+    "get_trial_param",
+    "get_trial_user_attrs",
+    "get_trial_system_attrs",
+    "_get_stale_trial_ids",
+)
 for _name in _WRITES:
     setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
+for _name in _READS:
+    _read = getattr(optuna.storages.RDBStorage, _name)
+    setattr(RetryingRDBStorage, _name, _retrying(_read, action="read"))
 
 
 def _best_effort(method: Callable[..., Any]) -> Callable[..., Any]:
