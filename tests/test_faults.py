@@ -130,7 +130,12 @@ def test_sigkill_of_the_run_leaves_no_worker_and_the_next_run_repairs(tmp_path: 
 def test_sigkill_during_a_swift_deploy_trial_stops_the_server(tmp_path: Path) -> None:
     pytest.importorskip("swift")
     db = tmp_path / "s.db"
-    run = start(Path("smoke-swift"), db, 1, Path(__file__).resolve().parents[1])
+    # Its own temporary folder: the launch's scratch folder and the process registry land
+    # here, apart from any other run's.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    run = start(Path("smoke-swift"), db, 1, Path(__file__).resolve().parents[1], env=env)
     tree = Tree(run.pid)
 
     def serving() -> bool:
@@ -144,9 +149,15 @@ def test_sigkill_during_a_swift_deploy_trial_stops_the_server(tmp_path: Path) ->
         return False
 
     wait_for(serving, timeout_s=180, what="swift deploy to listen")
+    assert list(scratch.glob("autotune-server-*"))
     run.kill()
     run.communicate(timeout=60)
     assert not gone_soon(tree.stop()), "swift deploy outlived the killed run"
+    # The next run's repair removes the launch's scratch folder, which the killed run could
+    # not.
+    repair = "from autotune.engines.leftovers import clean_up; clean_up()"
+    subprocess.run([sys.executable, "-c", repair], env=env, check=True, timeout=60)
+    assert not list(scratch.glob("autotune-server-*"))
 
 
 def test_a_locked_database_costs_time_not_a_trial(tmp_path: Path) -> None:

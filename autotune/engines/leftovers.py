@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -18,6 +19,9 @@ from pathlib import Path
 import psutil
 
 REGISTRY = Path(tempfile.gettempdir()) / f"autotune-processes-{os.getuid()}"
+# A launch's scratch folder (its server logs) starts with this; one whose owner died without
+# removing it goes with the group it served.
+SCRATCH_PREFIX = "autotune-server-"
 
 
 def _owner() -> dict[str, float]:
@@ -25,12 +29,14 @@ def _owner() -> dict[str, float]:
     return {"pid": me.pid, "started": me.create_time()}
 
 
-def record(pgid: int, argv: list[str]) -> None:
-    """Note that this process started group `pgid` (best effort: a full disk is no reason
-    to fail a trial)."""
+def record(pgid: int, argv: list[str], log_path: Path | None = None) -> None:
+    """Note that this process started group `pgid`, logging to `log_path` (best effort: a
+    full disk is no reason to fail a trial)."""
     with contextlib.suppress(OSError):
         REGISTRY.mkdir(mode=0o700, exist_ok=True)
         entry = {"pgid": pgid, "owner": _owner(), "command": argv[:3]}
+        if log_path is not None:
+            entry["log"] = str(log_path)
         (REGISTRY / f"{pgid}.json").write_text(json.dumps(entry), encoding="utf-8")
 
 
@@ -76,5 +82,15 @@ def clean_up() -> list[str]:
                 f"stopped process group {pgid} ({command}) left running by an earlier run "
                 f"(pid {entry['owner'].get('pid')}) that did not stop it"
             )
+        _remove_scratch(entry.get("log"))
         forget(pgid)
     return stopped
+
+
+def _remove_scratch(log: object) -> None:
+    """Remove the scratch folder of a dead owner's launch (only a folder autotune made)."""
+    if not isinstance(log, str):
+        return
+    folder = Path(log).parent
+    if folder.name.startswith(SCRATCH_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -61,7 +61,7 @@ class ManagedProcess:
             )
         finally:
             log.close()  # the child holds its own copy of the descriptor
-        record(self.proc.pid, self.argv)
+        record(self.proc.pid, self.argv, self.log_path)
         return self
 
     @property

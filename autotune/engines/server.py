@@ -27,6 +27,7 @@ from autotune.client import ChatError
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
+from autotune.engines.leftovers import SCRATCH_PREFIX
 from autotune.engines.memory import MemorySampler
 from autotune.engines.passes import ForcedFields, run_passes
 from autotune.engines.server_process import (
@@ -252,9 +253,7 @@ class ServerSession:
         return self
 
     def _launch(self) -> None:
-        workdir = self._workdir = Path(
-            tempfile.mkdtemp(prefix="autotune-server-", dir=self._log_dir)
-        )
+        workdir = self._workdir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self._log_dir))
         for attempt in range(1, LAUNCH_ATTEMPTS + 1):
             port = server_process.free_port()  # looked up here: tests replace it
             export = self.render(self.launch, port)
