@@ -199,7 +199,7 @@ def verify_trial(
         exact=True,
         notes=[],
     )
-    check = reproduction(trial.user_attrs, target)
+    check = reproduction(TrialRecord.of(trial), target)
     if not check.deployable:
         result.notes.append(
             f"trial {trial.number} is a what-if for {target} ({check.reason}); differences "
@@ -210,7 +210,7 @@ def verify_trial(
             space,
             config,
             # A checkpoint recorded by another machine (or a deleted dummy) is found or rebuilt.
-            model_path=study_model_path(study.user_attrs, device=space.device),
+            model_path=study_model_path(record, device=space.device),
             evalset=evalset,
             endpoint=endpoint,
             server_format=target,
@@ -218,7 +218,7 @@ def verify_trial(
             measure_accuracy=not record.dummy_weights,
             on_phase=on_phase,
             adapters=_adapters(study, adapters),
-            quantized_paths=study_quantized_paths(study.user_attrs, device=space.device),
+            quantized_paths=study_quantized_paths(record, device=space.device),
         )
     except TrialFailure as failure:
         result.failure = f"{failure.kind}: {failure.reason}"
@@ -301,7 +301,7 @@ def verify_text(result: VerifyResult) -> str:
 
 
 def _adapters(study: optuna.Study, given: list[Adapter] | None) -> list[Adapter]:
-    stored = stored_adapters(study.user_attrs)
+    stored = stored_adapters(StudyRecord.of(study))
     if not given:
         return stored
     if stored and given[0].name != stored[0].name:

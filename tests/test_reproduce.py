@@ -14,6 +14,7 @@ from optuna.trial import TrialState, create_trial
 from autotune.cli import main
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
+from autotune.records.stored import TrialRecord
 from autotune.study.select import NoDeployableTrial, recommend
 
 IN_PROCESS = {"runner": "inprocess", "device": "cpu"}
@@ -43,7 +44,7 @@ def attrs(env: dict[str, str], **config: object) -> dict[str, object]:
 def test_reproduction_rules(
     trial: dict[str, object], target: str, deployable: bool, why: str
 ) -> None:
-    check = reproduction(trial, target)
+    check = reproduction(TrialRecord.from_attrs(trial, number=0), target)
     assert check.deployable is deployable
     assert why in check.reason
 

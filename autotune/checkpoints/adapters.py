@@ -22,6 +22,7 @@ from typing import Any
 
 from autotune.backends import BACKENDS
 from autotune.errors import ModelError
+from autotune.records.stored import StudyRecord
 
 # Served model names: what a client writes in "model" and what a flag value carries.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -99,9 +100,9 @@ def load_adapter(name: str, raw_path: str) -> Adapter:
     return Adapter(name=name, path=str(path.resolve()), rank=rank)
 
 
-def stored_adapters(attrs: dict[str, Any]) -> list[Adapter]:
+def stored_adapters(study: StudyRecord) -> list[Adapter]:
     """The adapters a study recorded (its `adapters` attribute)."""
-    return [Adapter.from_dict(item) for item in attrs.get("adapters") or []]
+    return [Adapter.from_dict(item) for item in study.adapters]
 
 
 def served_model(adapters: list[Adapter], served: list[str]) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from autotune.errors import ModelError
+from autotune.records.stored import StudyRecord
 
 # Architectures whose processor, chat template and image-token layout autotune knows.
 SUPPORTED_MODEL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
@@ -71,7 +71,7 @@ def _check_checkpoint(path: Path, *, shown: str) -> Path:
     return path.resolve()
 
 
-def study_model_path(attrs: dict[str, Any], *, device: str = "auto") -> str:
+def study_model_path(study: StudyRecord, *, device: str = "auto") -> str:
     """The checkpoint a stored study measured, on this machine.
 
     The recorded path can be missing here: the study was run on another machine, or its
@@ -79,9 +79,9 @@ def study_model_path(attrs: dict[str, Any], *, device: str = "auto") -> str:
     seed and architecture give the same weights); a real model is looked up again by its id.
     Either way the answer is a folder that exists, or one ModelError line.
     """
-    recorded = str(attrs.get("model_path") or "")
-    model = str(attrs.get("model") or recorded)
-    if attrs.get("dummy_weights"):
+    recorded = study.model_path or ""
+    model = study.model or recorded
+    if study.dummy_weights:
         from autotune.checkpoints.dummy import COMPLETE_MARKER, dummy_checkpoint
 
         if recorded and (Path(recorded) / COMPLETE_MARKER).is_file():
@@ -92,20 +92,20 @@ def study_model_path(attrs: dict[str, Any], *, device: str = "auto") -> str:
     return resolve_model(model)
 
 
-def study_quantized_paths(attrs: dict[str, Any], *, device: str = "auto") -> dict[str, str]:
+def study_quantized_paths(study: StudyRecord, *, device: str = "auto") -> dict[str, str]:
     """The quantised checkpoints a stored study served, on this machine (found or rebuilt,
     like `study_model_path`)."""
     paths: dict[str, str] = {}
-    model = str(attrs.get("model") or "")
-    for layout, recorded in (attrs.get("quantized_paths") or {}).items():
+    model = study.model or ""
+    for layout, recorded in study.quantized_paths.items():
         if recorded and (Path(recorded) / "config.json").is_file():
             paths[layout] = str(recorded)
-        elif attrs.get("dummy_weights"):
+        elif study.dummy_weights:
             from autotune.checkpoints.dummy import dummy_checkpoint
 
             paths[layout] = dummy_checkpoint(model, device=device, layout=layout)
         else:
-            checkpoint = (attrs.get("quantized_checkpoints") or {}).get(layout)
+            checkpoint = study.quantized_checkpoints.get(layout)
             if not checkpoint:
                 raise ModelError(
                     f"the study served a {layout} checkpoint that is not here and names no id "

@@ -13,10 +13,10 @@ Every other trial is a what-if, shown apart with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from autotune.backends import BACKENDS
-from autotune.params import SERVER_BACKENDS, TrialConfig
+from autotune.params import SERVER_BACKENDS
+from autotune.records.stored import TrialRecord
 
 COMMANDS = {
     name: backend.deploy_command for name, backend in BACKENDS.items() if backend.deploy_command
@@ -29,22 +29,22 @@ class Reproduction:
     reason: str
 
 
-def measured_via(attrs: dict[str, Any]) -> str:
+def measured_via(record: TrialRecord) -> str:
     """ "server:<format>", "inprocess" or "endpoint", from a trial's recorded environment."""
-    env = attrs.get("environment") or {}
+    env = record.environment
     runner = env.get("runner")
     if runner == "endpoint":
         return "endpoint"
-    config = attrs.get("config") or {}
-    if runner == "server" or (runner is None and config.get("backend") in SERVER_BACKENDS):
-        return f"server:{env.get('server_format') or config.get('backend')}"
+    backend = record.config.get("backend")
+    if runner == "server" or (runner is None and backend in SERVER_BACKENDS):
+        return f"server:{env.get('server_format') or backend}"
     return "inprocess"
 
 
-def reproduction(attrs: dict[str, Any], target: str | None) -> Reproduction:
-    """Whether the trial with user attributes `attrs` reproduces on `target` (None: an
-    endpoint study, whose trials are request settings for that very server)."""
-    via = measured_via(attrs)
+def reproduction(record: TrialRecord, target: str | None) -> Reproduction:
+    """Whether the trial `record` reproduces on `target` (None: an endpoint study, whose
+    trials are request settings for that very server)."""
+    via = measured_via(record)
     if target is None or via == "endpoint":
         return Reproduction(True, "measured on the endpoint itself")
     if via.startswith("server:"):
@@ -54,7 +54,7 @@ def reproduction(attrs: dict[str, Any], target: str | None) -> Reproduction:
         return Reproduction(
             False, f"measured through `{COMMANDS.get(fmt, fmt)}`, not the deploy target {target}"
         )
-    config = TrialConfig(**(attrs.get("config") or {}))
+    config = record.trial_config()
     if config.backend not in BACKENDS[target].deploys:
         return Reproduction(
             False,

@@ -50,11 +50,11 @@ def export_trial(
         port=port,
         engine_args=study_engine_args(study, fmt) if fmt != "yaml" else None,
         image_geometry=record.image_geometry,
-        adapters=stored_adapters(study.user_attrs),
-        quantized_models=_quantized_models(study.user_attrs, str(model)),
+        adapters=stored_adapters(record),
+        quantized_models=_quantized_models(record, str(model)),
     )
     if fmt != "yaml":
-        check = reproduction(trial.user_attrs, fmt)
+        check = reproduction(TrialRecord.of(trial), fmt)
         # The renderer's blockers already name an engine or a knob the command changes, which
         # is what the reproduction check found too; saying it twice reads as two reasons.
         if not check.deployable and result.exact:
@@ -71,11 +71,11 @@ def export_trial(
     return result, trial
 
 
-def _quantized_models(attrs: dict[str, Any], model: str) -> dict[str, str]:
+def _quantized_models(study: StudyRecord, model: str) -> dict[str, str]:
     """The ids `export` prints for a quantised layout: the space's, or for a dummy-weights
     study Qwen's naming of its releases (<model>-FP8)."""
-    named = dict(attrs.get("quantized_checkpoints") or {})
-    if attrs.get("dummy_weights"):
-        for layout in attrs.get("quantized_paths") or {}:
+    named = dict(study.quantized_checkpoints)
+    if study.dummy_weights:
+        for layout in study.quantized_paths:
             named.setdefault(layout, f"{model}-{layout.upper()}")
     return named

@@ -254,7 +254,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         same_answers = m.predictions == TrialRecord.of(run.reference).predictions
     constraints = constraint_values(space, m, paired, same_answers=same_answers)
     check = reproduction(
-        {"config": attrs["config"], "environment": attrs.get("environment") or {}},
+        TrialRecord(config=attrs["config"], environment=attrs.get("environment") or {}),
         None if plan.endpoint else space.deploy,
     )
     constraints[DEPLOYABLE] = 0.0 if check.deployable else 1.0
@@ -438,7 +438,8 @@ class Objective:
         # record fails here, in its own trial, not later in `best` or `report`.
         TrialRecord.from_attrs({**trial.user_attrs, **verdict.attrs}, number=trial.number)
         if not m.screened_out:
-            earlier = {k: trial.user_attrs.get(k) for k in _RECORDED_EARLY}
+            # Only what was recorded: a null would stand for a value the trial never had.
+            earlier = {k: trial.user_attrs[k] for k in _RECORDED_EARLY if k in trial.user_attrs}
             payload = {**earlier, **verdict.attrs, "time_s": time_s}
             self.spool.write(trial.number, spool_payload(trial, verdict.values, payload))
         for key, value in verdict.attrs.items():

@@ -84,7 +84,7 @@ def deploy_target(study: optuna.Study) -> str | None:
 
 
 def trial_reproduction(study: optuna.Study, trial: FrozenTrial) -> Reproduction:
-    return reproduction(trial.user_attrs, deploy_target(study))
+    return reproduction(TrialRecord.of(trial), deploy_target(study))
 
 
 def _dominates(a: list[float], b: list[float], signs: list[float]) -> bool:
