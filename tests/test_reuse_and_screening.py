@@ -38,8 +38,10 @@ def test_trials_that_differ_only_in_batch_size_reuse_the_answers(tmp_path: Path)
     for trial in trials[1:]:
         assert trial.user_attrs["accuracy_reused_from"] == 0
         assert trial.user_attrs["item_scores"] == trials[0].user_attrs["item_scores"]
-        # Reused answers still get their own latency measurement.
-        assert trial.user_attrs["measured_requests"] >= 4
+        # Reused answers still get their own latency measurement (how many requests fit in
+        # the test's 2 s load depends on how busy the machine is).
+        assert trial.user_attrs["measured_requests"] >= 1
+        assert trial.user_attrs["e2e_latency_p50_ms"] > 0
 
 
 def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:

@@ -54,12 +54,13 @@ def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Study]:
     """`autotune run --space smoke --trials 6` in a fresh folder, with default storage.
 
-    The smoke space with its load capped at 3 s of steady window after 2 s of settling
-    (instead of 10 s and 5 s): measuring was 57% of the study's time, and every figure these
-    tests check is recorded either way.
+    The smoke space with its load capped at 1.5 s of steady window after 1 s of settling
+    (instead of 10 s and 5 s), and without screening (tests/test_reuse_and_screening.py checks
+    it): they were 57% and 19% of the study's time, and every figure these tests check is
+    recorded either way.
     """
     workdir = tmp_path_factory.mktemp("smoke")
-    space = quick_space("smoke", workdir, max_measure_s=3, max_warmup_s=2)
+    space = quick_space("smoke", workdir, screening_items=0, max_measure_s=1.5, max_warmup_s=1)
     result = autotune("run", "--space", str(space), "--trials", "6", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     (workdir / "run.log").write_text(result.stderr, encoding="utf-8")

@@ -79,7 +79,13 @@ def _data_url(image: object, side: int | None) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def test_swift_export_of_in_process_trials_gives_the_same_answers(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def reproduce_study(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, list[optuna.trial.FrozenTrial]], dict[int, dict[str, object]]]:
+    """A smoke study in-process, and each trial's export: (folder, trials by command,
+    exports by trial number)."""
+    tmp_path = tmp_path_factory.mktemp("reproduce")
     space = small_space(
         tmp_path,
         name="reproduce",
@@ -120,10 +126,27 @@ def test_swift_export_of_in_process_trials_gives_the_same_answers(tmp_path: Path
     by_command: dict[str, list[optuna.trial.FrozenTrial]] = {}
     for trial in trials:
         by_command.setdefault(exports[trial.number]["command"], []).append(trial)
-    evalset = load_evalset(str(SMOKE))
-    for command, group in by_command.items():
-        assert "IMAGE_MIN_TOKEN_NUM=64" in command
-        _check_answers(command, group, exports, evalset, tmp_path)
+    return tmp_path, by_command, exports
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_swift_export_of_in_process_trials_gives_the_same_answers(
+    reproduce_study: tuple[
+        Path, dict[str, list[optuna.trial.FrozenTrial]], dict[int, dict[str, object]]
+    ],
+    batch_size: int,
+) -> None:
+    """One `swift deploy` per static batch (its --max_batch_size), launched as exported."""
+    tmp_path, by_command, exports = reproduce_study
+    served = {
+        command: group
+        for command, group in by_command.items()
+        if group[0].user_attrs["config"]["batch_size"] == batch_size
+    }
+    assert len(served) == 1, list(by_command)  # the seeded study measures both batches
+    command, group = next(iter(served.items()))
+    assert "IMAGE_MIN_TOKEN_NUM=64" in command
+    _check_answers(command, group, exports, load_evalset(str(SMOKE)), tmp_path)
 
 
 def _check_answers(
