@@ -1,8 +1,9 @@
-"""Shared fixtures, and one torch thread per process."""
+"""Shared fixtures, one torch thread per process, and Ctrl-C that reaches the commands."""
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from study_factory import build_study  # imports no torch: the setting below still applies
@@ -14,6 +15,12 @@ from study_factory import build_study  # imports no torch: the setting below sti
 # here, before anything imports torch, so every child process inherits it.
 for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+
+# A suite started in the background by a shell without job control (`cmd &` in a script)
+# inherits SIGINT ignored, and so would every command it starts: the Ctrl-C tests would test
+# nothing and fail. Python's own handler here; the commands it starts get the default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
