@@ -56,19 +56,27 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
 
 
 def quick_space(
-    name: str, folder: Path, *, screening_items: int | None = None, **workload: float
+    name: str,
+    folder: Path,
+    *,
+    evalset: Path | None = None,
+    screening_items: int | None = None,
+    **workload: float,
 ) -> Path:
     """Built-in space `name` as `folder`/<name>.yaml: the same study (name, evalset, params,
     trials, reference) with the model on an absolute path and shorter workload caps.
 
     The built-in caps are sized for a useful figure; tests that check the loop, its records and
     its commands get the same kinds of figures from a shorter load (the caps bound time, not
-    what is recorded). `screening_items`: 0 turns screening off, for tests that do not check
-    it (tests/test_reuse_and_screening.py does).
+    what is recorded). `evalset`: another set (small_evalset's, say) for tests that do not
+    check the built-in one's accuracy. `screening_items`: 0 turns screening off, for tests
+    that do not check it (tests/test_reuse_and_screening.py does).
     """
     data = yaml.safe_load((REPO / "search_spaces" / f"{name}.yaml").read_text(encoding="utf-8"))
     data["model"] = str(MODEL)
     data["workload"] = {**data["workload"], **workload}
+    if evalset is not None:
+        data["evalset"] = str(evalset)
     if screening_items is not None:
         data["screening"] = {**data.get("screening", {}), "items": screening_items}
     path = folder / f"{name}.yaml"

@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,11 +159,13 @@ def test_result_has_the_worker_shape_and_stream_timings() -> None:
     assert len(result["timings"]) == 6  # workload.max_requests
     assert result["predictions"] == {p.item_id: "hello from the fake server" for p in PROMPTS}
     for t in result["timings"]:
-        # 5 words, 20 ms apart: first text after one delay, last after five.
-        assert t["start"] < t["first_token"] < t["last_token"] <= t["end"]
-        assert t["last_token"] - t["first_token"] >= 4 * 0.02 * 0.75
+        assert t["start"] < t["first_token"] <= t["last_token"] <= t["end"]
         assert t["output_tokens"] == 10  # from usage (the fake reports 2 per word), not chunks
         assert len(t["chunk_times"]) == 5 and t["chunk_times"][0] == t["first_token"]
+    # 5 words, 20 ms apart: first text after one delay, last after five. The median request:
+    # a client kept off the CPU for 80 ms on a busy machine reads one request's chunks at once.
+    spreads = [t["last_token"] - t["first_token"] for t in result["timings"]]
+    assert statistics.median(spreads) >= 4 * 0.02 * 0.75
     assert result["startup_s"] > 0 and result["warmup_s"] == 0
     assert result["load_start"] < result["load_stop"] <= result["load_start"] + result["load_s"]
     assert result["min_warmup_s"] > 0  # the first request's turnover
