@@ -29,7 +29,6 @@ from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.exports import trial_config
 from autotune.study.select import deploy_target, find_trial, recommend
 
 DEFAULT_TOLERANCE = 0.25
@@ -182,7 +181,8 @@ def verify_trial(
     elsewhere on this machine; the first must carry the name the trials measured.
     """
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
-    config = trial_config(trial)
+    trial_record = TrialRecord.of(trial)
+    config = trial_record.trial_config()
     space = stored_space(study)
     record = StudyRecord.of(study)
     if not record.evalset:
@@ -199,7 +199,7 @@ def verify_trial(
         exact=True,
         notes=[],
     )
-    check = reproduction(TrialRecord.of(trial), target)
+    check = reproduction(trial_record, target)
     if not check.deployable:
         result.notes.append(
             f"trial {trial.number} is a what-if for {target} ({check.reason}); differences "
@@ -217,7 +217,7 @@ def verify_trial(
             image_geometry=record.image_geometry,
             measure_accuracy=not record.dummy_weights,
             on_phase=on_phase,
-            adapters=_adapters(study, adapters),
+            adapters=_adapters(record, adapters),
             quantized_paths=study_quantized_paths(record, device=space.device),
         )
     except TrialFailure as failure:
@@ -300,8 +300,8 @@ def verify_text(result: VerifyResult) -> str:
     return buffer.getvalue().rstrip()
 
 
-def _adapters(study: optuna.Study, given: list[Adapter] | None) -> list[Adapter]:
-    stored = stored_adapters(StudyRecord.of(study))
+def _adapters(study: StudyRecord, given: list[Adapter] | None) -> list[Adapter]:
+    stored = stored_adapters(study)
     if not given:
         return stored
     if stored and given[0].name != stored[0].name:

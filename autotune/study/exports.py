@@ -41,9 +41,10 @@ def export_trial(
     trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
     fmt = fmt or deploy_target(study) or "swift"
     record = StudyRecord.of(study)
+    trial_record = TrialRecord.of(trial)
     model = record.model or record.model_path
     result = render_export(
-        trial_config(trial),
+        trial_record.trial_config(),
         fmt=fmt,
         model=model,
         host=host,
@@ -54,7 +55,7 @@ def export_trial(
         quantized_models=_quantized_models(record, str(model)),
     )
     if fmt != "yaml":
-        check = reproduction(TrialRecord.of(trial), fmt)
+        check = reproduction(trial_record, fmt)
         # The renderer's blockers already name an engine or a knob the command changes, which
         # is what the reproduction check found too; saying it twice reads as two reasons.
         if not check.deployable and result.exact:
