@@ -80,6 +80,7 @@ def open_session(
             adapters=list(adapters),
         ).start(on_phase=on_phase)
     from autotune.engines.inprocess.session import WorkerSession
+    from autotune.engines.threads import choose_threads
 
     return WorkerSession(
         model=model_path,
@@ -89,6 +90,7 @@ def open_session(
         trial_timeout_s=space.trial_timeout_s,
         pinned=pinned_env(gpus) if gpus else None,
         adapters=list(adapters),
+        threads=choose_threads(space.cpu_threads),
     ).start(on_phase=on_phase)
 
 

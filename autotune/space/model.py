@@ -80,6 +80,15 @@ class SearchSpace(_Strict):
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
     trials: int = Field(20, ge=1, description="Trials to run (the reference included).")
     trial_timeout_s: float = Field(900, gt=0, description="A trial running longer fails.")
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="CPU threads of an in-process engine's torch. None: OMP_NUM_THREADS when "
+        "set, else the cores this run may use (affinity), shared by the engines it keeps at "
+        "once, less one for the study process (autotune.engines.threads). Recorded in each "
+        "trial's environment.",
+    )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed (numpy takes 32 bits).")
     workload: Workload = Field(default_factory=Workload)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)

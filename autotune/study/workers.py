@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from autotune.engines.guard import parent_death_signal
+from autotune.engines.threads import ENGINES_AT_ONCE_ENV
 from autotune.errors import StudyError
 from autotune.study.loop import finish_study, prepare_study
 from autotune.study.plan import StudyPlan
@@ -83,7 +84,12 @@ class Coordinator:
             stdin=subprocess.DEVNULL,
             text=True,
             bufsize=1,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # Each worker's engine sizes its CPU threads for a share of the cores.
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                ENGINES_AT_ONCE_ENV: str(self.plan.workers),
+            },
             start_new_session=True,  # Ctrl-C goes to the coordinator, which hands it on
             preexec_fn=_interrupt_when_parent_dies,
         )

@@ -22,6 +22,7 @@ from autotune.checkpoints.adapters import Adapter
 from autotune.engines.inprocess.worker import LaunchRequest, MeasureCommand
 from autotune.engines.process import ManagedProcess
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.engines.threads import ThreadChoice
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
@@ -41,9 +42,11 @@ class WorkerSession:
         pinned: dict[str, str] | None = None,
         log_dir: Path | None = None,
         adapters: list[Adapter] | None = None,
+        threads: ThreadChoice | None = None,
     ) -> None:
         """`pinned`: environment that gives the worker its GPUs (autotune run --gpus);
-        `adapters`: LoRA adapters the worker loads, the first one active."""
+        `adapters`: LoRA adapters the worker loads, the first one active; `threads`: the
+        CPU threads its torch may use (torch's default, one a core, when None)."""
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = 0.0
@@ -60,10 +63,12 @@ class WorkerSession:
         )
         request_path = self._workdir / "launch.json"
         request_path.write_text(request.model_dump_json(), encoding="utf-8")
+        self.threads = threads
+        extra_env = {**(pinned or {}), **(threads.env() if threads else {})}
         self.process = ManagedProcess(
             [sys.executable, "-m", "autotune.engines.inprocess.worker", str(request_path)],
             log_path=self._workdir / "worker.log",
-            env={**os.environ, **pinned} if pinned else None,
+            env={**os.environ, **extra_env} if extra_env else None,
             capture_stdout=True,
             capture_stdin=True,
         )
@@ -119,6 +124,8 @@ class WorkerSession:
             "runner": "inprocess",
             "worker_pid": str(self.pid),
         }
+        if self.threads is not None:  # the count itself comes from the worker's torch
+            result.environment["torch_threads_reason"] = self.threads.reason
         return result
 
     def alive(self) -> bool:

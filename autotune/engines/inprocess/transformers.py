@@ -239,6 +239,8 @@ class TransformersEngine:
             "device": self.device,
             "torch_version": torch.__version__,
             "transformers_version": transformers.__version__,
+            # What torch applied (from OMP_NUM_THREADS, autotune.engines.threads), not asked.
+            "torch_threads": str(torch.get_num_threads()),
         }
         if self.device == "cuda":
             info["gpu_name"] = torch.cuda.get_device_name()
