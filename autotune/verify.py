@@ -3,8 +3,11 @@
 The recommendation is a claim: "this command, on this machine, gives these figures". Verify
 starts the very command `autotune export` prints (or measures `--endpoint`), re-measures
 accuracy and speed with the study's own workload, and checks each figure against what the
-trial recorded: accuracy may drop by at most the space's max_drop, and speed may be worse by at
-most a relative tolerance. Better than recorded always passes.
+trial recorded. Each judged figure has a band: for throughput, the study's 95% interval widened
+by a relative tolerance (of the recorded figure) on each side; for latencies, which record no
+interval, the figure +-tolerance; for accuracy, +-the space's max_drop. By default the check is
+two-sided: a relaunch far faster than recorded misses as surely as one far slower, since either
+way the study's figures do not describe this deployment. `one_sided` judges the worse side only.
 """
 
 from __future__ import annotations
@@ -40,23 +43,40 @@ CHECKED_SPEED = ("throughput_output_tokens_per_s", "e2e_latency_p50_ms", "e2e_la
 SHOWN = ("ttft_p50_ms", "tpot_p50_ms", "throughput_requests_per_s", "startup_s", "peak_memory_mib")
 
 
+TWO_SIDED = "two-sided"
+ONE_SIDED = "one-sided"
+
+
 @dataclass(frozen=True)
 class Check:
     """One figure, recorded and re-measured; `passed` None means shown but not judged.
 
-    For throughput, the two 95% intervals too, and whether the recorded one covers the new
-    figure: a relaunch that lands outside it means the study's interval was too narrow.
+    A judged figure must land in [low, high] (None: no limit on that side); `miss` says on
+    which side it left the band ("above" or "below"). For throughput, the two 95% intervals
+    too, and whether the recorded one covers the new figure.
     """
 
     metric: str
     recorded: float | None
     measured: float | None
-    bound: float | None
+    low: float | None
+    high: float | None
     rule: str
     passed: bool | None
+    miss: str | None = None
     recorded_interval: tuple[float, float] | None = None
     measured_interval: tuple[float, float] | None = None
     covered: bool | None = None
+
+
+def judged(
+    metric: str, rec: float, mes: float, low: float | None, high: float | None, rule: str
+) -> Check:
+    """The check of a figure against its band [low, high]."""
+    miss = "below" if low is not None and mes < low - 1e-12 else None
+    if high is not None and mes > high + 1e-12:
+        miss = "above"
+    return Check(metric, rec, mes, low, high, rule, miss is None, miss)
 
 
 @dataclass
@@ -70,6 +90,8 @@ class VerifyResult:
     checks: list[Check] = field(default_factory=list)
     failure: str | None = None
     log_tail: str = ""
+    rule: str = TWO_SIDED
+    tolerance: float = DEFAULT_TOLERANCE
 
     @property
     def passed(self) -> bool:
@@ -87,16 +109,30 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def speed_check(metric: str, recorded: Any, measured: Any, tolerance: float) -> Check:
-    """Measured may be worse than recorded by at most `tolerance` (relative); better passes."""
+def speed_check(
+    metric: str,
+    recorded: Any,
+    measured: Any,
+    tolerance: float,
+    *,
+    interval_rel: float | None = None,
+    one_sided: bool = False,
+) -> Check:
+    """The figure must lie within the recorded one +-(its interval's relative half-width, if
+    recorded, + `tolerance`). One-sided: only the worse side is a limit."""
     rec, mes = _number(recorded), _number(measured)
     maximize = METRICS[metric].direction == "maximize"
     if rec is None or mes is None or rec == 0:
-        return Check(metric, rec, mes, None, "not comparable", None)
-    bound = rec * (1 - tolerance) if maximize else rec * (1 + tolerance)
-    passed = mes >= bound if maximize else mes <= bound
-    rule = f"{'>=' if maximize else '<='} recorded {'-' if maximize else '+'}{tolerance:.0%}"
-    return Check(metric, rec, mes, bound, rule, passed)
+        return Check(metric, rec, mes, None, None, "not comparable", None)
+    rel = interval_rel if interval_rel is not None and math.isfinite(interval_rel) else 0.0
+    spread = rel + tolerance
+    low, high = max(0.0, rec * (1 - spread)), rec * (1 + spread)
+    allowance = f"({rel:.1%} interval + {tolerance:.0%})" if rel else f"{tolerance:.0%}"
+    if not one_sided:
+        return judged(metric, rec, mes, low, high, f"recorded ±{allowance}")
+    if maximize:
+        return judged(metric, rec, mes, low, None, f"recorded -{allowance} or more")
+    return judged(metric, rec, mes, None, high, f"recorded +{allowance} or less")
 
 
 def interval(figures: dict[str, Any]) -> tuple[float, float] | None:
@@ -117,24 +153,35 @@ def with_intervals(check: Check, recorded: dict[str, Any], measured: dict[str, A
     return replace(check, recorded_interval=before, measured_interval=now, covered=covered)
 
 
-def accuracy_check(recorded: Any, measured: Any, max_drop: float) -> Check:
+def accuracy_check(
+    recorded: Any, measured: Any, max_drop: float, *, one_sided: bool = False
+) -> Check:
+    """Accuracy within the recorded one +-max_drop; one-sided, at most max_drop lower."""
     rec, mes = _number(recorded), _number(measured)
     if rec is None or mes is None:
-        return Check("accuracy", rec, mes, None, "not comparable", None)
-    bound = rec - max_drop
-    return Check("accuracy", rec, mes, bound, f">= recorded - {max_drop:g}", mes >= bound - 1e-12)
+        return Check("accuracy", rec, mes, None, None, "not comparable", None)
+    low = rec - max_drop
+    if one_sided:
+        return judged("accuracy", rec, mes, low, None, f"recorded -{max_drop:g} or more")
+    return judged("accuracy", rec, mes, low, rec + max_drop, f"recorded ±{max_drop:g}")
 
 
 def compare(
-    trial: FrozenTrial, m: Measurement, space: SearchSpace, tolerance: float
+    trial: FrozenTrial,
+    m: Measurement,
+    space: SearchSpace,
+    tolerance: float,
+    *,
+    one_sided: bool = False,
 ) -> list[Check]:
     recorded = TrialRecord.of(trial).model_dump()
     measured: dict[str, Any] = dict(m.figures)
     if m.accuracy is not None:
         measured["accuracy"] = m.accuracy.accuracy
+    max_drop = space.constraints.accuracy.max_drop
     checks = [
         accuracy_check(
-            recorded.get("accuracy"), measured.get("accuracy"), space.constraints.accuracy.max_drop
+            recorded.get("accuracy"), measured.get("accuracy"), max_drop, one_sided=one_sided
         )
     ]
     objectives = [o.metric for o in space.objectives]
@@ -142,7 +189,15 @@ def compare(
     for metric in speed:
         if metric in ("accuracy", "peak_memory_mib", "startup_s", "compile_s"):
             continue
-        check = speed_check(metric, recorded.get(metric), measured.get(metric), tolerance)
+        rel = _number(recorded.get("throughput_ci_rel")) if metric == THROUGHPUT else None
+        check = speed_check(
+            metric,
+            recorded.get(metric),
+            measured.get(metric),
+            tolerance,
+            interval_rel=rel,
+            one_sided=one_sided,
+        )
         if metric == THROUGHPUT:
             check = with_intervals(check, recorded, measured)
         checks.append(check)
@@ -152,9 +207,12 @@ def compare(
             continue
         rec, mes = _number(recorded.get(metric)), _number(measured.get(metric))
         if metric == "peak_memory_mib" and budget is not None and mes is not None:
-            checks.append(Check(metric, rec, mes, budget, "<= memory budget", mes <= budget))
+            checks.append(
+                Check(metric, rec, mes, None, budget, "<= memory budget", mes <= budget,
+                      None if mes <= budget else "above")
+            )  # fmt: skip
         else:
-            checks.append(Check(metric, rec, mes, None, "shown only", None))
+            checks.append(Check(metric, rec, mes, None, None, "shown only", None))
     return checks
 
 
@@ -172,10 +230,14 @@ def verify_trial(
     fmt: str | None = None,
     endpoint: str | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
+    one_sided: bool = False,
     on_phase: Callable[[str], None] | None = None,
     adapters: list[Adapter] | None = None,
 ) -> VerifyResult:
     """Re-measure the recommended (or a given) trial through its deploy command.
+
+    Two-sided by default: a judged figure outside its band, above or below, is a miss.
+    `one_sided`: only a worse figure is (a relaunch faster or more accurate passes).
 
     `adapters` (from --adapter) replace the study's own, e.g. where their folders live
     elsewhere on this machine; the first must carry the name the trials measured.
@@ -198,6 +260,8 @@ def verify_trial(
         command="",
         exact=True,
         notes=[],
+        rule=ONE_SIDED if one_sided else TWO_SIDED,
+        tolerance=tolerance,
     )
     check = reproduction(trial_record, target)
     if not check.deployable:
@@ -237,7 +301,7 @@ def verify_trial(
             f"trial {trial.number} was measured in-process ({config.backend}); this run adds "
             "the HTTP server's own overheads"
         )
-    result.checks = compare(trial, m, space, tolerance)
+    result.checks = compare(trial, m, space, tolerance, one_sided=one_sided)
     return result
 
 
@@ -268,7 +332,7 @@ def verify_text(result: VerifyResult) -> str:
                 console.print(f"    {line}", markup=False)
         return buffer.getvalue().rstrip()
     table = Table(title_justify="left")
-    for header in ("metric", "recorded", "measured", "change", "required", "result"):
+    for header in ("metric", "recorded", "measured", "change", "rule", "band", "result"):
         table.add_column(header)
     for c in result.checks:
         change = (
@@ -276,9 +340,10 @@ def verify_text(result: VerifyResult) -> str:
             if c.recorded and c.measured is not None
             else "-"
         )
-        required = f"{c.rule} ({_cell(c.bound)})" if c.bound is not None else c.rule
-        verdict = "-" if c.passed is None else ("ok" if c.passed else "FAIL")
-        table.add_row(c.metric, _cell(c.recorded), _cell(c.measured), change, required, verdict)
+        verdict = "-" if c.passed is None else ("ok" if c.passed else f"FAIL ({c.miss})")
+        table.add_row(
+            c.metric, _cell(c.recorded), _cell(c.measured), change, c.rule, _band(c), verdict
+        )
     console.print(table)
     for c in result.checks:
         if c.recorded_interval is None or c.covered is None:
@@ -295,9 +360,57 @@ def verify_text(result: VerifyResult) -> str:
                 else ""
             )
         )
-    failed = [c.metric for c in result.checks if c.passed is False]
-    console.print("PASS" if not failed else f"FAIL: {', '.join(failed)} outside tolerance")
+    # Unwrapped, so each stays one line a script can find.
+    console.print(rule_text(result), soft_wrap=True)
+    console.print(verdict_text(result), soft_wrap=True)
     return buffer.getvalue().rstrip()
+
+
+def _band(check: Check) -> str:
+    if check.low is not None and check.high is not None:
+        return f"[{_cell(check.low)}, {_cell(check.high)}]"
+    if check.low is not None:
+        return f">= {_cell(check.low)}"
+    if check.high is not None:
+        return f"<= {_cell(check.high)}"
+    return "-"
+
+
+def rule_text(result: VerifyResult) -> str:
+    """The rule the verdict applied, in words."""
+    band = (
+        f"the study's 95% interval (throughput) or figure (latencies) ±{result.tolerance:.0%} "
+        "of the recorded figure (--tolerance), accuracy ±max_drop"
+    )
+    if result.rule == ONE_SIDED:
+        return (
+            f"rule: one-sided (--one-sided): only a figure worse than its band ({band}) is a "
+            "miss; a better one passes"
+        )
+    return (
+        f"rule: two-sided: a figure outside its band ({band}), above or below, is a miss; "
+        "--one-sided passes better figures"
+    )
+
+
+def verdict_text(result: VerifyResult) -> str:
+    """PASS, or FAIL with each missed figure, the side it left its band on and what it means."""
+    missed = [c for c in result.checks if c.passed is False]
+    if not missed:
+        return "PASS"
+    parts, better_seen = [], False
+    for c in missed:
+        better = (c.miss == "above") == (METRICS[c.metric].direction == "maximize")
+        better_seen = better_seen or better
+        what = "better" if better else "worse"
+        parts.append(f"{c.metric} {c.miss} its band {_band(c)} ({what} than recorded)")
+    hint = (
+        "; a figure better than its band means the study did not measure what this command "
+        "gives here (other load on the machine then or now, another host, other threads)"
+        if better_seen
+        else ""
+    )
+    return f"FAIL: {'; '.join(parts)}{hint}"
 
 
 def _adapters(study: StudyRecord, given: list[Adapter] | None) -> list[Adapter]:

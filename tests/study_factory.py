@@ -9,6 +9,7 @@ one infeasible trial, one failed trial (reason and log tail) and one pruned tria
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -61,6 +62,9 @@ class Spec:
     state: TrialState = TrialState.COMPLETE
     reference: bool = False
     failure: str | None = None
+    ci_rel: float | None = None  # the throughput's 95% interval, relative
+    duplicate_of: int | None = None  # a repeated proposal: the trial's figures are copied
+    one_token: bool = False  # one-token answers: no TPOT (NaN)
 
 
 def _p(attn: str, side: int | None, batch: int) -> dict[str, Any]:
@@ -143,8 +147,13 @@ def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
                 "startup_s": 14.2,
                 "compile_s": 0.0,
                 "measured_requests": 64,
+                "output_tokens_per_request": 1.0 if spec.one_token else 40.0,
             }
         )
+        if spec.one_token:
+            attrs["tpot_p50_ms"] = attrs["tpot_p95_ms"] = math.nan
+        if spec.ci_rel is not None:
+            attrs["throughput_ci_rel"] = spec.ci_rel
         if not spec.reference:
             attrs["paired_vs_reference"] = {
                 "n_items": len(ITEMS),
@@ -218,8 +227,18 @@ def build_study(
     reference_accuracy = next((s.accuracy for s in specs if s.reference and s.state == done), 0.9)
     for spec in specs:
         # ask/tell like a real run: artifacts can only be attached while a trial is running.
-        study.enqueue_trial(spec.params)
+        twin = specs[spec.duplicate_of] if spec.duplicate_of is not None else None
+        study.enqueue_trial(twin.params if twin else spec.params)
         trial = study.ask(DISTRIBUTIONS)
+        if twin is not None:  # as autotune.study.objective.copy_twin records it
+            attrs = {**_user_attrs(twin, reference_accuracy), "is_reference": False}
+            trial.set_user_attr("duplicate_of", spec.duplicate_of)
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            for name in CONSTRAINT_NAMES:
+                trial.set_constraint(name, attrs["constraints"][name])
+            study.tell(trial, [twin.throughput, float(twin.p95_ms)])
+            continue
         attrs = _user_attrs(spec, reference_accuracy)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)

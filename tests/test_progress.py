@@ -45,7 +45,7 @@ def test_terminal_shows_a_bar_with_phase_and_best(study: optuna.Study) -> None:
     assert "1/4" in out  # the bar counts counted trials: a failed one does not count
     assert "[1/4] trial 2 0 s: 305.5 tok/s, p95 4200 ms, acc 0.880" in out
     assert "best: trial 2 (305.5 tok/s, p95 4200 ms)" in out
-    assert "[not counted] trial 6 0 s: FAIL (out of memory; the sampler now avoids this" in out
+    assert "[failed, not counted] trial 6 0 s: FAIL (out of memory; the sampler now avoids" in out
     assert "[2/4]" not in out
 
 
@@ -56,7 +56,7 @@ def test_not_a_terminal_writes_plain_lines_per_trial_and_phase(study: optuna.Stu
     assert lines[0] == "study 'small': 0/4 trials finished"
     trial_lines = [line.split(" s:")[0] for line in lines[1:] if line.startswith("[")]
     # A failed trial does not count towards --trials and says so, not "[1/4]" again.
-    assert trial_lines == ["[1/4] trial 2 0", "[not counted] trial 6 0"]
+    assert trial_lines == ["[1/4] trial 2 0", "[failed, not counted] trial 6 0"]
     # A long GPU trial's log says where it is: one indented line per phase, in order.
     phases = [line.split(": ")[1].split(" (")[0] for line in lines if line.startswith("  trial 6")]
     assert phases == ["starting", "loading", "warm-up", "screening", "load test", "accuracy"]
@@ -87,8 +87,9 @@ def test_best_and_export_json(small_study: tuple[str, str]) -> None:
     assert data["argv"][:3] == ["lmdeploy", "serve", "api_server"]
 
 
-def test_the_time_line_counts_trials_as_the_progress_lines_do() -> None:
-    """The summary names the failed and repeated trials that the `[k/N]` count left out."""
+def test_the_time_line_leaves_the_counting_to_the_counts_line() -> None:
+    """The time line says where the seconds went and on how many launches ("1 launch", not
+    "1 launches"); which trials were repeats or failures is the counts line's to say."""
     from optuna.trial import TrialState, create_trial
 
     from autotune.study.timeshare import time_share
@@ -105,9 +106,9 @@ def test_the_time_line_counts_trials_as_the_progress_lines_do() -> None:
         trial(TrialState.COMPLETE, launch_id="b"),
     ]
     share = time_share(trials)
-    assert share.line().startswith("40 s in 4 trials (2 failed or repeated, not counted) on 2")
-    assert share.to_dict()["trials_not_counted"] == 2
-    assert "not counted" not in time_share(trials[:1]).line()
+    assert share.line().startswith("40 s of trial time on 2 launches: ")
+    assert time_share(trials[:2]).line().startswith("20 s of trial time on 1 launch: ")
+    assert "failed" not in share.line() and "trials" not in share.line()
 
 
 def test_the_time_line_names_what_other_is_and_every_part_it_timed() -> None:

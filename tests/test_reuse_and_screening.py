@@ -90,7 +90,8 @@ def test_a_configuration_proposed_again_is_not_measured_again(tmp_path: Path) ->
     space = small_space(tmp_path, trials=3, params={"batch_size": {"choices": [1]}})
     result, study = run_study(space, study="t", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "[not counted] trial 1 (same configuration as trial 0, not re-run)" in result.stderr
+    repeated = "[repeat, not counted] trial 1 (same configuration as trial 0, not re-run)"
+    assert repeated in result.stderr
     # A repeated proposal does not count towards --trials: with nothing else to try, the
     # study stops once the sampler has repeated itself EXHAUSTED_AFTER times in a row.
     assert "the space looks exhausted" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.
     result = autotune("run", "--space", str(space), "--trials", "6", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     (workdir / "run.log").write_text(result.stderr, encoding="utf-8")
+    (workdir / "run.out").write_text(result.stdout, encoding="utf-8")
     db = workdir / "studies" / "smoke.db"
     assert db.is_file()
     study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{db}")
@@ -144,6 +146,39 @@ def test_best_shows_the_recommendation(smoke_study: tuple[Path, optuna.Study]) -
     # The floor explains itself: 8 items cannot show a 0.05 margin.
     assert "8 items cannot show non-inferiority" in as_json["floor_warning"]
     assert "8 items cannot show non-inferiority" in result.stdout
+
+
+def test_one_count_in_the_progress_best_and_the_report(
+    smoke_study: tuple[Path, optuna.Study],
+) -> None:
+    """The run's progress lines, its summary, `best` and the report count the trials the same
+    way; a repeated proposal is named as one, never a failure, a row or a deploy block."""
+    from autotune.report.data import collect
+    from autotune.report.html import render
+    from autotune.report.text import best_json, best_text
+    from autotune.study.counting import trial_counts
+
+    workdir, study = smoke_study
+    counts = trial_counts(study)
+    line = counts.line()
+    progress = (workdir / "run.log").read_text(encoding="utf-8").splitlines()
+    assert line in progress and line in (workdir / "run.out").read_text(encoding="utf-8")
+    # In-process: `best` and `report` as the CLI calls them, without three more start-ups.
+    assert line in best_text(study).splitlines()
+    assert best_json(study)["trials"] == counts.to_dict()
+    numbered = [x for x in progress if re.match(r"\[\d+/6\] trial", x)]
+    repeats = [x for x in progress if x.startswith("[repeat, not counted] trial")]
+    assert (len(numbered), len(repeats)) == (counts.counted, counts.repeats)
+    assert counts.counted == 6
+    assert counts.failed == 0 and not any(x.startswith("[failed") for x in progress)
+    report = render(collect(study))
+    assert f'<p class="counts">{line}</p>' in report
+    top = report.split('id="top"', 1)[1].split("<h2 id=", 1)[0]
+    shown = {int(n) for n in re.findall(r"<summary>trial (\d+) deploy", top)}
+    duplicates = {t.number for t in study.trials if "duplicate_of" in t.user_attrs}
+    assert shown and not shown & duplicates
+    for number in duplicates:
+        assert f"trial {number} repeated trial " in report
 
 
 def test_every_infeasible_trial_says_why(smoke_study: tuple[Path, optuna.Study]) -> None:

@@ -100,7 +100,14 @@ def export(
     type=FiniteFloatRange(0.0, 1.0),
     default=0.25,
     show_default=True,
-    help="How much worse (relative) throughput and latency may be than recorded.",
+    help="Allowance (relative to the recorded figure) added on each side of the study's "
+    "throughput interval, and around its latencies.",
+)
+@click.option(
+    "--one-sided",
+    is_flag=True,
+    help="Judge only figures worse than recorded; a relaunch faster or more accurate passes "
+    "(default: two-sided, a figure outside its band above or below is a miss).",
 )
 @adapter_option
 @json_option
@@ -112,12 +119,14 @@ def verify(
     fmt: str | None,
     endpoint: str | None,
     tolerance: float,
+    one_sided: bool,
     adapter_specs: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Relaunch the recommended (or a chosen) trial's command and check its figures.
 
-    Exit status 0 when every figure is within tolerance, 1 when not.
+    Exit status 0 when every judged figure lands in its band, 1 on a miss (above or below
+    unless --one-sided).
     """
     from autotune.checkpoints.adapters import parse_adapters
     from autotune.study.storage import load_study
@@ -131,6 +140,7 @@ def verify(
         fmt=fmt,
         endpoint=endpoint,
         tolerance=tolerance,
+        one_sided=one_sided,
         on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
         adapters=adapters or None,
     )

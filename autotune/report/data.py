@@ -19,6 +19,7 @@ from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.params import PARAM_NAMES, base_param
 from autotune.records.stored import StudyRecord, TrialRecord
+from autotune.study.counting import TrialCounts, trial_counts
 from autotune.study.exports import export_trial
 from autotune.study.select import (
     NoDeployableTrial,
@@ -57,12 +58,12 @@ class Importances:
 
     by_target: dict[str, dict[str, float]] = field(default_factory=dict)
     message: str = ""
-    trials: int = 0  # the completed trials they rest on
+    trials: int = 0  # the distinct measured trials they rest on (no repeated proposal twice)
 
     @property
     def basis(self) -> str:
         """What the importances rest on, with a caveat while that is too little to rank."""
-        basis = f"from {self.trials} completed trials"
+        basis = f"from {self.trials} measured trials (repeated proposals once)"
         if self.trials < FIRM_IMPORTANCE_TRIALS:
             basis += (
                 f"; PED-ANOVA compares the best tenth of the trials with the rest, and under "
@@ -75,7 +76,9 @@ class Importances:
 class ReportData:
     study: optuna.Study
     trials: list[FrozenTrial]
-    complete: list[FrozenTrial]
+    complete: list[FrozenTrial]  # completed and measured: a repeated proposal is not one
+    counts: TrialCounts
+    repeats: list[FrozenTrial]  # proposals of a measured configuration, figures copied
     recommendation: Recommendation | None  # None: no trial reproduces on the deploy target
     no_recommendation: str
     what_ifs: list[tuple[FrozenTrial, str]]
@@ -86,6 +89,7 @@ class ReportData:
     top: list[TopConfig]
     samples: list[dict[str, Any]]
     samples_total: int
+    samples_right: int
     reference_answers: dict[str, str]
     importances: Importances
     environment: dict[str, Any]
@@ -105,6 +109,56 @@ def params_words(params: dict[str, Any]) -> str:
         f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}"
         for name, value in params.items()
     )
+
+
+def why_no_tpot(record: TrialRecord) -> str | None:
+    """Why a completed trial has no time per output token (NaN), or None when it has one or
+    did not complete: TPOT needs answers of two tokens or more, streamed in several pieces."""
+    tpot = record.figure("tpot_p50_ms")
+    if tpot is None or math.isfinite(tpot):
+        return None
+    tokens = record.figure("output_tokens_per_request")
+    if tokens is not None and tokens < 2:
+        return "its answers were one token long"
+    return "no answer of two tokens or more arrived in several pieces (not streamed)"
+
+
+def reference_why(
+    study: optuna.Study,
+    rec: Recommendation,
+    measured: list[FrozenTrial],
+    infeasible: dict[int, list[str]],
+) -> list[str]:
+    """Why the recommended trial (the reference, when it is) won: each `measured` trial
+    faster than it, and what kept it out (a constraint, the deploy target, a tie decided by
+    the next objective)."""
+    throughput = "throughput_output_tokens_per_s"
+    base = finite(TrialRecord.of(rec.trial).figure(throughput))
+    speeds = {t.number: finite(TrialRecord.of(t).figure(throughput)) or 0.0 for t in measured}
+    faster = sorted(
+        (t for t in measured if base is not None and speeds[t.number] > base),
+        key=lambda t: -speeds[t.number],
+    )
+    if not faster:
+        return [f"no other measured trial was faster ({len(measured) - 1} measured besides it)"]
+    what_ifs = {t.number: why for t, why in rec.what_ifs}
+    ties = {t.number for t in rec.ties}
+    names = objective_names(study)
+    second = names[1] if len(names) > 1 else "next objective"
+    lines = []
+    for trial in faster:
+        rel = TrialRecord.of(trial).throughput_interval_rel()
+        speed = f"{speeds[trial.number]:.1f}" + (f" ±{rel:.1%}" if rel is not None else "")
+        if trial.number in infeasible:
+            why = f"is infeasible: {'; '.join(infeasible[trial.number])}"
+        elif trial.number in what_ifs:
+            why = f"is a what-if: {what_ifs[trial.number]}"
+        elif trial.number in ties:
+            why = f"ties with it (the throughput intervals overlap) and has the worse {second}"
+        else:
+            why = "is off the feasible Pareto front: another trial is as fast with lower latency"
+        lines.append(f"trial {trial.number} ({speed} tok/s) {why}")
+    return lines
 
 
 def what_ifs_title(what_ifs: list[tuple[FrozenTrial, str]]) -> str:
@@ -137,12 +191,15 @@ def _exports(study: optuna.Study, trial: FrozenTrial) -> dict[str, Export | str]
     return out
 
 
-def top_configs(study: optuna.Study, rec: Recommendation | None) -> list[TopConfig]:
+def top_configs(
+    study: optuna.Study, rec: Recommendation | None, measured: list[FrozenTrial]
+) -> list[TopConfig]:
     """The recommended trial first, then the deployable feasible front, then the other
-    deployable feasible trials (what-ifs have their own table)."""
+    deployable feasible trials of `measured` (what-ifs have their own table; a repeated
+    proposal is its twin's row, not one of its own)."""
     if rec is None:
         return []
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    complete = measured
     what_ifs = {t.number for t, _ in rec.what_ifs}
     sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
     front_numbers = {t.number for t in rec.front}
@@ -193,19 +250,30 @@ def sample_outputs(trial: FrozenTrial, store: Any) -> list[dict[str, Any]]:
 
 
 def _shown_samples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Failures first: they are what a reader needs to judge an accuracy drop.
-    return sorted(rows, key=lambda r: (bool(r.get("passed")), str(r.get("id"))))[:SAMPLE_ROWS]
+    """Right and wrong answers alike, alternating (each in item order) while both last: what
+    the recommended trial reads correctly is as much the story as what it misses."""
+    by_id = sorted(rows, key=lambda r: str(r.get("id")))
+    right = [r for r in by_id if r.get("passed")]
+    wrong = [r for r in by_id if not r.get("passed")]
+    shown: list[dict[str, Any]] = []
+    while len(shown) < SAMPLE_ROWS and (right or wrong):
+        for group in (right, wrong):
+            if group and len(shown) < SAMPLE_ROWS:
+                shown.append(group.pop(0))
+    return shown
 
 
-def importances(study: optuna.Study, complete: list[FrozenTrial]) -> Importances:
-    """PED-ANOVA importances (what optuna-dashboard uses; needs no scikit-learn)."""
-    if len(complete) < MIN_IMPORTANCE_TRIALS:
+def importances(study: optuna.Study, measured: list[FrozenTrial]) -> Importances:
+    """PED-ANOVA importances (what optuna-dashboard uses; needs no scikit-learn) over the
+    `measured` trials only: a repeated proposal would count its configuration twice."""
+    if len(measured) < MIN_IMPORTANCE_TRIALS:
         return Importances(
-            message=f"needs at least {MIN_IMPORTANCE_TRIALS} completed trials "
-            f"({len(complete)} so far)"
+            message=f"needs at least {MIN_IMPORTANCE_TRIALS} measured trials "
+            f"({len(measured)} so far)"
         )
     names = objective_names(study)
-    result = Importances(trials=len(complete))
+    result = Importances(trials=len(measured))
+    distinct = _study_of(study, measured)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "too few trials" warnings: the numbers say it
         for index, (name, direction) in enumerate(zip(names, study.directions, strict=True)):
@@ -213,7 +281,7 @@ def importances(study: optuna.Study, complete: list[FrozenTrial]) -> Importances
             sign = -1.0 if direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
             try:
                 values = optuna.importance.get_param_importances(
-                    study,
+                    distinct,
                     evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
                     target=lambda t, i=index, s=sign: s * t.values[i],
                 )
@@ -223,6 +291,19 @@ def importances(study: optuna.Study, complete: list[FrozenTrial]) -> Importances
     if not any(any(v > 0 for v in values.values()) for values in result.by_target.values()):
         result.message = "no parameter made a measurable difference yet"
     return result
+
+
+def _study_of(study: optuna.Study, trials: list[FrozenTrial]) -> optuna.Study:
+    """An in-memory study holding `trials` only, for Optuna's importance evaluators (they
+    read every completed trial of the study they are given)."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
+    try:
+        subset = optuna.create_study(directions=study.directions)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    subset.add_trials(trials)
+    return subset
 
 
 def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any]:
@@ -244,7 +325,8 @@ def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any
 def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
     """Everything the report shows, read once. `artifact_store` may be None (no artifacts)."""
     trials = study.get_trials(deepcopy=False)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    complete = [t for t in done if TrialRecord.of(t).duplicate_of is None]
     rec: Recommendation | None
     try:
         rec, no_rec, what_ifs = recommend(study), "", []
@@ -263,6 +345,8 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         study=study,
         trials=trials,
         complete=complete,
+        counts=trial_counts(study, trials),
+        repeats=[t for t in done if TrialRecord.of(t).duplicate_of is not None],
         recommendation=rec,
         no_recommendation=no_rec,
         what_ifs=what_ifs,
@@ -270,9 +354,10 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         time=study_time_share(study),
         infeasible=infeasible_trials(study, complete),
         reference=reference,
-        top=top_configs(study, rec),
+        top=top_configs(study, rec, complete),
         samples=_shown_samples(rows),
         samples_total=len(rows),
+        samples_right=sum(1 for row in rows if row.get("passed")),
         reference_answers=reference_answers,
         importances=importances(study, complete),
         environment=environment(study, trials),

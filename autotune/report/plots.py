@@ -13,7 +13,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import Importances, ReportData, changed_params, finite, params_words
-from autotune.study.select import CONSTRAINT_NAMES, constraint_values, is_feasible
+from autotune.study.select import (
+    CONSTRAINT_NAMES,
+    constraint_values,
+    is_feasible,
+    throughput_interval,
+)
 
 THROUGHPUT = "throughput_output_tokens_per_s"
 P95 = "e2e_latency_p95_ms"
@@ -67,6 +72,29 @@ def _accuracy_range(trials: list[FrozenTrial]) -> dict[str, float]:
     return {"cmin": max(0.0, low), "cmax": min(1.0, high)}
 
 
+def throughput_bars(trials: list[FrozenTrial], colour: str = "#555") -> dict[str, Any]:
+    """Error bars of each trial's 95% throughput interval (none where it recorded none): ties
+    are decided by them, so a reader sees which points are apart."""
+    ups, downs = [], []
+    for trial in trials:
+        value = finite(TrialRecord.of(trial).figure(THROUGHPUT))
+        bounds = throughput_interval(trial)
+        if value is None or bounds is None:
+            ups.append(0.0)
+            downs.append(0.0)
+            continue
+        ups.append(round(bounds[1] - value, 6))
+        downs.append(round(value - bounds[0], 6))
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": ups,
+        "arrayminus": downs,
+        "color": colour,
+        "thickness": 1.2,
+    }
+
+
 def pareto_figure(data: ReportData) -> Any:
     """Throughput against p95 latency; colour = accuracy, x = infeasible, line = front."""
     go = _go()
@@ -91,6 +119,7 @@ def pareto_figure(data: ReportData) -> Any:
             go.Scatter(
                 x=[TrialRecord.of(t).figure(P95) for t in group],
                 y=[TrialRecord.of(t).figure(THROUGHPUT) for t in group],
+                error_y=throughput_bars(group),
                 mode="markers+text",
                 name=name,
                 text=[str(t.number) for t in group],
@@ -141,7 +170,7 @@ def pareto_figure(data: ReportData) -> Any:
         )
     fig.update_layout(
         **LAYOUT,
-        title="Throughput vs p95 latency (up and left is better)",
+        title="Throughput (bars: 95% interval) vs p95 latency (up and left is better)",
         xaxis_title="e2e latency p95 (ms)",
         yaxis_title="output tokens / s",
         coloraxis={
@@ -286,6 +315,7 @@ def batch_figure(data: ReportData) -> Any | None:
                 go.Scatter(
                     x=[str(_config_value(t, "batch_size")) for t in group],
                     y=[TrialRecord.of(t).figure(key) for t in group],
+                    error_y=throughput_bars(group, colour) if key == THROUGHPUT else None,
                     mode="markers",
                     name=name,
                     legendgroup=name,

@@ -14,7 +14,15 @@ from rich.table import Table
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.report.data import changed_params, named_beside, params_words, what_ifs_title
+from autotune.report.data import (
+    changed_params,
+    named_beside,
+    params_words,
+    reference_why,
+    what_ifs_title,
+    why_no_tpot,
+)
+from autotune.study.counting import trial_counts
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     NoDeployableTrial,
@@ -68,13 +76,12 @@ def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | Non
 
 
 def best_json(study: optuna.Study) -> dict[str, Any]:
-    states = [t.state for t in study.get_trials(deepcopy=False)]
     data: dict[str, Any] = {
         "study": study.study_name,
         "objectives": dict(
             zip(objective_names(study), [d.name.lower() for d in study.directions], strict=True)
         ),
-        "trials": {s.name: states.count(s) for s in TrialState if states.count(s)},
+        "trials": trial_counts(study).to_dict(),
         "dummy_weights": StudyRecord.of(study).dummy_weights,
         "deploy_target": deploy_target(study),
         "time": study_time_share(study).to_dict(),
@@ -105,8 +112,12 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
     }
 
 
+def _complete(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
 def _infeasible(study: optuna.Study) -> dict[int, list[str]]:
-    return infeasible_trials(study, study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    return infeasible_trials(study, _complete(study))
 
 
 def _unlike_reference(study: optuna.Study) -> dict[int, str]:
@@ -123,7 +134,11 @@ def _what_if(trial: FrozenTrial, why: str) -> dict[str, Any]:
 
 
 def _cell(value: Any, spec: str) -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "-"
+    """A figure in a table cell: "-" when not recorded, "n/a" when it could not be computed
+    (NaN: why is said under the table)."""
+    if not isinstance(value, (int, float)):
+        return "-"
+    return format(value, spec) if math.isfinite(value) else "n/a"
 
 
 def _throughput_cell(trial: FrozenTrial) -> str:
@@ -139,6 +154,17 @@ def _throughput_cell(trial: FrozenTrial) -> str:
 def _changed_params(trial: FrozenTrial) -> str:
     """The searched parameters' values, as `name=value` words."""
     return params_words(changed_params(trial, None))
+
+
+def print_table(
+    console: Console, title: str, trials: list[FrozenTrial], marked: int | None
+) -> None:
+    """The table, then why a figure of it says n/a."""
+    console.print(_table(title, trials, marked))
+    for trial in trials:
+        why = why_no_tpot(TrialRecord.of(trial))
+        if why is not None:
+            console.print(f"  trial {trial.number}: TPOT n/a: {why}", markup=False)
 
 
 def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
@@ -185,12 +211,11 @@ def best_text(study: optuna.Study) -> str:
         rec, what_ifs = None, exc.what_ifs
         console.print(f"study '{study.study_name}': {exc}")
     if rec is not None and rec.front:
-        console.print(
-            _table(
-                f"study '{study.study_name}': feasible Pareto front, {where}",
-                rec.front,
-                rec.trial.number,
-            )
+        print_table(
+            console,
+            f"study '{study.study_name}': feasible Pareto front, {where}",
+            rec.front,
+            rec.trial.number,
         )
     elif rec is not None:
         console.print(f"study '{study.study_name}': no feasible trial {where}")
@@ -210,12 +235,11 @@ def best_text(study: optuna.Study) -> str:
         for number, why in unlike.items():
             console.print(f"  trial {number}: {why}", markup=False)
     if what_ifs:
-        console.print(
-            _table(
-                f"{what_ifs_title(what_ifs)}: measured, but not deployable to {target}",
-                [t for t, _ in what_ifs],
-                None,
-            )
+        print_table(
+            console,
+            f"{what_ifs_title(what_ifs)}: measured, but not deployable to {target}",
+            [t for t, _ in what_ifs],
+            None,
         )
         for trial, why in what_ifs:
             console.print(f"  trial {trial.number}: {why}")
@@ -227,17 +251,31 @@ def best_text(study: optuna.Study) -> str:
     named = named_beside(study.get_trials(deepcopy=False), rec)
     if named:
         title = "the reference and the named candidates beside the recommendation"
-        console.print(_table(title, named, rec.trial.number if rec is not None else None))
+        print_table(console, title, named, rec.trial.number if rec is not None else None)
         for trial in named:
             if trial.state != TrialState.COMPLETE:
                 why = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
                 label = TrialRecord.of(trial).candidate or "reference"
                 console.print(f"  trial {trial.number} ({label}): {why}", markup=False)
+    counts = trial_counts(study)
+    # Unwrapped: the same line as the run's summary and the report's, for a script to find.
+    console.print(counts.line(), markup=False, soft_wrap=True)
+    for failure in counts.failures:
+        console.print(
+            f"  trial {failure.trial} failed ({failure.kind_words}): {failure.reason}",
+            markup=False,
+            soft_wrap=True,
+        )
     console.print(f"time: {study_time_share(study).line()}")
     if rec is None:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
+    if TrialRecord.of(rec.trial).is_reference and rec.feasible:
+        console.print("  the reference itself is recommended; each faster trial and why not:")
+        measured = [t for t in _complete(study) if TrialRecord.of(t).duplicate_of is None]
+        for line in reference_why(study, rec, measured, _infeasible(study)):
+            console.print(f"    {line}", markup=False)
     ran_on = describe(TrialRecord.of(rec.trial).gpus)
     if ran_on:
         console.print(f"  measured on {ran_on}", markup=False)

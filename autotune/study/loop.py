@@ -20,7 +20,7 @@ from autotune.params import base_param
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
-from autotune.study.counting import counted_trials
+from autotune.study.counting import counted_trials, trial_counts
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
@@ -362,5 +362,6 @@ def run_study(
 
 
 def finish_study(study: optuna.Study, progress: Progress) -> None:
+    progress.note(trial_counts(study).line())
     progress.note(f"time: {study_time_share(study).line()}")
     progress.finish(study)

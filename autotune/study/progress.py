@@ -28,12 +28,11 @@ from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.counting import counts_towards_target
+from autotune.study.counting import SURPLUS, counts_towards_target
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.timeshare import PARTS, part_seconds
 
-# The failure_kind of a trial another worker made unnecessary (autotune.study.loop).
-SURPLUS = "surplus"
+__all__ = ["SURPLUS", "Progress", "best_so_far", "time_line", "trial_figures"]
 
 
 def _fmt(value: object, spec: str) -> str:
@@ -114,6 +113,13 @@ def best_so_far(study: optuna.Study) -> str:
         f"({_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')} tok/s, "
         f"p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms)"
     )
+
+
+def _uncounted_prefix(record: TrialRecord) -> str:
+    """What a trial that --trials does not count is, in the place of its [k/N]."""
+    if record.duplicate_of is not None:
+        return "[repeat, not counted]"
+    return "[failed, not counted]"
 
 
 class Progress:
@@ -220,7 +226,7 @@ class Progress:
             tag = f" (candidate {record.candidate})"
         if record.duplicate_of is not None:
             tag = f" (same configuration as trial {record.duplicate_of}, not re-run)"
-        prefix = f"[{self.done}/{self.total}]" if counts else "[not counted]"
+        prefix = f"[{self.done}/{self.total}]" if counts else _uncounted_prefix(record)
         self.note(
             f"{prefix} trial {trial.number}{tag} {seconds:.0f} s"
             f"{time_line(trial)}: {trial_figures(trial)}{' | ' + best if best else ''}"

@@ -14,7 +14,6 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.records.stored import TrialRecord
-from autotune.study.counting import counts_towards_target
 
 PARTS = ("startup", "warmup", "measuring", "screening", "accuracy", "recording", "waiting")
 # Waiting is recorded in two parts: for GPUs to free up, for a twin trial measured elsewhere.
@@ -29,8 +28,7 @@ class TimeShare:
     total_s: float
     parts_s: dict[str, float]
     launches: int
-    trials: int
-    not_counted: int = 0  # failed trials and repeated proposals among `trials`
+    trials: int  # every trial that recorded its time (autotune.study.counting says what each was)
 
     @property
     def other_s(self) -> float:
@@ -48,7 +46,6 @@ class TimeShare:
             "measuring_share": self.share("measuring"),
             "launches": self.launches,
             "trials": self.trials,
-            "trials_not_counted": self.not_counted,
         }
 
     def line(self) -> str:
@@ -69,10 +66,9 @@ class TimeShare:
             # A part no trial spent time in says nothing; measuring always shows.
             if key == "measuring" or round(100 * self.share(key)) > 0
         )
-        trials = f"{self.trials} trials"
-        if self.not_counted:
-            trials += f" ({self.not_counted} failed or repeated, not counted)"
-        return f"{self.total_s:.0f} s in {trials} on {self.launches} launches: {parts}"
+        # No count of trials here: the counts line (autotune.study.counting) says what they were.
+        launches = f"{self.launches} launch" + ("" if self.launches == 1 else "es")
+        return f"{self.total_s:.0f} s of trial time on {launches}: {parts}"
 
 
 def part_seconds(time_s: dict[str, float], part: str) -> float:
@@ -103,14 +99,13 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
     parts = dict.fromkeys(PARTS, 0.0)
     total = 0.0
     launches: set[str] = set()
-    counted = not_counted = 0
+    timed = 0
     for trial in trials:
         record = TrialRecord.of(trial)
         time_s = record.time_s
         if not time_s:
             continue
-        counted += 1
-        not_counted += not counts_towards_target(trial)
+        timed += 1
         total += float(time_s.get("total", 0.0))
         for part in PARTS:
             parts[part] += part_seconds(time_s, part)
@@ -120,8 +115,7 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
         total_s=total,
         parts_s=parts,
         launches=len(launches),
-        trials=counted,
-        not_counted=not_counted,
+        trials=timed,
     )
 
 
