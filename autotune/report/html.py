@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import __version__
 from autotune.engines.gpus import describe
-from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import (
@@ -29,6 +27,7 @@ from autotune.report.data import (
     params_words,
     what_ifs_title,
 )
+from autotune.report.output import output_target, write_text_atomically
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 from autotune.report.text import gpu_mismatch
 from autotune.study.storage import failure_of
@@ -449,18 +448,11 @@ def write_report(study_name: str | None, storage_url: str | None, *, out: str | 
 
     from autotune.study.storage import artifact_dir, default_storage_url, load_study
 
+    output_target(out, "the report")  # refused before the work, not after
     study = load_study(study_name, storage_url)
     url = storage_url or default_storage_url(study.study_name)
     store_dir = artifact_dir(url, study.study_name)
     store = FileSystemArtifactStore(store_dir) if store_dir.is_dir() else None
     document = render(collect(study, artifact_store=store))
-    path = Path(out)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written beside the target and renamed: a reader never sees half a report.
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(document, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise AutotuneError(f"cannot write report to {path}: {exc.strerror or exc}") from None
-    return path
+    write_text_atomically(out, document, "the report")
+    return Path(out)

@@ -32,9 +32,9 @@ import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.study.optuna_schema import describe, not_optunas
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
-    OPTUNA_TABLES,
     STUDIES_DIR,
     check_several_writers,
     check_storage_url,
@@ -156,16 +156,20 @@ def _check_server_tables(url: str, shown: str) -> None:
         message = _masked(str(exc), url)
         raise StudyError(f"storage '{shown}' is not a database URL: {message}") from None
     try:
-        tables = set(inspect(engine).get_table_names())
+        inspector = inspect(engine)
+        tables = {
+            name: [column["name"] for column in inspector.get_columns(name)]
+            for name in inspector.get_table_names()
+        }
     except Exception as exc:
         raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
     finally:
         engine.dispose()
-    foreign = sorted(tables - OPTUNA_TABLES)
+    foreign = not_optunas(tables)
     if foreign:
         raise StudyError(
-            f"storage '{shown}' holds tables of another program ({', '.join(foreign[:3])}"
-            f"{', ...' if len(foreign) > 3 else ''}); give a database of its own for studies"
+            f"storage '{shown}' holds tables of another program ({describe(foreign)}); nothing "
+            "was written to it; give a database of its own for studies"
         )
 
 
@@ -445,7 +449,6 @@ def artifact_dir(storage_url: str, study_name: str) -> Path:
 # The URL checks live in storage_urls; the names callers know from here stay importable.
 __all__ = [
     "JOURNAL_SUFFIX",
-    "OPTUNA_TABLES",
     "STUDIES_DIR",
     "GuardedJournalStorage",
     "RetryingRDBStorage",

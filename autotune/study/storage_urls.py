@@ -14,8 +14,10 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import unquote
 
 from autotune.errors import StudyError
+from autotune.study.optuna_schema import describe, not_optunas
 
 # How long SQLite waits for another writer's lock before a write gives up (seconds); the
 # retries after that are autotune.study.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
@@ -115,10 +117,41 @@ def secrets_in(url: str) -> list[str]:
     return found
 
 
+def _sqlite_location(url: str) -> tuple[bool, Path | None]:
+    """(whether `url` is a SQLite URL, the file it names: None for an in-memory database).
+
+    With `uri=true` the database is a SQLite URI (`file:PATH?mode=...`), whose query (split
+    off by SQLAlchemy) can make it an in-memory database: `mode=memory`, or `vfs=memdb`.
+    """
+    if not url.startswith("sqlite"):
+        return False, None
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.util import asbool
+
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite":
+            return False, None
+        query = {key.lower(): str(value).lower() for key, value in parsed.query.items()}
+        uri = asbool(query.get("uri", False))
+    except Exception:  # not a URL SQLAlchemy reads: check_storage_url says so
+        return False, None
+    name = parsed.database or ""
+    if uri:
+        if query.get("mode") == "memory" or query.get("vfs") == "memdb":
+            return True, None
+        if name.startswith("file:"):
+            name = unquote(name.removeprefix("file:"))
+            if name.startswith("//"):  # file://HOST/PATH: SQLite takes only localhost
+                name = "/" + name[2:].partition("/")[2]
+    if name in ("", ":memory:"):
+        return True, None
+    return True, Path(name)
+
+
 def sqlite_file(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url.removeprefix("sqlite:///"))
-    return None
+    """The file of a SQLite URL; None for another database, or an in-memory one."""
+    return _sqlite_location(url)[1]
 
 
 def local_file(url: str) -> Path | None:
@@ -154,37 +187,18 @@ def check_storage_url(url: str, *, create: bool) -> None:
         ) from None
     if parsed.get_backend_name() != "sqlite":
         return
-    name = parsed.database
-    if not name or name == ":memory:" or name.startswith("file::memory:"):
+    path = sqlite_file(url)
+    if path is None:
         raise StudyError(
             f"storage '{shown}' is an in-memory SQLite database, which ends with the process "
             "and so loses the study; give a file: sqlite:///studies/NAME.db"
         )
-    if url.rstrip().endswith("/"):
+    if url.rstrip().endswith("/") or str(parsed.database).endswith("/"):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
-    _check_local_path(Path(name), shown, create=create)
-    _check_sqlite_content(Path(name), shown, create=create)
+    _check_local_path(path, shown, create=create)
+    _check_sqlite_content(path, shown, create=create)
 
 
-# Optuna's own tables (its RDB schema, and the migration tool's bookkeeping): a database that
-# holds any other table belongs to another program, which a study must not write into.
-OPTUNA_TABLES = frozenset(
-    {
-        "studies",
-        "study_directions",
-        "study_system_attributes",
-        "study_user_attributes",
-        "trial_heartbeats",
-        "trial_intermediate_values",
-        "trial_params",
-        "trial_system_attributes",
-        "trial_user_attributes",
-        "trial_values",
-        "trials",
-        "version_info",
-        "alembic_version",
-    }
-)
 # What an Optuna schema that was created to the end always has (the unique study name).
 _SCHEMA_COMPLETE_INDEX = "ix_studies_study_name"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -223,21 +237,31 @@ def _check_sqlite_content(path: Path, shown: str, *, create: bool) -> None:
             sqlite3.connect(read_only, uri=True, timeout=sqlite_busy_timeout_s())
         ) as db:
             rows = db.execute("SELECT type, name FROM sqlite_master").fetchall()
-            tables = {name for kind, name in rows if kind == "table"}
+            tables = {
+                name: [
+                    column[1]
+                    for column in db.execute("SELECT * FROM pragma_table_info(?)", (name,))
+                ]
+                for kind, name in rows
+                if kind == "table"
+            }
             indexes = {name for kind, name in rows if kind == "index"}
+            # Optuna makes no views or triggers: one is another program's.
+            foreign = not_optunas(tables) + [
+                name for kind, name in rows if kind in ("view", "trigger")
+            ]
             trials = 0
-            if "trials" in tables:
+            if "trials" in tables and not foreign:
                 trials = db.execute("SELECT count(*) FROM trials").fetchone()[0]
     except sqlite3.Error as exc:
         if is_busy(exc):
             return  # another run is writing to it: a study, which the open will wait for
         raise StudyError(f"storage '{shown}': {path} cannot be read as SQLite ({exc})") from None
-    foreign = sorted(name for name in tables - OPTUNA_TABLES if not name.startswith("sqlite_"))
     if foreign:
         raise StudyError(
             f"storage '{shown}': {path} is another program's database (it holds "
-            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); give a file of "
-            "its own for the study"
+            f"{describe(foreign)}); nothing was written to it; give a file of its own for the "
+            "study"
         )
     if tables and _SCHEMA_COMPLETE_INDEX not in indexes and not trials:
         # Nothing measured is in it, and Optuna would add studies of the same name to it.
