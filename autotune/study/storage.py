@@ -216,6 +216,7 @@ def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _masked(message: str, url: str) -> str:
     """`message` without the passwords of `url`, wherever a driver quoted them."""
+    message = message.replace(url, display_url(url))
     for secret in secrets_in(url):
         message = message.replace(secret, "***")
     return message

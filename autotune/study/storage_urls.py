@@ -77,13 +77,19 @@ def default_storage_url(study_name: str, *, several_writers: bool = False) -> st
     return f"sqlite:///{sqlite}"
 
 
-# Query parameters that carry a secret (`?password=...`, libpq's `sslpassword`, a token).
-_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
-_SECRET_QUERY = re.compile(r"((?:^|[?&;])[^=&;?]*(?:pass|pwd|secret|token)[^=&;]*=)[^&;]*", re.I)
+# Every value of a storage URL's query is masked when printed: a driver takes a password under
+# many names (`password`, `sslpassword`, a token, or a key nobody foresaw, `?pw=`), and which
+# values are secret is not for autotune to guess (issue 30). The keys stay, to say what was set.
+_QUERY_VALUE = re.compile(r"((?:^|[?&;])[^=&;?]*=)[^&;]*")
+
+
+def _query_values(values: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in (values if isinstance(values, tuple) else (values,)))
 
 
 def display_url(url: str) -> str:
-    """The URL as it may be printed: a password is masked, in the user part and the query."""
+    """The URL as it may be printed: the password of the user part and every query value are
+    masked."""
     if is_journal(url):
         return url
     try:
@@ -92,18 +98,17 @@ def display_url(url: str) -> str:
         parsed = make_url(url)
         shown = parsed.set(query={}).render_as_string(hide_password=True)
         pairs = [
-            f"{key}={'***' if _SECRET_KEY.search(key) else value}"
-            for key, values in parsed.query.items()
-            for value in (values if isinstance(values, tuple) else (values,))
+            f"{key}=***" for key, values in parsed.query.items() for _ in _query_values(values)
         ]
         return shown + ("?" + "&".join(pairs) if pairs else "")
     except Exception:  # not a URL SQLAlchemy can read: show what cannot hold a password
         text = url.split("@", 1)[-1] if "@" in url else url
-        return _SECRET_QUERY.sub(r"\1***", text)
+        base, mark, query = text.partition("?")
+        return base + mark + _QUERY_VALUE.sub(r"\1***", query) if mark else text
 
 
 def secrets_in(url: str) -> list[str]:
-    """The passwords a URL carries: its user part's and its query's."""
+    """What a URL carries that may be secret: its user part's password and its query values."""
     try:
         from sqlalchemy.engine import make_url
 
@@ -111,10 +116,15 @@ def secrets_in(url: str) -> list[str]:
     except Exception:
         return []
     found = [str(parsed.password)] if parsed.password else []
-    for key, values in parsed.query.items():
-        if _SECRET_KEY.search(key):
-            found += [v for v in (values if isinstance(values, tuple) else (values,)) if v]
-    return found
+    for values in parsed.query.values():
+        # A value of 1 to 3 characters (`?timeout=5`, `?ssl=on`) is no secret worth masking
+        # each "5" of a message for; the URL itself is shown masked whole (display_url).
+        found += [value for value in _query_values(values) if len(value) >= _SECRET_MIN_CHARS]
+    # The longest first: a value inside another is masked with it, not left half-shown.
+    return sorted(set(found), key=len, reverse=True)
+
+
+_SECRET_MIN_CHARS = 4
 
 
 def _sqlite_location(url: str) -> tuple[bool, Path | None]:
@@ -195,10 +205,23 @@ def check_storage_url(url: str, *, create: bool) -> None:
         )
     if url.rstrip().endswith("/") or str(parsed.database).endswith("/"):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    others = sorted(set(parsed.query) - _PYSQLITE_ARGUMENTS)
+    if others and not str(parsed.database).startswith("file:"):
+        # Without uri=true SQLite's driver ignores them (a setting that does nothing); with
+        # it, they end up in the file's name unless the database is a `file:` URI.
+        raise StudyError(
+            f"storage '{shown}': SQLite takes no {', '.join(others)} argument here (it takes "
+            f"{', '.join(sorted(_PYSQLITE_ARGUMENTS))}, and SQLite URI parameters in "
+            "sqlite:///file:PATH?uri=true&...); remove it"
+        )
     _check_local_path(path, shown, create=create)
     _check_sqlite_content(path, shown, create=create)
 
 
+# What SQLAlchemy passes to Python's sqlite3 (pysqlite's create_connect_args).
+_PYSQLITE_ARGUMENTS = frozenset(
+    {"uri", "timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements"}
+)
 # What an Optuna schema that was created to the end always has (the unique study name).
 _SCHEMA_COMPLETE_INDEX = "ix_studies_study_name"
 _SQLITE_HEADER = b"SQLite format 3\x00"
