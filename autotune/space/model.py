@@ -27,6 +27,8 @@ from autotune.params import (
     no_effect_message,
 )
 from autotune.space.settings import (
+    MAX_COUNT,
+    MAX_TRIAL_TIMEOUT_S,
     Candidate,
     Constraints,
     LaunchSettings,
@@ -75,11 +77,23 @@ class SearchSpace(_Strict):
     budget: float | None = Field(
         None,
         description="Wall-clock budget of the study's trials (start-ups included), e.g. 30m; "
-        "no trial is started that cannot finish inside it.",
+        "no trial is started that cannot finish inside it. At most 30 days (a study resumes "
+        "for more).",
     )
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
-    trials: int = Field(20, ge=1, description="Trials to run (the reference included).")
-    trial_timeout_s: float = Field(900, gt=0, description="A trial running longer fails.")
+    trials: int = Field(
+        20,
+        ge=1,
+        le=MAX_COUNT,
+        description="Trials to run (the reference included); at most 100,000.",
+    )
+    trial_timeout_s: float = Field(
+        900,
+        gt=0,
+        le=MAX_TRIAL_TIMEOUT_S,
+        description="A trial running longer fails. At most 7 days; above the workload's "
+        "max_warmup_s + max_measure_s, which its load test may take.",
+    )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed (numpy takes 32 bits).")
     workload: Workload = Field(default_factory=Workload)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
@@ -152,7 +166,19 @@ class SearchSpace(_Strict):
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.
         self._check_equal_work()
+        self._check_load_fits_the_timeout()
         return self
+
+    def _check_load_fits_the_timeout(self) -> None:
+        """A load test that may run past the trial's timeout would end every trial timed out,
+        the reference first, after the whole wait."""
+        caps = self.workload.max_warmup_s + self.workload.max_measure_s
+        if caps >= self.trial_timeout_s:
+            raise ValueError(
+                f"workload.max_warmup_s + workload.max_measure_s ({caps:g} s) must be below "
+                f"trial_timeout_s ({self.trial_timeout_s:g} s), or the trial is timed out before "
+                "its load test can end; lower them or raise trial_timeout_s"
+            )
 
     def _configs(self) -> list[TrialConfig]:
         return [self.reference_config(), *(self.candidate_config(c.name) for c in self.candidates)]

@@ -59,9 +59,10 @@ HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
 
 
 def heartbeat_grace_s() -> int:
-    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (at least 2 s)."""
+    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (2 s to a day: Optuna takes it
+    as a timedelta, which a huge number overflows)."""
     try:
-        return max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S)))
+        return min(86_400, max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S))))
     except ValueError:
         return HEARTBEAT_GRACE_S
 

@@ -34,10 +34,10 @@ def sqlite_busy_timeout_s() -> float:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds):
+    if not math.isfinite(seconds) or seconds > 86_400:
         raise StudyError(
-            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds; set it to one "
-            f"(e.g. 30) or unset it"
+            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds up to a day "
+            "(86400); set it to one (e.g. 30) or unset it"
         )
     return max(0.1, seconds)
 
