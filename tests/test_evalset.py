@@ -323,3 +323,18 @@ def test_a_truncated_image_is_caught_even_where_pil_was_told_to_tolerate_it(
     (tmp_path / "images" / "cut.png").write_bytes(whole[: len(whole) // 2])
     assert "cannot be decoded" in load_error(path)
     assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # left as it was found
+
+
+def test_line_separators_inside_a_json_string_are_text(tmp_path: Path) -> None:
+    """JSON lines end at "\\n" only: a raw U+0085, U+2028 or U+2029 inside a string is valid
+    JSON (str.splitlines cut the line there and the item was refused as not valid JSON)."""
+    prompts = [f"Read it.{char}Answer with the text only." for char in "\u0085\u2028\u2029"]
+    lines = [
+        json.dumps(item(id=f"line-{i}", prompt=prompt), ensure_ascii=False)
+        for i, prompt in enumerate(prompts)
+    ]
+    path = write_set(tmp_path, lines)
+    assert [i.prompt for i in load_evalset(path).items] == prompts
+    # Windows line ends load too; the line numbers of an error stay right.
+    path.write_text("\r\n".join([*lines, '{"id": ']) + "\r\n", encoding="utf-8")
+    assert "line 4" in load_error(path)

@@ -239,7 +239,9 @@ def load_evalset(path_or_name: str | Path) -> EvalSet:
         # Reading a FIFO would wait for a writer forever.
         raise EvalsetError(f"evaluation set {path} is not a regular file (a FIFO or a device)")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # "\n" only: str.splitlines also splits at U+0085, U+2028 and U+2029, which are
+        # valid inside a JSON string (a "\r" before the "\n" is JSON whitespace).
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalsetError(f"cannot read evaluation set {path}: {exc}") from exc
     items: list[EvalItem] = []

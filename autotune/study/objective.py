@@ -374,6 +374,12 @@ class Objective:
         if is_reference:
             fixed = space.reference_config()
         elif candidate:
+            if space.find_candidate(str(candidate)) is None:
+                reason = (
+                    f"named candidate {candidate!r} was queued by an earlier run and is in "
+                    "neither this run's space nor its --enqueue file"
+                )
+                fail_trial(trial, TrialFailure(reason, kind="error"), self.artifacts)
             fixed = space.candidate_config(str(candidate))
         config = suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)
