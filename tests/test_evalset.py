@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -338,3 +341,38 @@ def test_line_separators_inside_a_json_string_are_text(tmp_path: Path) -> None:
     # Windows line ends load too; the line numbers of an error stay right.
     path.write_text("\r\n".join([*lines, '{"id": ']) + "\r\n", encoding="utf-8")
     assert "line 4" in load_error(path)
+
+
+def test_a_path_that_is_no_file_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """Not "not found": a symbolic link loop, a dangling link, a FIFO (never waited on), a
+    device and standard input each say what they are."""
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone.jsonl")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    folder_with_fifo = tmp_path / "set"
+    folder_with_fifo.mkdir()
+    os.mkfifo(folder_with_fifo / "items.jsonl")
+    expected = {
+        loop: "is a symbolic link loop",
+        dangling: f"is a symbolic link to {tmp_path / 'gone.jsonl'}, which does not exist",
+        fifo: "is not a regular file but a FIFO (a named pipe)",
+        folder_with_fifo: "is not a regular file but a FIFO (a named pipe)",
+        Path("/dev/null"): "is not a regular file but a character device",
+        tmp_path / "missing.jsonl": "not found",
+    }
+    for path, words in expected.items():
+        assert words in load_error(path), path
+
+
+def test_standard_input_as_an_evaluation_set_is_refused_at_once(tmp_path: Path) -> None:
+    checked = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "evalset", "validate", "/dev/stdin"],
+        stdin=subprocess.PIPE, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode != 0
+    lines = checked.stderr.strip().splitlines()
+    assert len(lines) == 1 and "/dev/stdin is not a regular file but a FIFO" in lines[0], lines
+    assert "standard input or output" in lines[0]

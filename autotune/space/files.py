@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import SpaceError, did_you_mean
+from autotune.evalset.paths import not_a_regular_file
 from autotune.space.model import NAME_PATTERN, NAME_RULE, REPO_ROOT, SearchSpace, _first_error
 from autotune.space.settings import MAX_COUNT
 
@@ -33,7 +31,7 @@ def find_space_file(name_or_path: str) -> Path:
         raise SpaceError("no space given: name a built-in space or give a path to a .yaml file")
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists() or path.is_symlink():
-        problem = _not_a_file(path)
+        problem = not_a_regular_file(path)
         if problem:
             raise SpaceError(f"space file {name_or_path!r} {problem}")
         return path
@@ -46,27 +44,6 @@ def find_space_file(name_or_path: str) -> Path:
         f"built-in spaces: {', '.join(known)} "
         "(or give a path to a .yaml file)"
     )
-
-
-def _not_a_file(path: Path) -> str | None:
-    """What keeps `path` from being read as a space file, in words; None for a regular file."""
-    try:
-        mode = path.stat().st_mode  # follows symbolic links
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "is a symbolic link loop"
-        if path.is_symlink():
-            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return "does not exist"
-        return f"cannot be read: {exc.strerror}"
-    except ValueError:  # a NUL byte: no file can have that name
-        return "is not a valid path"
-    if stat.S_ISDIR(mode):
-        return "is a folder, not a file"
-    if not stat.S_ISREG(mode):
-        return "is not a regular file (a device, a pipe or a socket)"
-    return None
 
 
 def _read_yaml(path: Path) -> Any:
@@ -150,7 +127,7 @@ def with_enqueued(space: SearchSpace, candidates_file: str) -> SearchSpace:
     list; each config is checked like a space's candidates (values, support, unique names).
     """
     path = Path(candidates_file).expanduser()
-    problem = _not_a_file(path)
+    problem = not_a_regular_file(path)
     if problem is not None:
         raise SpaceError(f"--enqueue {candidates_file}: the file {problem}")
     size = path.stat().st_size
