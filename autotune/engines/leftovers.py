@@ -165,15 +165,19 @@ def _read_entry(folder: int, name: str) -> Entry | str:
         descriptor = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
     except OSError as exc:
         return f"it cannot be opened ({exc.strerror})"
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    try:
+        info = os.fstat(descriptor)  # before reading: a folder or a FIFO is no entry
         if not stat.S_ISREG(info.st_mode):
             return "it is not a regular file"
         if info.st_uid != os.getuid():
             return f"it belongs to user id {info.st_uid}"
         if info.st_size > _ENTRY_MAX_BYTES:
             return f"it is larger than {_ENTRY_MAX_BYTES} bytes"
-        data = handle.read(_ENTRY_MAX_BYTES + 1)
+        data = os.read(descriptor, _ENTRY_MAX_BYTES + 1)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    finally:
+        os.close(descriptor)
     try:
         entry = Entry.model_validate(json.loads(data))
     except (ValueError, RecursionError) as exc:

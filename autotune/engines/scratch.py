@@ -35,16 +35,17 @@ def _read_no_follow(path: Path, limit: int) -> str | None:
     """The text of a regular file of ours at `path` (no symlink followed), or None."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    except (OSError, ValueError):
         return None
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
+    try:
+        info = os.fstat(descriptor)  # before reading: a folder or a FIFO is no marker
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_size > limit:
             return None
-        try:
-            return handle.read(limit).decode("ascii")
-        except (OSError, UnicodeDecodeError):
-            return None
+        return os.read(descriptor, limit).decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(descriptor)
 
 
 def scratch_token(folder: Path) -> str | None:
@@ -52,17 +53,16 @@ def scratch_token(folder: Path) -> str | None:
     return _read_no_follow(folder / MARKER, _MARKER_MAX_BYTES)
 
 
-def _why_not_ours(folder: str, token: str) -> str | None:
-    """Why `folder` may not be removed, or None when it is provably the scratch folder made
-    with `token`."""
-    real = Path(os.path.realpath(folder))
+def _why_not_ours(real: Path, token: str) -> str | None:
+    """Why the folder at real path `real` may not be removed, or None when it is provably
+    the scratch folder made with `token`."""
     temp = Path(os.path.realpath(tempfile.gettempdir()))
     if real == temp or not real.is_relative_to(temp):
         return f"it lies outside the temporary folder {temp}"
     try:
         info = os.lstat(real)
     except OSError:
-        return None if not os.path.lexists(folder) else "it cannot be read"
+        return "it cannot be read"
     if not stat.S_ISDIR(info.st_mode):
         return "it is not a folder"
     if info.st_uid != os.getuid():
@@ -75,10 +75,14 @@ def _why_not_ours(folder: str, token: str) -> str | None:
 def remove_scratch(folder: str, token: str) -> str | None:
     """Remove the scratch folder `folder` if it is provably ours; otherwise one line saying
     why it was left in place (None when removed or already gone)."""
-    why = _why_not_ours(folder, token)
+    try:
+        real = Path(os.path.realpath(folder))
+        if not os.path.lexists(folder) and not os.path.lexists(real):
+            return None  # gone already (or never made)
+    except ValueError:  # a NUL byte: no folder has that name
+        return f"left {folder!r} alone: it is not a valid path"
+    why = _why_not_ours(real, token)
     if why is not None:
         return f"left the folder {folder} in place: {why}"
-    real = os.path.realpath(folder)
-    if os.path.lexists(real):
-        shutil.rmtree(real, ignore_errors=True)  # rmtree follows no symlink inside it
+    shutil.rmtree(real, ignore_errors=True)  # rmtree follows no symlink inside it
     return None
