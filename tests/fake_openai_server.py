@@ -26,6 +26,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--on-busy", choices=["move", "move-silently", "fail"], default="fail")
     parser.add_argument("--no-usage", action="store_true", help="omit usage from the stream")
     parser.add_argument("--log-line", action="append", default=[], help="print this at start")
+    parser.add_argument(
+        "--unescaped",
+        action="store_true",
+        help="write JSON without escaping non-ASCII (as vLLM does): U+2028 travels raw",
+    )
+    parser.add_argument(
+        "--ignore-forcing",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="ignore min_tokens / ignore_eos and answer this many tokens whatever is asked",
+    )
     # Accepted and ignored, so an engine-looking command line can be passed through.
     parser.add_argument("--backend", default=None)
     return parser.parse_args(argv)
@@ -88,7 +100,10 @@ def main(argv: list[str]) -> None:
             # Usage counts two tokens per word (a chunk can carry several tokens), except when
             # the length is forced (ignore_eos, as LMDeploy and vLLM take it): one per chunk.
             tokens = len(words) * 2
-            if body.get("ignore_eos"):
+            if args.ignore_forcing is not None:  # a server that does not do the forced work
+                words = [words[i % len(words)] for i in range(args.ignore_forcing)]
+                tokens = args.ignore_forcing
+            elif body.get("ignore_eos"):
                 words = [words[i % len(words)] for i in range(limit)]
                 tokens = limit
             self.send_response(200)
@@ -105,7 +120,8 @@ def main(argv: list[str]) -> None:
             self._send_raw(b"")  # the zero-length chunk ends the chunked body
 
         def _chunk(self, payload: dict) -> None:
-            self._send_raw(f"data: {json.dumps(payload)}\n\n".encode())
+            text = json.dumps(payload, ensure_ascii=not args.unescaped)
+            self._send_raw(f"data: {text}\n\n".encode())
 
         def _send_raw(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

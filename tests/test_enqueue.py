@@ -3,14 +3,27 @@ right after the reference, through Optuna's enqueue, and labelled wherever trial
 
 from __future__ import annotations
 
+import io
+import json
+import re
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
+from rich.console import Console
 from small_space import autotune_cli, small_space
 
+from autotune.errors import SpaceError
+from autotune.records.stored import TrialRecord
 from autotune.space import load_space
+from autotune.space.files import with_enqueued
+from autotune.study.loop import prepare_study
+from autotune.study.plan import plan_study
+from autotune.study.progress import Progress
 
 CANDIDATES = [
     {"name": "small-images", "config": {"image_max_side": 128}},
@@ -78,3 +91,73 @@ def test_the_default_space_ships_the_guides_recipe() -> None:
         "bfloat16", True, 0.3, 20,
     )  # fmt: skip
     assert (recipe.top_p, recipe.repetition_penalty, recipe.max_new_tokens) == (0.7, 1.05, 512)
+
+
+def many_candidates(n: int) -> list[dict[str, Any]]:
+    # A raw line separator inside a name: valid JSON, and a label like any other.
+    return [
+        {"name": f"c{i}\u2028x", "config": {"image_max_side": 64 + (i % 200)}} for i in range(n)
+    ]
+
+
+def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Path) -> None:
+    """An --enqueue file of 20,000 entries hung past 120 s: candidates were checked in
+    quadratic time and every one was written as a waiting trial, even for --trials 1."""
+    space = load_space(str(small_space(tmp_path, name="many")))
+    entries = many_candidates(20_000)
+    files = {
+        "yaml": yaml.safe_dump(entries, allow_unicode=True),
+        "jsonl": "\n".join(json.dumps(entry, ensure_ascii=False) for entry in entries) + "\n",
+    }
+    for suffix, text in files.items():
+        path = tmp_path / f"many.{suffix}"
+        path.write_text(text, encoding="utf-8")
+        started = time.monotonic()
+        enqueued = with_enqueued(space, str(path))
+        # Generous: 3-10 s here on two shared cores; the bound only catches a hang.
+        assert time.monotonic() - started < 120, suffix
+        assert [c.name for c in enqueued.candidates[:2]] == ["c0\u2028x", "c1\u2028x"]
+        assert enqueued.candidate_config("c19999\u2028x").image_max_side == 64 + 19999 % 200
+    plan = plan_study(enqueued, storage_url=f"sqlite:///{tmp_path}/many.db")
+    said = io.StringIO()
+    progress = Progress(total=3, console=Console(file=said, width=200), live=False)
+    study = prepare_study(plan, 3, progress)
+    assert study is not None
+    queued = [TrialRecord.of(t) for t in study.get_trials(states=(TrialState.WAITING,))]
+    # Three trials wanted: the reference and the first two candidates, no more.
+    assert [(r.is_reference, r.candidate) for r in queued] == [
+        (True, None), (False, "c0\u2028x"), (False, "c1\u2028x"),
+    ]  # fmt: skip
+    assert "19998 of 20000 named candidates not queued" in said.getvalue()
+    # A later run with room for more queues the next ones, never the same twice.
+    study = prepare_study(plan, 5, Progress(total=5, quiet=True))
+    assert study is not None
+    names = [TrialRecord.of(t).candidate for t in study.get_trials(states=(TrialState.WAITING,))]
+    assert names == [None, "c0\u2028x", "c1\u2028x", "c2\u2028x", "c3\u2028x"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"name": "a", "config": {}}\n{"name": ', "line 2: not valid JSON"),
+        ("[1, 2]\n", "line 1: expected a JSON object with 'name' and 'config', got list"),
+        ("\n\n", "takes a list of candidates"),
+    ],
+)
+def test_a_bad_jsonl_candidates_file_is_one_line(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    space = load_space(str(small_space(tmp_path, name="bad")))
+    path = tmp_path / "recipes.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(SpaceError, match=re.escape(message)):
+        with_enqueued(space, str(path))
+
+
+def test_an_enqueue_file_over_its_stated_size_is_refused_unread(tmp_path: Path) -> None:
+    space = load_space(str(small_space(tmp_path, name="big")))
+    path = tmp_path / "big.yaml"
+    with path.open("wb") as handle:  # sparse: 17 MiB of nothing, never read
+        handle.truncate(17 * 2**20)
+    with pytest.raises(SpaceError, match=r"17\.0 MiB; it may hold at most 16 MiB"):
+        with_enqueued(space, str(path))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -323,3 +326,53 @@ def test_a_truncated_image_is_caught_even_where_pil_was_told_to_tolerate_it(
     (tmp_path / "images" / "cut.png").write_bytes(whole[: len(whole) // 2])
     assert "cannot be decoded" in load_error(path)
     assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # left as it was found
+
+
+def test_line_separators_inside_a_json_string_are_text(tmp_path: Path) -> None:
+    """JSON lines end at "\\n" only: a raw U+0085, U+2028 or U+2029 inside a string is valid
+    JSON (str.splitlines cut the line there and the item was refused as not valid JSON)."""
+    prompts = [f"Read it.{char}Answer with the text only." for char in "\u0085\u2028\u2029"]
+    lines = [
+        json.dumps(item(id=f"line-{i}", prompt=prompt), ensure_ascii=False)
+        for i, prompt in enumerate(prompts)
+    ]
+    path = write_set(tmp_path, lines)
+    assert [i.prompt for i in load_evalset(path).items] == prompts
+    # Windows line ends load too; the line numbers of an error stay right.
+    path.write_text("\r\n".join([*lines, '{"id": ']) + "\r\n", encoding="utf-8")
+    assert "line 4" in load_error(path)
+
+
+def test_a_path_that_is_no_file_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """Not "not found": a symbolic link loop, a dangling link, a FIFO (never waited on), a
+    device and standard input each say what they are."""
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone.jsonl")
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    folder_with_fifo = tmp_path / "set"
+    folder_with_fifo.mkdir()
+    os.mkfifo(folder_with_fifo / "items.jsonl")
+    expected = {
+        loop: "is a symbolic link loop",
+        dangling: f"is a symbolic link to {tmp_path / 'gone.jsonl'}, which does not exist",
+        fifo: "is not a regular file but a FIFO (a named pipe)",
+        folder_with_fifo: "is not a regular file but a FIFO (a named pipe)",
+        Path("/dev/null"): "is not a regular file but a character device",
+        tmp_path / "missing.jsonl": "not found",
+    }
+    for path, words in expected.items():
+        assert words in load_error(path), path
+
+
+def test_standard_input_as_an_evaluation_set_is_refused_at_once(tmp_path: Path) -> None:
+    checked = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "evalset", "validate", "/dev/stdin"],
+        stdin=subprocess.PIPE, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert checked.returncode != 0
+    lines = checked.stderr.strip().splitlines()
+    assert len(lines) == 1 and "/dev/stdin is not a regular file but a FIFO" in lines[0], lines
+    assert "standard input or output" in lines[0]

@@ -18,7 +18,7 @@ import optuna
 import psutil
 import pytest
 from optuna.trial import TrialState
-from small_space import run_study, small_space
+from small_space import LOOP_WORKLOAD, run_study, small_space
 
 from autotune.study.loop import FAILURES_IN_A_ROW
 
@@ -158,6 +158,8 @@ def test_every_trial_timing_out_is_reported_per_trial(tmp_path: Path) -> None:
         tmp_path,
         trials=2,
         trial_timeout_s=1,  # no worker can even import torch in a second
+        # The load test's caps below the timeout, as a space must have them.
+        workload={**LOOP_WORKLOAD, "max_measure_s": 0.5, "max_warmup_s": 0.3},
         constraints={"accuracy": {"mode": "absolute", "min": 0.0}},
         params={"batch_size": {"choices": [1, 2]}},
     )

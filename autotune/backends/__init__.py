@@ -14,56 +14,18 @@ each one lacks. The order is the order the CLI and the errors list them in.
 
 from __future__ import annotations
 
-import sys
-from importlib import metadata
-
 from autotune.backends import lmdeploy, swift, transformers, vllm
 from autotune.backends.base import Backend, InnerEngine
+from autotune.backends.plugins import PLUGIN_GROUP, plugins
 
 _BUILT_IN = (transformers.BACKEND, swift.BACKEND, lmdeploy.BACKEND, vllm.BACKEND)
-PLUGIN_GROUP = "autotune.backends"
-
-
-def _plugin_problem(backend: object, entry_name: str, taken: set[str]) -> str | None:
-    """Why a plugin's object cannot join the registry, or None."""
-    if not isinstance(backend, Backend):
-        return f"it is a {type(backend).__name__}, not an autotune.backends.Backend"
-    if backend.name != entry_name:
-        return f"its Backend is named {backend.name!r}; name the entry point the same"
-    if backend.name in taken:
-        return f"an engine named {backend.name!r} is registered already"
-    # In-process engines run inside autotune's own worker (autotune.engines.inprocess).
-    if not backend.server or not backend.deploy_command or not backend.renderer:
-        return "a plugin engine must be a server with a deploy_command and a renderer"
-    if ":" not in backend.renderer:
-        return f"renderer {backend.renderer!r} is not 'module:function'"
-    return None
-
-
-def _plugins(taken: set[str]) -> list[Backend]:
-    """The engines other installed packages register; a broken one is skipped with one line
-    on stderr, so a bad plugin cannot take autotune down with it."""
-    found: list[Backend] = []
-    for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        try:
-            backend = entry.load()
-        except Exception as exc:  # any import error of somebody else's package
-            problem: str | None = f"it does not import ({type(exc).__name__}: {exc})"
-        else:
-            problem = _plugin_problem(backend, entry.name, taken)
-        if problem is not None:
-            print(
-                f"autotune: engine plugin {entry.name!r} ({entry.value}) skipped: {problem}",
-                file=sys.stderr,
-            )
-            continue
-        found.append(backend)
-        taken.add(backend.name)
-    return found
-
 
 BACKENDS: dict[str, Backend] = {backend.name: backend for backend in _BUILT_IN}
-BACKENDS.update((backend.name, backend) for backend in _plugins(set(BACKENDS)))
+# Plugins, contained: one that raises, exits or hangs is skipped with one line
+# (autotune.backends.plugins).
+_PLUGINS = plugins(set(BACKENDS))
+BACKENDS.update((plugin.name, plugin) for plugin in _PLUGINS)
+PLUGINS: frozenset[str] = frozenset(plugin.name for plugin in _PLUGINS)
 
 
 def server_backends() -> frozenset[str]:
@@ -78,6 +40,7 @@ def deploy_targets() -> tuple[str, ...]:
 
 __all__ = [
     "BACKENDS",
+    "PLUGINS",
     "PLUGIN_GROUP",
     "Backend",
     "InnerEngine",

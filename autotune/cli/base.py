@@ -135,7 +135,11 @@ storage_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 trial_option = click.option(
-    "--trial", "trial_number", type=int, default=None, help="Trial number (default: recommended)."
+    "--trial",
+    "trial_number",
+    type=click.IntRange(0, 2**31 - 1),  # a number past SQLite's integers is no trial
+    default=None,
+    help="Trial number (default: recommended).",
 )
 dummy_weights_option = click.option(
     "--dummy-weights",

@@ -22,10 +22,20 @@ from autotune.errors import AutotuneError
 @main.command()
 @click.option("--space", required=True, help="Space name (search_spaces/NAME.yaml) or path.")
 @click.option("--model", default=None, help="Hub id or local checkpoint; overrides the space.")
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Total trials wanted.")
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1, max=100_000),
+    default=None,
+    help="Total trials wanted (at most 100,000).",
+)
 @study_option
 @storage_option
-@click.option("--timeout", type=FiniteFloatRange(min=1), default=None, help="Stop after seconds.")
+@click.option(
+    "--timeout",
+    type=FiniteFloatRange(min=1, max=30 * 86_400),
+    default=None,
+    help="Stop after seconds (at most 30 days).",
+)
 @click.option(
     "--budget",
     default=None,

@@ -12,7 +12,7 @@ import io
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -99,7 +99,7 @@ class ChatClient:
             if response.status_code != 200:
                 detail = (await response.aread()).decode("utf-8", "replace")[:500]
                 raise ChatError(f"HTTP {response.status_code} from {self.url}: {detail}")
-            async for line in response.aiter_lines():
+            async for line in _sse_lines(response):
                 payload = _event(line)
                 if payload is None:
                     continue
@@ -129,6 +129,25 @@ class ChatClient:
                 chunk_times=tuple(arrivals),
             ),
         )
+
+
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+async def _sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines, ended by CR, LF or CRLF as server-sent events define them.
+
+    Not httpx's aiter_lines: it splits like str.splitlines, also at U+0085, U+2028 and
+    U+2029, which a server that writes JSON without escaping (ensure_ascii=False) sends raw
+    inside a string, so an answer holding one broke its chunk in two."""
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        *lines, pending = _SSE_LINE_END.split(pending)
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
 
 
 def _event(line: str) -> dict[str, Any] | None:

@@ -48,6 +48,10 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m autotune.engines.guard COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    # Killing "our group" must never reach whoever started us: lead a group of our own first
+    # (autotune starts us in a new session already; someone running this by hand may not).
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
     signal.signal(signal.SIGUSR1, _kill_group)
     # The launching process names itself, so a parent that died before this line is noticed.
     _die_with_parent(int(os.environ.pop("AUTOTUNE_GUARD_PARENT", os.getppid())))

@@ -14,6 +14,13 @@ from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.checkpoints.adapters import Adapter
 from autotune.evalset.dataset import EvalSet
+from autotune.measure.equal_work import (
+    RATIO,
+    UNEQUAL_WORK,
+    engine_name,
+    forced_length_ratio,
+    unequal_work,
+)
 from autotune.measure.summary import summarize
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
@@ -35,6 +42,8 @@ class Measurement:
     time_s: dict[str, float] = field(default_factory=dict)
     # Load-test requests that resent an image of the same trial (workload.repeat_image_share).
     repeated_requests: int = 0
+    # Why its answers were not the forced length (autotune.measure.equal_work); None: they were.
+    unequal_work: str | None = None
 
     def user_attrs(self) -> dict[str, Any]:
         """What a trial stores: figures with units in their names, plus provenance."""
@@ -51,6 +60,8 @@ class Measurement:
             attrs.update(self.accuracy.user_attrs())
         if self.predictions:
             attrs["predictions"] = self.predictions
+        if self.unequal_work is not None:
+            attrs[UNEQUAL_WORK] = self.unequal_work
         return attrs
 
 
@@ -65,6 +76,7 @@ def to_measurement(
 ) -> Measurement:
     """The figures of one session result (see autotune.engines.session)."""
     figures: dict[str, float] = {}
+    unequal: str | None = None
     if not result.screened_out:
         figures = summarize(
             result.timings,
@@ -78,6 +90,7 @@ def to_measurement(
         if space.workload.output_tokens is not None:
             figures["forced_output_tokens"] = float(space.workload.output_tokens)
             figures["forced_output_tokens_spread_rel"] = space.workload.output_tokens_spread
+            unequal = _check_equal_work(space, config, result, figures)
     # Warm-up: the explicit one (in-process compilation) and the start of the load that was
     # cut off as not yet steady; measuring: the rest of the load, its drain included.
     load_warmup_s = figures.get("load_warmup_s", 0.0)
@@ -97,6 +110,7 @@ def to_measurement(
         screened_out=result.screened_out,
         stop_reason=result.stop_reason,
         repeated_requests=result.repeated_requests,
+        unequal_work=unequal,
         time_s={
             "warmup": warmup_s,
             "measuring": max(0.0, result.load_s - load_warmup_s),
@@ -104,6 +118,20 @@ def to_measurement(
             "screening": result.screening_s,
         },
     )
+
+
+def _check_equal_work(
+    space: SearchSpace, config: TrialConfig, result: SessionResult, figures: dict[str, float]
+) -> str | None:
+    """The forced-length ratio into `figures`; why the work was unequal, or None."""
+    mean = space.workload.output_tokens
+    assert mean is not None
+    in_process = result.environment.get("runner") == "inprocess"  # one length, no spread
+    spread = 0.0 if in_process else space.workload.output_tokens_spread
+    ratio = forced_length_ratio(result.timings, mean=mean, spread=spread)
+    if ratio is not None:
+        figures[RATIO] = ratio
+    return unequal_work(ratio, mean=mean, engine=engine_name(result.environment, config.backend))
 
 
 def measure_once(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from autotune.engines.leftovers import forget, record
+from autotune.engines.ownership import TOKEN_VARIABLE, protected
 
 
 class ManagedProcess:
@@ -48,6 +50,9 @@ class ManagedProcess:
         log = self.log_path.open("w", encoding="utf-8")
         env = dict(self.env if self.env is not None else os.environ)
         env["AUTOTUNE_GUARD_PARENT"] = str(os.getpid())
+        # Inherited by every process of the group: proof, for a later repair, that a group
+        # whose leader is gone is still the one started here.
+        token = env[TOKEN_VARIABLE] = secrets.token_hex(16)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.engines.guard", *self.argv],
@@ -61,7 +66,7 @@ class ManagedProcess:
             )
         finally:
             log.close()  # the child holds its own copy of the descriptor
-        record(self.proc.pid, self.argv, self.log_path)
+        record(self.proc.pid, self.argv, self.log_path, token=token)
         return self
 
     @property
@@ -111,6 +116,8 @@ class ManagedProcess:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    if protected(pgid) is not None:  # 0 is our own group, 1 init's: never a child's
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -27,9 +26,9 @@ from autotune.client import ChatError
 from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
-from autotune.engines.leftovers import SCRATCH_PREFIX
 from autotune.engines.memory import MemorySampler
 from autotune.engines.passes import ForcedFields, run_passes
+from autotune.engines.scratch import make_scratch
 from autotune.engines.server_process import (
     _PORT_TAKEN,
     HOST,
@@ -197,7 +196,6 @@ class ServerSession:
         startup_timeout_s: float,
         trial_timeout_s: float,
         gpus: list[Gpu] | None = None,
-        log_dir: Path | None = None,
         adapters: list[Adapter] | None = None,
     ) -> None:
         self.render = render
@@ -212,7 +210,6 @@ class ServerSession:
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
         self.startup_s = 0.0
-        self._log_dir = log_dir
         # Made when a command is launched: a launch refused before that (not installed, no
         # command for this configuration) leaves nothing behind.
         self._workdir: Path | None = None
@@ -253,7 +250,7 @@ class ServerSession:
         return self
 
     def _launch(self) -> None:
-        workdir = self._workdir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self._log_dir))
+        workdir = self._workdir = make_scratch("autotune-server-")
         for attempt in range(1, LAUNCH_ATTEMPTS + 1):
             port = server_process.free_port()  # looked up here: tests replace it
             export = self.render(self.launch, port)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from autotune.errors import EvalsetError
 from autotune.evalset.metrics import METRICS, unknown_metric_message
+from autotune.evalset.paths import not_a_regular_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALSETS_DIR = REPO_ROOT / "evalsets"
@@ -141,6 +142,11 @@ def resolve_evalset(path_or_name: str | Path) -> tuple[str, Path]:
         name = path.resolve().parent.name if path.name == ITEMS_FILE else path.stem
         return name, path
     text = str(path_or_name)
+    if os.path.lexists(path):  # there, but neither a folder nor a file: say what it is
+        raise EvalsetError(
+            f"evaluation set {text} {not_a_regular_file(path)}; give a folder holding "
+            f"{ITEMS_FILE} or a .jsonl file"
+        )
     if "/" not in text and "\\" not in text and not text.endswith(".jsonl"):
         bundled = EVALSETS_DIR / text / ITEMS_FILE
         if bundled.is_file():
@@ -235,11 +241,14 @@ def load_evalset(path_or_name: str | Path) -> EvalSet:
             line.
     """
     name, path = resolve_evalset(path_or_name)
-    if path.exists() and not path.is_file():
+    problem = not_a_regular_file(path)
+    if problem is not None and os.path.lexists(path):
         # Reading a FIFO would wait for a writer forever.
-        raise EvalsetError(f"evaluation set {path} is not a regular file (a FIFO or a device)")
+        raise EvalsetError(f"evaluation set {path} {problem}")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # "\n" only: str.splitlines also splits at U+0085, U+2028 and U+2029, which are
+        # valid inside a JSON string (a "\r" before the "\n" is JSON whitespace).
+        lines = path.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise EvalsetError(f"cannot read evaluation set {path}: {exc}") from exc
     items: list[EvalItem] = []

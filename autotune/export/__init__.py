@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..backends import BACKENDS
+from ..backends import BACKENDS, PLUGINS, Backend
+from ..backends.plugins import PluginProblem, describe, resolve_renderer
 from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
 from ..engine_args import EngineArgs
@@ -51,8 +52,31 @@ def renderer(fmt: str) -> Renderer | None:
     backend = BACKENDS.get(fmt)
     if backend is None or backend.renderer is None:
         return None
+    if fmt in PLUGINS:
+        return _contained(fmt, backend)
     module, _, function = backend.renderer.partition(":")
     render: Renderer = getattr(importlib.import_module(module), function)
+    return render
+
+
+def _contained(fmt: str, backend: Backend) -> Renderer:
+    """A plugin's renderer whose failures (at import, when called, or what it returns) are one
+    ExportError line naming the plugin; an ExportError of its own passes as it is."""
+
+    def render(config: TrialConfig, opts: ServeOptions) -> Export:
+        where = f"the renderer {backend.renderer} of engine plugin {fmt!r}"
+        try:
+            result = resolve_renderer(backend)(config, opts)
+        except ExportError:
+            raise
+        except PluginProblem as problem:
+            raise ExportError(f"engine plugin {fmt!r}: {problem}") from None
+        except (Exception, SystemExit) as exc:
+            raise ExportError(f"{where} failed ({describe(exc)})") from None
+        if not isinstance(result, Export):
+            raise ExportError(f"{where} returned a {type(result).__name__}, not an Export")
+        return result
+
     return render
 
 

@@ -8,15 +8,14 @@ recommended.py and the tables of trials from tables.py.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 from typing import Any
 
 from autotune import __version__
-from autotune.errors import AutotuneError
 from autotune.records.stored import StudyRecord
 from autotune.report.cells import e
 from autotune.report.data import ReportData, collect
+from autotune.report.output import output_target, write_text_atomically
 from autotune.report.plots import accuracy_figure, batch_figure, importance_figure, pareto_figure
 from autotune.report.recommended import recommended_section
 from autotune.report.tables import (
@@ -133,18 +132,11 @@ def write_report(study_name: str | None, storage_url: str | None, *, out: str | 
 
     from autotune.study.storage import artifact_dir, default_storage_url, load_study
 
+    output_target(out, "the report")  # refused before the work, not after
     study = load_study(study_name, storage_url)
     url = storage_url or default_storage_url(study.study_name)
     store_dir = artifact_dir(url, study.study_name)
     store = FileSystemArtifactStore(store_dir) if store_dir.is_dir() else None
     document = render(collect(study, artifact_store=store))
-    path = Path(out)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written beside the target and renamed: a reader never sees half a report.
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(document, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise AutotuneError(f"cannot write report to {path}: {exc.strerror or exc}") from None
-    return path
+    write_text_atomically(out, document, "the report")
+    return Path(out)

@@ -25,6 +25,7 @@ from autotune.report.data import (
 from autotune.study.counting import trial_counts
 from autotune.study.select import (
     CONSTRAINT_NAMES,
+    UNEQUAL_PREFIX,
     NoDeployableTrial,
     Recommendation,
     constraint_values,
@@ -235,9 +236,11 @@ def best_text(study: optuna.Study) -> str:
         for number, why in unlike.items():
             console.print(f"  trial {number}: {why}", markup=False)
     if what_ifs:
+        unequal = any(why.startswith(UNEQUAL_PREFIX) for _, why in what_ifs)
         print_table(
             console,
-            f"{what_ifs_title(what_ifs)}: measured, but not deployable to {target}",
+            f"{what_ifs_title(what_ifs)}: measured, but "
+            + (f"not deployable to {target}" if target and not unequal else "not recommended"),
             [t for t, _ in what_ifs],
             None,
         )

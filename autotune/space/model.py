@@ -12,7 +12,14 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from autotune.engine_args import EngineArgs
 from autotune.errors import did_you_mean
@@ -27,6 +34,8 @@ from autotune.params import (
     no_effect_message,
 )
 from autotune.space.settings import (
+    MAX_COUNT,
+    MAX_TRIAL_TIMEOUT_S,
     Candidate,
     Constraints,
     LaunchSettings,
@@ -49,6 +58,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Space and study names become file names (studies/<name>.db) and database rows: no path
 # separators, no leading dot or dash (hidden files, options), nothing that needs quoting.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# The reference's key among the cached configurations: no candidate name is empty.
+_REFERENCE = ""
 NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or a digit"
 
 
@@ -75,11 +86,23 @@ class SearchSpace(_Strict):
     budget: float | None = Field(
         None,
         description="Wall-clock budget of the study's trials (start-ups included), e.g. 30m; "
-        "no trial is started that cannot finish inside it.",
+        "no trial is started that cannot finish inside it. At most 30 days (a study resumes "
+        "for more).",
     )
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
-    trials: int = Field(20, ge=1, description="Trials to run (the reference included).")
-    trial_timeout_s: float = Field(900, gt=0, description="A trial running longer fails.")
+    trials: int = Field(
+        20,
+        ge=1,
+        le=MAX_COUNT,
+        description="Trials to run (the reference included); at most 100,000.",
+    )
+    trial_timeout_s: float = Field(
+        900,
+        gt=0,
+        le=MAX_TRIAL_TIMEOUT_S,
+        description="A trial running longer fails. At most 7 days; above the workload's "
+        "max_warmup_s + max_measure_s, which its load test may take.",
+    )
     cpu_threads: int | None = Field(
         None,
         ge=1,
@@ -118,6 +141,10 @@ class SearchSpace(_Strict):
     )
 
     source: Path | None = Field(None, exclude=True, description="File the space came from.")
+    # (what it was made from, name -> candidate, name -> configuration): _candidates_by_name.
+    _candidate_cache: (
+        tuple[tuple[int, ...], dict[str, Candidate], dict[str, TrialConfig]] | None
+    ) = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _check_params(self) -> SearchSpace:
@@ -143,14 +170,21 @@ class SearchSpace(_Strict):
             raise ValueError(f"reference: {_first_error(exc)}") from None
         for problem in config_problems(reference.model_dump(), device=self.device):
             raise ValueError(f"reference: {problem}")
-        names = [candidate.name for candidate in self.candidates]
+        # Linear in the candidates: an --enqueue file may hold tens of thousands.
+        seen: set[str] = set()
+        configs = [reference]
+        made = self._candidates_by_name()[1]  # kept: every later lookup would make them again
+        made[_REFERENCE] = reference
         for index, candidate in enumerate(self.candidates):
-            if names.index(candidate.name) != index:
+            if candidate.name in seen:
                 raise ValueError(f"candidates[{index}]: name '{candidate.name}' is used twice")
+            seen.add(candidate.name)
             try:
-                config = self.candidate_config(candidate.name)
+                config = self._config_of(candidate, reference)
             except ValidationError as exc:
                 raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
+            configs.append(config)
+            made[candidate.name] = config
             for problem in config_problems(config.model_dump(), device=self.device):
                 raise ValueError(f"candidates[{index}].config: {problem}")
             # Never dropped: the trial would carry the candidate's name for another config.
@@ -160,41 +194,9 @@ class SearchSpace(_Strict):
         # The reference is measured first and need not be a candidate (an in-process baseline
         # beside server candidates); only the values it shares with the search are recorded as
         # its trial parameters.
-        self._check_equal_work()
+        _check_equal_work(self, configs)
+        _check_load_fits_the_timeout(self)
         return self
-
-    def _configs(self) -> list[TrialConfig]:
-        return [self.reference_config(), *(self.candidate_config(c.name) for c in self.candidates)]
-
-    def _check_equal_work(self) -> None:
-        """Trials are ranked on output tokens/s only when they do the same work."""
-        backends = {config.backend for config in self._configs()}
-        backend_spec = self.params.get("backend")
-        backends |= set(backend_spec.choices or []) if backend_spec is not None else set()
-        if self.workload.output_tokens is not None:
-            servers = {self.deploy} | (backends & SERVER_BACKENDS)
-            cannot = sorted(fmt for fmt in servers if not can_force_length(fmt))
-            if cannot:
-                raise ValueError(
-                    f"workload.output_tokens: {cannot[0]} requests cannot force an answer "
-                    "length (ms-swift takes neither min_tokens nor ignore_eos), so its trials "
-                    "and verify would not do the work the others did; remove output_tokens"
-                )
-            return
-        ranked = [o.metric for o in self.objectives]
-        if "throughput_output_tokens_per_s" not in ranked:
-            return
-        lengths = {config.max_new_tokens for config in self._configs()}
-        spec = self.params.get("max_new_tokens")
-        if spec is not None:
-            lengths |= set(spec.choices) if spec.choices is not None else {spec.low, spec.high}
-        if len(lengths) > 1:
-            raise ValueError(
-                f"max_new_tokens takes {len(lengths)} values but workload.output_tokens is not "
-                "set: trials with longer answers would rank higher on output tokens/s for doing "
-                "more work; set workload.output_tokens (every load-test answer that long), or "
-                "rank on throughput_requests_per_s"
-            )
 
     @field_validator("name")
     @classmethod
@@ -210,10 +212,37 @@ class SearchSpace(_Strict):
         """The configuration every other trial is compared with."""
         return TrialConfig(**self.reference)
 
+    def find_candidate(self, name: str) -> Candidate | None:
+        """The candidate named `name` (None if there is none), found in constant time."""
+        return self._candidates_by_name()[0].get(name)
+
     def candidate_config(self, name: str) -> TrialConfig:
         """A named candidate: its values over the reference's (sampling knobs only if set)."""
-        candidate = next(c for c in self.candidates if c.name == name)
-        values = self.reference_config().model_dump()
+        by_name, configs = self._candidates_by_name()
+        config = configs.get(name)
+        if config is None:
+            candidate = by_name.get(name)
+            if candidate is None:
+                raise KeyError(f"no candidate named {name!r}")
+            if _REFERENCE not in configs:
+                configs[_REFERENCE] = self.reference_config()
+            config = configs[name] = self._config_of(candidate, configs[_REFERENCE])
+        return config
+
+    def _candidates_by_name(self) -> tuple[dict[str, Candidate], dict[str, TrialConfig]]:
+        """name -> candidate, and the configurations made so far. Kept for the candidates,
+        reference and params it was made from (a copy with other ones makes its own): an
+        --enqueue file of 20,000 candidates made each configuration several times, every
+        lookup a scan of the list."""
+        key = (id(self.candidates), id(self.reference), id(self.params), len(self.candidates))
+        cached = self._candidate_cache
+        if cached is None or cached[0] != key:
+            cached = (key, {c.name: c for c in self.candidates}, {})
+            self._candidate_cache = cached
+        return cached[1], cached[2]
+
+    def _config_of(self, candidate: Candidate, reference: TrialConfig) -> TrialConfig:
+        values = reference.model_dump()
         if not candidate.config.get("do_sample", values["do_sample"]):
             values.update(temperature=None, top_k=None, top_p=None)
         values.update(candidate.config)
@@ -250,6 +279,50 @@ class SearchSpace(_Strict):
             if candidate.exists() or value.startswith("."):
                 return str(candidate)
         return value
+
+
+def _check_load_fits_the_timeout(space: SearchSpace) -> None:
+    """A load test that may run past the trial's timeout would end every trial timed out,
+    the reference first, after the whole wait."""
+    caps = space.workload.max_warmup_s + space.workload.max_measure_s
+    if caps >= space.trial_timeout_s:
+        raise ValueError(
+            f"workload.max_warmup_s + workload.max_measure_s ({caps:g} s) must be below "
+            f"trial_timeout_s ({space.trial_timeout_s:g} s), or the trial is timed out before "
+            "its load test can end; lower them or raise trial_timeout_s"
+        )
+
+
+def _check_equal_work(space: SearchSpace, configs: list[TrialConfig]) -> None:
+    """Trials are ranked on output tokens/s only when they do the same work (`configs`:
+    the reference's and the candidates')."""
+    backends = {config.backend for config in configs}
+    backend_spec = space.params.get("backend")
+    backends |= set(backend_spec.choices or []) if backend_spec is not None else set()
+    if space.workload.output_tokens is not None:
+        servers = {space.deploy} | (backends & SERVER_BACKENDS)
+        cannot = sorted(fmt for fmt in servers if not can_force_length(fmt))
+        if cannot:
+            raise ValueError(
+                f"workload.output_tokens: {cannot[0]} requests cannot force an answer "
+                "length (ms-swift takes neither min_tokens nor ignore_eos), so its trials "
+                "and verify would not do the work the others did; remove output_tokens"
+            )
+        return
+    ranked = [o.metric for o in space.objectives]
+    if "throughput_output_tokens_per_s" not in ranked:
+        return
+    lengths = {config.max_new_tokens for config in configs}
+    spec = space.params.get("max_new_tokens")
+    if spec is not None:
+        lengths |= set(spec.choices) if spec.choices is not None else {spec.low, spec.high}
+    if len(lengths) > 1:
+        raise ValueError(
+            f"max_new_tokens takes {len(lengths)} values but workload.output_tokens is not "
+            "set: trials with longer answers would rank higher on output tokens/s for doing "
+            "more work; set workload.output_tokens (every load-test answer that long), or "
+            "rank on throughput_requests_per_s"
+        )
 
 
 def _base_type(name: str) -> Any:

@@ -16,6 +16,14 @@ from autotune.errors import did_you_mean
 from autotune.measure.registry import METRICS, Direction
 from autotune.params import refuse_bool_for_number
 
+# Upper bounds of the numbers a space gives, each far beyond any real use: a value past them is
+# a typo or a unit mistake (`max_measure_s: 1e300`), which would otherwise run until the trial
+# timed out and then blame the trial (issue 30). Each field's description says why its bound.
+DAY_S = 86_400.0
+MAX_TRIAL_TIMEOUT_S = 7 * DAY_S
+MAX_BUDGET_S = 30 * DAY_S
+MAX_COUNT = 100_000
+
 
 class _Strict(BaseModel):
     # NaN passes every bound (each comparison with it is false) and an infinite time-out or
@@ -83,14 +91,30 @@ class AccuracyConstraint(_Strict):
 class Screening(_Strict):
     """Answer a fixed subset first; prune a trial already worse than the floor with confidence."""
 
-    items: int = Field(0, ge=0, description="Subset size; 0 switches screening off.")
+    items: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Subset size; 0 switches screening off. At most 1,000,000 (more items "
+        "than any evaluation set holds).",
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence to prune.")
 
 
 class Constraints(_Strict):
     accuracy: AccuracyConstraint = Field(default_factory=AccuracyConstraint)
-    memory_budget_mib: float | None = Field(None, gt=0, description="Peak memory budget.")
-    latency_slo_ms: float | None = Field(None, gt=0, description="p95 end-to-end latency SLO.")
+    memory_budget_mib: float | None = Field(
+        None,
+        gt=0,
+        le=16 * 1024 * 1024,
+        description="Peak memory budget (at most 16 TiB, past any machine's memory).",
+    )
+    latency_slo_ms: float | None = Field(
+        None,
+        gt=0,
+        le=DAY_S * 1000,
+        description="p95 end-to-end latency SLO (at most a day: no request is allowed longer).",
+    )
 
 
 class Objective(_Strict):
@@ -109,6 +133,10 @@ class Objective(_Strict):
         return self
 
 
+# The longest forced answer (Workload.output_tokens).
+MAX_OUTPUT_TOKENS = 16_384
+
+
 class Workload(_Strict):
     """The measured load: the trial's concurrency from the first request, measured once settled.
 
@@ -124,21 +152,39 @@ class Workload(_Strict):
     warmup_requests: int = Field(
         2,
         ge=1,
+        le=10_000,
         description="The warm-up lasts at least until this many requests have completed "
-        "(besides one full turnover of the batch and a settled rate).",
+        "(besides one full turnover of the batch and a settled rate). At most 10,000: a "
+        "warm-up that long is a measurement of its own.",
     )
     requests: int = Field(
-        32, ge=1, description="Requests the load cycles through (never fewer than one batch)."
+        32,
+        ge=1,
+        le=MAX_COUNT,
+        description="Requests the load cycles through (never fewer than one batch); at most "
+        "100,000 (each is prepared before the load starts).",
     )
-    max_requests: int = Field(8192, ge=2, description="Most load-test requests of one trial.")
+    max_requests: int = Field(
+        8192,
+        ge=2,
+        le=10 * MAX_COUNT,
+        description="Most load-test requests of one trial (at most 1,000,000).",
+    )
     max_measure_s: float = Field(
-        60, gt=0, description="Most seconds of steady window (after the warm-up) in one trial."
+        60,
+        gt=0,
+        le=DAY_S,
+        description="Most seconds of steady window (after the warm-up) in one trial; at most a "
+        "day, and with max_warmup_s below trial_timeout_s, or the trial would be timed out "
+        "before its load test could end.",
     )
     max_warmup_s: float = Field(
         30,
         gt=0,
+        le=DAY_S,
         description="Most seconds the load may take to settle; a trial that has not settled "
-        "by then is measured anyway and flagged (warmup_settled 0).",
+        "by then is measured anyway and flagged (warmup_settled 0). At most a day (see "
+        "max_measure_s).",
     )
     launch_spread_rel: float = Field(
         0.0,
@@ -153,11 +199,12 @@ class Workload(_Strict):
     output_tokens: int | None = Field(
         None,
         ge=1,
-        le=32768,
+        le=MAX_OUTPUT_TOKENS,
         description="Force every load-test answer to exactly this many tokens (min_tokens / "
         "ignore_eos on servers, min_new_tokens in-process), so trials do equal work and "
         "max_new_tokens is no speed knob; the accuracy pass answers freely. None: answers as "
-        "long as the model makes them.",
+        "long as the model makes them. At most 16,384: one answer that long takes minutes "
+        "even on an H200, and a load test needs many.",
     )
     output_tokens_spread: float = Field(
         0.0,
@@ -188,11 +235,16 @@ class Workload(_Strict):
     request_rate_per_s: float | None = Field(
         None,
         gt=0,
-        description="Server backends: open-loop Poisson arrivals at this rate; None = closed "
-        "loop with batch_size requests in flight.",
+        le=MAX_COUNT,
+        description="Server backends: open-loop Poisson arrivals at this rate (at most "
+        "100,000 per second, past any server); None = closed loop with batch_size requests "
+        "in flight.",
     )
     startup_timeout_s: float = Field(
-        600, gt=0, description="Server backends: time allowed until /v1/models answers."
+        600,
+        gt=0,
+        le=DAY_S,
+        description="Server backends: time allowed until /v1/models answers (at most a day).",
     )
     repeat_image_share: float = Field(
         0.0,
@@ -235,7 +287,11 @@ class SamplerSettings(_Strict):
     """Optuna's TPE sampler: how many seeded random trials come before it models the results."""
 
     n_startup_trials: int | None = Field(
-        None, ge=1, description="Random trials first; default: a third of the trials (2-10)."
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="Random trials first; default: a third of the trials (2-10). At most "
+        "100,000, the most trials a study runs.",
     )
 
 
@@ -252,18 +308,21 @@ class LaunchSettings(_Strict):
     trials_per_launch: int = Field(
         4,
         ge=1,
+        le=MAX_COUNT,
         description="Trials measured on one launch (request-time settings proposed by the "
         "sampler with the launch parameters fixed) before the sampler chooses freely again.",
     )
     max_repeated_proposals: int = Field(
         3,
         ge=1,
+        le=MAX_COUNT,
         description="Proposals of already-measured configurations in a row that end a launch "
         "early: the sampler has little left to try on it.",
     )
     random_launches: int = Field(
         2,
         ge=0,
+        le=MAX_COUNT,
         description="Launches whose parameters are drawn at random (Optuna's RandomSampler) "
         "before TPE models them: TPE has nothing to compare until it has seen more than one "
         "launch, and would keep the first one forever.",
@@ -300,4 +359,9 @@ def parse_duration(value: Any) -> float:
             seconds = hours * 3600 + minutes * 60 + secs
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{value!r} is not a positive duration")
+    if seconds > MAX_BUDGET_S:
+        raise ValueError(
+            f"{value!r} is more than 30 days ({MAX_BUDGET_S:.0f} s), the longest budget; a "
+            "study can be resumed for more"
+        )
     return seconds

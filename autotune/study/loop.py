@@ -142,21 +142,33 @@ def _values(distribution: optuna.distributions.BaseDistribution) -> str:
     return f"{low}..{high}"
 
 
-def _ensure_reference(study: optuna.Study, plan: StudyPlan) -> None:
-    """Enqueue the reference, then each named candidate, unless measured or queued already."""
+def _ensure_reference(study: optuna.Study, plan: StudyPlan, room: int) -> str | None:
+    """Enqueue the reference, unless measured or queued already, then as many named candidates
+    as the run has `room` for (its trials left): each waiting trial is a database row, and an
+    --enqueue file of 20,000 of them took minutes to queue for a run of one trial. What is
+    not queued waits for a later run; the line that says so, or None."""
     trials = study.get_trials(deepcopy=False)
     pending = [t for t in trials if t.state == TrialState.WAITING]
     if reference_trial(study) is None and not any(TrialRecord.of(t).is_reference for t in pending):
         study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
+        room -= 1
+    room -= len(pending)
     # Queued, running (maybe in another process) or finished: not again. A candidate that
     # failed is not retried by itself; the sampler goes on.
     done = {c for t in trials if (c := TrialRecord.of(t).candidate)}
-    for candidate in plan.space.candidates:
-        if candidate.name not in done:
-            config = plan.space.candidate_config(candidate.name)
-            study.enqueue_trial(
-                fixed_params(plan.space, config), user_attrs={"candidate": candidate.name}
-            )
+    left = [candidate for candidate in plan.space.candidates if candidate.name not in done]
+    for candidate in left[: max(0, room)]:
+        config = plan.space.candidate_config(candidate.name)
+        study.enqueue_trial(
+            fixed_params(plan.space, config), user_attrs={"candidate": candidate.name}
+        )
+    waiting = len(left) - max(0, room)
+    if waiting <= 0:
+        return None
+    return (
+        f"{waiting} of {len(plan.space.candidates)} named candidates not queued: this run has "
+        "no trials left for them; a later run with more --trials measures them"
+    )
 
 
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
@@ -293,7 +305,9 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         study, plan, budget, progress, keeps_launch=False
     ):
         return None
-    _ensure_reference(study, plan)
+    unqueued = _ensure_reference(study, plan, room=target - done)
+    if unqueued is not None:
+        progress.note(unqueued)
     return study
 
 

@@ -257,7 +257,9 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         TrialRecord(config=attrs["config"], environment=attrs.get("environment") or {}),
         None if plan.endpoint else space.deploy,
     )
-    constraints[DEPLOYABLE] = 0.0 if check.deployable else 1.0
+    # A trial that did not do the forced work is no more a recommendation than one that does
+    # not reproduce: the sampler learns to leave both (autotune.measure.equal_work).
+    constraints[DEPLOYABLE] = 0.0 if check.deployable and m.unequal_work is None else 1.0
     attrs |= {
         "deployable": check.deployable,
         "deployability": check.reason,
@@ -362,6 +364,11 @@ class Objective:
         run = self._measure(trial, proposal, time_s)
         self.recording_from = time.perf_counter()
         verdict = judge_run(self.plan, run, time_s)
+        if verdict.measurement.unequal_work is not None:
+            self.progress.note(
+                f"trial {trial.number}: unequal work, not ranked on tokens/s: "
+                f"{verdict.measurement.unequal_work}"
+            )
         return self._record(trial, verdict, time_s)
 
     def _propose(self, trial: optuna.Trial) -> _Proposal:
@@ -374,6 +381,12 @@ class Objective:
         if is_reference:
             fixed = space.reference_config()
         elif candidate:
+            if space.find_candidate(str(candidate)) is None:
+                reason = (
+                    f"named candidate {candidate!r} was queued by an earlier run and is in "
+                    "neither this run's space nor its --enqueue file"
+                )
+                fail_trial(trial, TrialFailure(reason, kind="error"), self.artifacts)
             fixed = space.candidate_config(str(candidate))
         config = suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)

@@ -18,12 +18,15 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.backends import BACKENDS, PLUGIN_GROUP
 from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
+from autotune.measure.equal_work import UNEQUAL_WORK
 from autotune.records.stored import StudyRecord, TrialRecord
 
 # The constraints that decide feasibility. Trials also carry a "deployable" constraint for the
 # sampler (so it learns where deployable configurations are); it is not a feasibility limit.
 CONSTRAINT_NAMES = ("accuracy", "memory", "latency")
 DEPLOYABLE = "deployable"
+# How a what-if that did not do the forced work says so (split_equal_work).
+UNEQUAL_PREFIX = "unequal work: "
 
 
 def constraint_values(trial: FrozenTrial) -> list[float]:
@@ -178,6 +181,21 @@ def split_deployable(
     return deployable, what_ifs
 
 
+def split_equal_work(
+    trials: list[FrozenTrial],
+) -> tuple[list[FrozenTrial], list[tuple[FrozenTrial, str]]]:
+    """(trials that did the forced work, [(trial, why not)]): one whose answers were not the
+    forced length is never ranked with the others on tokens per second."""
+    equal, unequal = [], []
+    for trial in trials:
+        why = (TrialRecord.of(trial).model_extra or {}).get(UNEQUAL_WORK)
+        if isinstance(why, str) and why:
+            unequal.append((trial, f"{UNEQUAL_PREFIX}{why}"))
+        else:
+            equal.append(trial)
+    return equal, unequal
+
+
 def recommend(study: optuna.Study) -> Recommendation:
     """The best deployable trial: on the feasible Pareto front, best on the first objective
     (a tie inside the intervals goes to the next objective); without a feasible one, the
@@ -188,7 +206,17 @@ def recommend(study: optuna.Study) -> Recommendation:
     target = deploy_target(study)
     # A repeated proposal carries its twin's figures: the twin alone stands for them.
     measured = [t for t in complete if TrialRecord.of(t).duplicate_of is None]
-    candidates, what_ifs = split_deployable(study, measured)
+    equal, unequal = split_equal_work(measured)
+    candidates, what_ifs = split_deployable(study, equal)
+    what_ifs = unequal + what_ifs
+    if not candidates and unequal and not equal:
+        raise NoDeployableTrial(
+            f"no completed trial of study '{study.study_name}' did the work its load test "
+            f"forced: {unequal[0][1].removeprefix(UNEQUAL_PREFIX)}; rank on "
+            "throughput_requests_per_s, or measure an "
+            "engine that takes the forced length",
+            what_ifs,
+        )
     if not candidates:
         raise NoDeployableTrial(
             f"no completed trial of study '{study.study_name}' reproduces on its deploy "

@@ -32,9 +32,9 @@ import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.study.optuna_schema import describe, not_optunas
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
-    OPTUNA_TABLES,
     STUDIES_DIR,
     check_several_writers,
     check_storage_url,
@@ -59,9 +59,10 @@ HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
 
 
 def heartbeat_grace_s() -> int:
-    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (at least 2 s)."""
+    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (2 s to a day: Optuna takes it
+    as a timedelta, which a huge number overflows)."""
     try:
-        return max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S)))
+        return min(86_400, max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S))))
     except ValueError:
         return HEARTBEAT_GRACE_S
 
@@ -156,16 +157,20 @@ def _check_server_tables(url: str, shown: str) -> None:
         message = _masked(str(exc), url)
         raise StudyError(f"storage '{shown}' is not a database URL: {message}") from None
     try:
-        tables = set(inspect(engine).get_table_names())
+        inspector = inspect(engine)
+        tables = {
+            name: [column["name"] for column in inspector.get_columns(name)]
+            for name in inspector.get_table_names()
+        }
     except Exception as exc:
         raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
     finally:
         engine.dispose()
-    foreign = sorted(tables - OPTUNA_TABLES)
+    foreign = not_optunas(tables)
     if foreign:
         raise StudyError(
-            f"storage '{shown}' holds tables of another program ({', '.join(foreign[:3])}"
-            f"{', ...' if len(foreign) > 3 else ''}); give a database of its own for studies"
+            f"storage '{shown}' holds tables of another program ({describe(foreign)}); nothing "
+            "was written to it; give a database of its own for studies"
         )
 
 
@@ -212,6 +217,7 @@ def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _masked(message: str, url: str) -> str:
     """`message` without the passwords of `url`, wherever a driver quoted them."""
+    message = message.replace(url, display_url(url))
     for secret in secrets_in(url):
         message = message.replace(secret, "***")
     return message
@@ -445,7 +451,6 @@ def artifact_dir(storage_url: str, study_name: str) -> Path:
 # The URL checks live in storage_urls; the names callers know from here stay importable.
 __all__ = [
     "JOURNAL_SUFFIX",
-    "OPTUNA_TABLES",
     "STUDIES_DIR",
     "GuardedJournalStorage",
     "RetryingRDBStorage",

@@ -14,8 +14,10 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import unquote
 
 from autotune.errors import StudyError
+from autotune.study.optuna_schema import describe, not_optunas
 
 # How long SQLite waits for another writer's lock before a write gives up (seconds); the
 # retries after that are autotune.study.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
@@ -32,10 +34,10 @@ def sqlite_busy_timeout_s() -> float:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds):
+    if not math.isfinite(seconds) or seconds > 86_400:
         raise StudyError(
-            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds; set it to one "
-            f"(e.g. 30) or unset it"
+            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds up to a day "
+            "(86400); set it to one (e.g. 30) or unset it"
         )
     return max(0.1, seconds)
 
@@ -75,13 +77,19 @@ def default_storage_url(study_name: str, *, several_writers: bool = False) -> st
     return f"sqlite:///{sqlite}"
 
 
-# Query parameters that carry a secret (`?password=...`, libpq's `sslpassword`, a token).
-_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
-_SECRET_QUERY = re.compile(r"((?:^|[?&;])[^=&;?]*(?:pass|pwd|secret|token)[^=&;]*=)[^&;]*", re.I)
+# Every value of a storage URL's query is masked when printed: a driver takes a password under
+# many names (`password`, `sslpassword`, a token, or a key nobody foresaw, `?pw=`), and which
+# values are secret is not for autotune to guess (issue 30). The keys stay, to say what was set.
+_QUERY_VALUE = re.compile(r"((?:^|[?&;])[^=&;?]*=)[^&;]*")
+
+
+def _query_values(values: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in (values if isinstance(values, tuple) else (values,)))
 
 
 def display_url(url: str) -> str:
-    """The URL as it may be printed: a password is masked, in the user part and the query."""
+    """The URL as it may be printed: the password of the user part and every query value are
+    masked."""
     if is_journal(url):
         return url
     try:
@@ -90,18 +98,17 @@ def display_url(url: str) -> str:
         parsed = make_url(url)
         shown = parsed.set(query={}).render_as_string(hide_password=True)
         pairs = [
-            f"{key}={'***' if _SECRET_KEY.search(key) else value}"
-            for key, values in parsed.query.items()
-            for value in (values if isinstance(values, tuple) else (values,))
+            f"{key}=***" for key, values in parsed.query.items() for _ in _query_values(values)
         ]
         return shown + ("?" + "&".join(pairs) if pairs else "")
     except Exception:  # not a URL SQLAlchemy can read: show what cannot hold a password
         text = url.split("@", 1)[-1] if "@" in url else url
-        return _SECRET_QUERY.sub(r"\1***", text)
+        base, mark, query = text.partition("?")
+        return base + mark + _QUERY_VALUE.sub(r"\1***", query) if mark else text
 
 
 def secrets_in(url: str) -> list[str]:
-    """The passwords a URL carries: its user part's and its query's."""
+    """What a URL carries that may be secret: its user part's password and its query values."""
     try:
         from sqlalchemy.engine import make_url
 
@@ -109,16 +116,52 @@ def secrets_in(url: str) -> list[str]:
     except Exception:
         return []
     found = [str(parsed.password)] if parsed.password else []
-    for key, values in parsed.query.items():
-        if _SECRET_KEY.search(key):
-            found += [v for v in (values if isinstance(values, tuple) else (values,)) if v]
-    return found
+    for values in parsed.query.values():
+        # A value of 1 to 3 characters (`?timeout=5`, `?ssl=on`) is no secret worth masking
+        # each "5" of a message for; the URL itself is shown masked whole (display_url).
+        found += [value for value in _query_values(values) if len(value) >= _SECRET_MIN_CHARS]
+    # The longest first: a value inside another is masked with it, not left half-shown.
+    return sorted(set(found), key=len, reverse=True)
+
+
+_SECRET_MIN_CHARS = 4
+
+
+def _sqlite_location(url: str) -> tuple[bool, Path | None]:
+    """(whether `url` is a SQLite URL, the file it names: None for an in-memory database).
+
+    With `uri=true` the database is a SQLite URI (`file:PATH?mode=...`), whose query (split
+    off by SQLAlchemy) can make it an in-memory database: `mode=memory`, or `vfs=memdb`.
+    """
+    if not url.startswith("sqlite"):
+        return False, None
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.util import asbool
+
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite":
+            return False, None
+        query = {key.lower(): str(value).lower() for key, value in parsed.query.items()}
+        uri = asbool(query.get("uri", False))
+    except Exception:  # not a URL SQLAlchemy reads: check_storage_url says so
+        return False, None
+    name = parsed.database or ""
+    if uri:
+        if query.get("mode") == "memory" or query.get("vfs") == "memdb":
+            return True, None
+        if name.startswith("file:"):
+            name = unquote(name.removeprefix("file:"))
+            if name.startswith("//"):  # file://HOST/PATH: SQLite takes only localhost
+                name = "/" + name[2:].partition("/")[2]
+    if name in ("", ":memory:"):
+        return True, None
+    return True, Path(name)
 
 
 def sqlite_file(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url.removeprefix("sqlite:///"))
-    return None
+    """The file of a SQLite URL; None for another database, or an in-memory one."""
+    return _sqlite_location(url)[1]
 
 
 def local_file(url: str) -> Path | None:
@@ -154,36 +197,30 @@ def check_storage_url(url: str, *, create: bool) -> None:
         ) from None
     if parsed.get_backend_name() != "sqlite":
         return
-    name = parsed.database
-    if not name or name == ":memory:" or name.startswith("file::memory:"):
+    path = sqlite_file(url)
+    if path is None:
         raise StudyError(
             f"storage '{shown}' is an in-memory SQLite database, which ends with the process "
             "and so loses the study; give a file: sqlite:///studies/NAME.db"
         )
-    if url.rstrip().endswith("/"):
+    if url.rstrip().endswith("/") or str(parsed.database).endswith("/"):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
-    _check_local_path(Path(name), shown, create=create)
-    _check_sqlite_content(Path(name), shown, create=create)
+    others = sorted(set(parsed.query) - _PYSQLITE_ARGUMENTS)
+    if others and not str(parsed.database).startswith("file:"):
+        # Without uri=true SQLite's driver ignores them (a setting that does nothing); with
+        # it, they end up in the file's name unless the database is a `file:` URI.
+        raise StudyError(
+            f"storage '{shown}': SQLite takes no {', '.join(others)} argument here (it takes "
+            f"{', '.join(sorted(_PYSQLITE_ARGUMENTS))}, and SQLite URI parameters in "
+            "sqlite:///file:PATH?uri=true&...); remove it"
+        )
+    _check_local_path(path, shown, create=create)
+    _check_sqlite_content(path, shown, create=create)
 
 
-# Optuna's own tables (its RDB schema, and the migration tool's bookkeeping): a database that
-# holds any other table belongs to another program, which a study must not write into.
-OPTUNA_TABLES = frozenset(
-    {
-        "studies",
-        "study_directions",
-        "study_system_attributes",
-        "study_user_attributes",
-        "trial_heartbeats",
-        "trial_intermediate_values",
-        "trial_params",
-        "trial_system_attributes",
-        "trial_user_attributes",
-        "trial_values",
-        "trials",
-        "version_info",
-        "alembic_version",
-    }
+# What SQLAlchemy passes to Python's sqlite3 (pysqlite's create_connect_args).
+_PYSQLITE_ARGUMENTS = frozenset(
+    {"uri", "timeout", "isolation_level", "detect_types", "check_same_thread", "cached_statements"}
 )
 # What an Optuna schema that was created to the end always has (the unique study name).
 _SCHEMA_COMPLETE_INDEX = "ix_studies_study_name"
@@ -223,21 +260,31 @@ def _check_sqlite_content(path: Path, shown: str, *, create: bool) -> None:
             sqlite3.connect(read_only, uri=True, timeout=sqlite_busy_timeout_s())
         ) as db:
             rows = db.execute("SELECT type, name FROM sqlite_master").fetchall()
-            tables = {name for kind, name in rows if kind == "table"}
+            tables = {
+                name: [
+                    column[1]
+                    for column in db.execute("SELECT * FROM pragma_table_info(?)", (name,))
+                ]
+                for kind, name in rows
+                if kind == "table"
+            }
             indexes = {name for kind, name in rows if kind == "index"}
+            # Optuna makes no views or triggers: one is another program's.
+            foreign = not_optunas(tables) + [
+                name for kind, name in rows if kind in ("view", "trigger")
+            ]
             trials = 0
-            if "trials" in tables:
+            if "trials" in tables and not foreign:
                 trials = db.execute("SELECT count(*) FROM trials").fetchone()[0]
     except sqlite3.Error as exc:
         if is_busy(exc):
             return  # another run is writing to it: a study, which the open will wait for
         raise StudyError(f"storage '{shown}': {path} cannot be read as SQLite ({exc})") from None
-    foreign = sorted(name for name in tables - OPTUNA_TABLES if not name.startswith("sqlite_"))
     if foreign:
         raise StudyError(
             f"storage '{shown}': {path} is another program's database (it holds "
-            f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); give a file of "
-            "its own for the study"
+            f"{describe(foreign)}); nothing was written to it; give a file of its own for the "
+            "study"
         )
     if tables and _SCHEMA_COMPLETE_INDEX not in indexes and not trials:
         # Nothing measured is in it, and Optuna would add studies of the same name to it.

@@ -12,15 +12,14 @@ import os
 import queue
 import shutil
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from autotune.checkpoints.adapters import Adapter
 from autotune.engines.inprocess.worker import LaunchRequest, MeasureCommand
 from autotune.engines.process import ManagedProcess
+from autotune.engines.scratch import make_scratch
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.engines.threads import ThreadChoice
 from autotune.errors import TrialFailure
@@ -40,7 +39,6 @@ class WorkerSession:
         launch: TrialConfig,
         trial_timeout_s: float,
         pinned: dict[str, str] | None = None,
-        log_dir: Path | None = None,
         adapters: list[Adapter] | None = None,
         threads: ThreadChoice | None = None,
     ) -> None:
@@ -53,7 +51,7 @@ class WorkerSession:
         self.load_s = 0.0
         self.pid: int | None = None
         self.trial_timeout_s = trial_timeout_s
-        self._workdir = Path(tempfile.mkdtemp(prefix="autotune-worker-", dir=log_dir))
+        self._workdir = make_scratch("autotune-worker-")
         request = LaunchRequest(
             model=model,
             device=device,
