@@ -1,0 +1,133 @@
+"""Which stored trials can be read, and what the readers see of one that cannot.
+
+A finished trial is read in full: its objective values (one finite number per objective for a
+completed trial), its record (autotune.records.stored.TrialRecord, its configuration
+included, which a completed trial must have). One that fails, edited by hand or damaged, is
+shown to every reader as a stand-in: a failed trial whose failure_reason names the field, so
+`best` and `report` leave it out of the ranking and name it, the sampler skips it, and the
+rest of the study stays readable. The storage classes (autotune.study.storage) put the
+stand-ins in place; nothing is written back.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.records.stored import TrialRecord
+
+# The failure_kind of a stand-in; `stored_state` keeps the state the storage holds.
+UNREADABLE = "unreadable"
+STORED_STATE = "stored_state"
+
+
+def unreadable_because(trial: FrozenTrial, objectives: int) -> str | None:
+    """Why a finished trial cannot be read ('field: what is wrong'), or None."""
+    if trial.state == TrialState.COMPLETE:
+        problem = _values_problem(trial.values, objectives)
+        if problem is not None:
+            return problem
+        if not trial.user_attrs.get("config"):
+            return "config: missing (the trial's configuration was not stored)"
+    return TrialRecord.problem(trial.user_attrs)
+
+
+def _values_problem(values: list[float] | None, objectives: int) -> str | None:
+    if not values:
+        return "values: none stored for a completed trial"
+    if len(values) != objectives:
+        return f"values: {len(values)} stored for {objectives} objective(s)"
+    for index, value in enumerate(values):
+        if type(value) not in (int, float) or not math.isfinite(value):
+            return f"values: objective {index} is {value!r}, not a measurement"
+    return None
+
+
+def stand_in(
+    *,
+    number: int,
+    trial_id: int,
+    state: TrialState,
+    why: str,
+    started: datetime.datetime | None = None,
+    completed: datetime.datetime | None = None,
+) -> FrozenTrial:
+    """The failed trial readers see in place of an unreadable one."""
+    return FrozenTrial(
+        number=number,
+        state=TrialState.FAIL,
+        value=None,
+        values=None,
+        datetime_start=started,
+        datetime_complete=completed,
+        params={},
+        distributions={},
+        user_attrs={
+            "failure_kind": UNREADABLE,
+            "failure_reason": f"its stored record cannot be read: {why}",
+            STORED_STATE: state.name,
+        },
+        system_attrs={},
+        intermediate_values={},
+        trial_id=trial_id,
+    )
+
+
+def readable(trial: FrozenTrial, objectives: int) -> FrozenTrial:
+    """`trial` itself, or its stand-in when it is finished and cannot be read. A running or
+    waiting trial is read as it is (its own process is still writing it)."""
+    if not trial.state.is_finished() or is_stand_in(trial):
+        return trial
+    why = unreadable_because(trial, objectives)
+    if why is None:
+        return trial
+    return stand_in(
+        number=trial.number,
+        trial_id=trial._trial_id,
+        state=trial.state,
+        why=why,
+        started=trial.datetime_start,
+        completed=trial.datetime_complete,
+    )
+
+
+class ReadableView:
+    """readable() of each trial, worked out once per stored version of it: a storage that
+    keeps its trials in memory (the journal's replay) makes a new FrozenTrial whenever one
+    changes, and hands out the same object until then."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[FrozenTrial, FrozenTrial]] = {}
+
+    def __call__(self, trial: FrozenTrial, objectives: int) -> FrozenTrial:
+        seen = self._seen.get(trial._trial_id)
+        if seen is not None and seen[0] is trial:
+            return seen[1]
+        shown = readable(trial, objectives)
+        self._seen[trial._trial_id] = (trial, shown)
+        return shown
+
+
+def is_stand_in(trial: FrozenTrial) -> bool:
+    return trial.user_attrs.get("failure_kind") == UNREADABLE and STORED_STATE in trial.user_attrs
+
+
+def unreadable_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's stand-ins, in trial order."""
+    return [t for t in study.get_trials(deepcopy=False) if is_stand_in(t)]
+
+
+def unreadable_line(study_name: str, trial: FrozenTrial) -> str:
+    """'study S, trial N (its stored state) cannot be read: field: what is wrong'."""
+    reason = str(trial.user_attrs["failure_reason"]).removeprefix("its stored record ")
+    stored = str(trial.user_attrs[STORED_STATE]).lower()
+    return f"study '{study_name}', trial {trial.number} ({stored}) {reason}"
+
+
+def completed_unreadable(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Stand-ins of trials the storage holds as completed: any of them could have been the
+    recommendation."""
+    return [t for t in trials if is_stand_in(t) and t.user_attrs[STORED_STATE] == "COMPLETE"]
