@@ -19,6 +19,7 @@ Types are read strictly: a record that says `"batch_size": "x"`, `"is_reference"
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import Annotated, Any
 
 import optuna
@@ -200,3 +201,49 @@ class StudyRecord(_Stored):
     def of(cls, study: optuna.Study) -> StudyRecord:
         record: StudyRecord = cls._read(study.user_attrs, f"study {study.study_name!r}")
         return record
+
+
+class _SpoolFile(BaseModel):
+    """A JSON file autotune keeps in the spool (autotune.study.recovery writes and reads it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    number: int = Field(ge=0)
+    # When the trial started: tells its own study's trial from one of an earlier study of the
+    # same name at the same path. None in a spool file written before it was recorded.
+    started: datetime | None = None
+
+    @classmethod
+    def read(cls, text: str) -> Any:
+        """The record in `text`; ValueError('field: what is wrong') when it is none."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise ValueError(validation_problem(exc)) from None
+
+
+class SpooledTrial(_SpoolFile):
+    """A measured trial kept until the storage takes it: a file that does not read as one is
+    no measurement to record."""
+
+    values: list[FiniteFloat] = Field(min_length=1)
+    params: dict[str, Any] = {}
+    # Optuna's distribution_to_json of each parameter's distribution.
+    distributions: dict[str, str] = {}
+    user_attrs: dict[str, Any]
+
+    @classmethod
+    def read(cls, text: str) -> SpooledTrial:
+        spooled: SpooledTrial = super().read(text)
+        problem = TrialRecord.problem(spooled.user_attrs)
+        if problem is not None:
+            raise ValueError(f"user_attrs.{problem}")
+        return spooled
+
+
+class FailureNote(_SpoolFile):
+    """Why a trial ended, kept when the storage refused to take it (a full disk): the next
+    run records it, so no trial stays failed without a reason."""
+
+    kind: str
+    reason: str

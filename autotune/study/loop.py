@@ -312,11 +312,12 @@ def optimize(
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
     gate = InterruptGate()
+    objective = Objective(plan, progress, launches, budget, spool, target=target, gate=gate)
     try:
         with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(
-                Objective(plan, progress, launches, budget, spool, target=target, gate=gate),
+                objective,
                 timeout=timeout_s,
                 catch=(TrialFailure,),
                 callbacks=[after],
@@ -326,10 +327,13 @@ def optimize(
         refused = _storage_failure(exc)
         if refused is None:
             raise
-        kept = [spool.where(int(payload["number"])) for payload in spool.pending()]
+        if objective.current is not None:
+            # Optuna ended the trial FAIL, if the storage let it, without a reason.
+            spool.note_failure(objective.current, "storage", f"{refused}; the run stopped")
+        kept = spool.pending()
         where = (
             "; measured results not recorded yet are kept in "
-            + ", ".join(str(path) for path in kept if path is not None)
+            + ", ".join(str(path) for path in kept)
             if kept
             else ""
         )

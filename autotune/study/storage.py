@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial
 from autotune.errors import StudyError
 from autotune.records.readable import ReadableView
 from autotune.study.failures import failure_of, heartbeat_grace_s, record_stale
-from autotune.study.journal import checked_replay
+from autotune.study.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
 from autotune.study.rdb_rows import ROW_ERRORS, build_readable
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
@@ -160,19 +160,27 @@ def _check_server_tables(url: str, shown: str) -> None:
         )
 
 
+_SAID: set[str] = set()
+
+
 def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
     if not create and not path.is_file():
         raise StudyError(
             f"no study journal at {path}; run `autotune run --space NAME --gpus ...` first"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+    from optuna.storages.journal import JournalFileOpenLock
 
     # The open lock (O_EXCL lock file) rather than Optuna's default symlink lock: both work on
     # a local disk, and this one also on file systems without symlinks. Its 30 s grace period
     # breaks a lock that a killed process left behind.
     try:
-        backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        backend = WholeRecordJournal(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        # A run appends: a torn last record is cut off first; a reader only says it is there.
+        note = repair_tail(backend) if create else tail_note(path)
+        if note and note not in _SAID:  # a command that opens the study twice says it once
+            _SAID.add(note)
+            print(f"note: {note}", file=sys.stderr)
         return GuardedJournalStorage(backend)
     except OSError as exc:
         raise StudyError(f"cannot open storage '{path}': {exc.strerror or exc}") from None
