@@ -13,15 +13,29 @@ from __future__ import annotations
 
 import datetime
 import math
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 
 # The failure_kind of a stand-in; `stored_state` keeps the state the storage holds.
 UNREADABLE = "unreadable"
 STORED_STATE = "stored_state"
+
+
+def study_problem(study: optuna.Study) -> str | None:
+    """Why a study cannot be ranked at all ('field: what is wrong'), or None: every objective
+    has a direction, and the record names as many objectives as there are."""
+    directions = study.directions
+    unset = [i for i, d in enumerate(directions) if d == optuna.study.StudyDirection.NOT_SET]
+    if not directions or unset:
+        return f"directions: objective {unset[0] if unset else 0} has none"
+    named = StudyRecord.of(study).objective_metrics
+    if named and len(named) != len(directions):
+        return f"objective_metrics: {len(named)} named for {len(directions)} direction(s)"
+    return None
 
 
 def unreadable_because(trial: FrozenTrial, objectives: int) -> str | None:
@@ -54,8 +68,12 @@ def stand_in(
     why: str,
     started: datetime.datetime | None = None,
     completed: datetime.datetime | None = None,
+    params: dict[str, Any] | None = None,
+    distributions: dict[str, Any] | None = None,
 ) -> FrozenTrial:
-    """The failed trial readers see in place of an unreadable one."""
+    """The failed trial readers see in place of an unreadable one. Its parameters, where they
+    could be read, stay: Optuna checks a new trial's against every stored one, and a run says
+    so first (autotune.study.loop)."""
     return FrozenTrial(
         number=number,
         state=TrialState.FAIL,
@@ -63,8 +81,8 @@ def stand_in(
         values=None,
         datetime_start=started,
         datetime_complete=completed,
-        params={},
-        distributions={},
+        params=params or {},
+        distributions=distributions or {},
         user_attrs={
             "failure_kind": UNREADABLE,
             "failure_reason": f"its stored record cannot be read: {why}",
@@ -76,12 +94,26 @@ def stand_in(
     )
 
 
+def _shape_problem(trial: FrozenTrial) -> str | None:
+    """What Optuna itself would build differently (a journal's replay keeps what a record
+    says): attributes and parameters that are no mapping, values that are no list."""
+    for name in ("user_attrs", "system_attrs", "params", "distributions"):
+        if not isinstance(getattr(trial, name), dict):
+            return f"{name}: not a mapping"
+    if trial.values is not None and not isinstance(trial.values, list):
+        return "values: not a list"
+    return None
+
+
 def readable(trial: FrozenTrial, objectives: int) -> FrozenTrial:
-    """`trial` itself, or its stand-in when it is finished and cannot be read. A running or
-    waiting trial is read as it is (its own process is still writing it)."""
-    if not trial.state.is_finished() or is_stand_in(trial):
+    """`trial` itself, or its stand-in when it cannot be read. A running or waiting trial is
+    read as it is (its own process is still writing it) unless its very shape is broken."""
+    if is_stand_in(trial):
         return trial
-    why = unreadable_because(trial, objectives)
+    shape = _shape_problem(trial)
+    why = shape
+    if why is None and trial.state.is_finished():
+        why = unreadable_because(trial, objectives)
     if why is None:
         return trial
     return stand_in(
@@ -91,6 +123,8 @@ def readable(trial: FrozenTrial, objectives: int) -> FrozenTrial:
         why=why,
         started=trial.datetime_start,
         completed=trial.datetime_complete,
+        params=trial.params if shape is None else None,
+        distributions=trial.distributions if shape is None else None,
     )
 
 
@@ -112,7 +146,12 @@ class ReadableView:
 
 
 def is_stand_in(trial: FrozenTrial) -> bool:
-    return trial.user_attrs.get("failure_kind") == UNREADABLE and STORED_STATE in trial.user_attrs
+    attrs = trial.user_attrs
+    return (
+        isinstance(attrs, dict)
+        and attrs.get("failure_kind") == UNREADABLE
+        and STORED_STATE in attrs
+    )
 
 
 def unreadable_trials(study: optuna.Study) -> list[FrozenTrial]:

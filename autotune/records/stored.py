@@ -69,34 +69,46 @@ class _Stored(BaseModel):
     @classmethod
     def problem(cls, attrs: dict[str, Any]) -> str | None:
         """What makes `attrs` unreadable as this record ('field: what is wrong'), or None."""
+        return cls._validated(attrs)[1]
+
+    @classmethod
+    def _validated(cls, attrs: dict[str, Any]) -> tuple[Any, str | None]:
+        """(the record, None), or (None, its problem)."""
+        if not isinstance(attrs, dict):
+            return None, "record: not a mapping of attributes"
         version = attrs.get("schema_version", 1)
         if type(version) is not int or version < 1:
-            return (
+            return None, (
                 f"schema_version: {version!r} is not a record version (a whole number, 1 or more)"
             )
         if version > SCHEMA_VERSION:
-            return (
+            return None, (
                 f"schema_version: {version} was stored by a newer autotune (this one reads up "
                 f"to {SCHEMA_VERSION}): upgrade autotune to read it"
             )
         try:
-            cls.model_validate(attrs)
+            record = cls.model_validate(attrs)
         except ValidationError as exc:
-            return validation_problem(exc)
+            return None, validation_problem(exc)
+        problem = record._content_problem()
+        return (None, problem) if problem is not None else (record, None)
+
+    def _content_problem(self) -> str | None:
+        """A problem the field types do not show (a subclass's check)."""
         return None
 
     @classmethod
     def _read(cls, attrs: dict[str, Any], what: str) -> Any:
-        version = attrs.get("schema_version", 1)
+        version = attrs.get("schema_version", 1) if isinstance(attrs, dict) else None
         if type(version) is int and version > SCHEMA_VERSION:
             raise StudyError(
                 f"{what} was stored by a newer autotune (record version {version}; this one "
                 f"reads up to {SCHEMA_VERSION}): upgrade autotune to read it"
             )
-        problem = cls.problem(attrs)
+        record, problem = cls._validated(attrs)
         if problem is not None:
             raise StudyError(f"{what} has an unreadable record: {problem}")
-        return cls.model_validate(attrs)
+        return record
 
 
 class TrialRecord(_Stored):
@@ -138,16 +150,13 @@ class TrialRecord(_Stored):
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         return cls.from_attrs(trial.user_attrs, number=trial.number)
 
-    @classmethod
-    def problem(cls, attrs: dict[str, Any]) -> str | None:
-        """The record's problem, its configuration's included: `export` renders it and
-        `verify` relaunches it, so a configuration no engine takes is found on reading."""
-        found = super().problem(attrs)
-        config = attrs.get("config")
-        if found is not None or not config:
-            return found
+    def _content_problem(self) -> str | None:
+        """Its configuration's problem: `export` renders it and `verify` relaunches it, so a
+        configuration no engine takes is found on reading."""
+        if not self.config:
+            return None
         try:
-            TrialConfig.model_validate(config, strict=True)
+            TrialConfig.model_validate(self.config, strict=True)
         except ValidationError as exc:
             return validation_problem(exc, prefix="config.")
         return None

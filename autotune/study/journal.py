@@ -112,6 +112,10 @@ class CheckedReplay(JournalStorageReplayResult):
             except ValueError as exc:  # a line that is not JSON, with more lines after it
                 # Every line before it was applied: it is the next one.
                 raise self._refusal(self.log_number_read + 1, f"not JSON: {exc}") from None
+            if isinstance(log, dict) and not isinstance(log.get("study_name", ""), str):
+                # The one field Optuna's replay keeps without looking at it.
+                self.log_number_read += 1
+                raise self._refusal(self.log_number_read, "study_name: not text")
             try:
                 super().apply_logs([log])  # counts the line, then applies it
             except (OptunaError, KeyError) as exc:

@@ -17,6 +17,7 @@ from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.params import base_param
+from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
@@ -280,6 +281,10 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.
     repairs = [*clean_up(), *fail_orphaned(study), *fail_stale(study), *recover(study, spool)]
+    repairs += [
+        f"{unreadable_line(plan.study_name, t)}; it is left out (the sampler skips it)"
+        for t in unreadable_trials(study)
+    ]
     done = counted_trials(study)
     progress.start(done=done, study_name=plan.study_name)
     for note in [*plan.notes, *repairs]:

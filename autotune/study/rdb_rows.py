@@ -16,6 +16,7 @@ from optuna.distributions import json_to_distribution
 from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 
+from autotune.errors import StudyError
 from autotune.records.readable import readable, stand_in
 
 # What Optuna raises on a row it cannot turn into a trial (its own checks are assertions).
@@ -26,6 +27,12 @@ def build_readable(
     build: Callable[[models.TrialModel], FrozenTrial], model: models.TrialModel
 ) -> FrozenTrial:
     """Optuna's `build` of the trial in `model`, or its stand-in."""
+    if type(model.number) is not int or model.number < 0:
+        # Trials are known by their numbers: without one, none can be named or ordered.
+        raise StudyError(
+            f"study '{model.study.study_name}': the trial stored with id {model.trial_id} has "
+            f"no trial number ({model.number!r}); the database was edited or damaged"
+        )
     objectives = len(model.study.directions)
     try:
         trial = build(model)

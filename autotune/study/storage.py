@@ -36,6 +36,7 @@ from autotune.records.readable import ReadableView
 from autotune.study.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
 from autotune.study.rdb_rows import ROW_ERRORS, build_readable
+from autotune.study.snapshot import read_study
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
     OPTUNA_TABLES,
@@ -419,7 +420,8 @@ def _most_recent_study() -> str:
 
 
 def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
-    """Load an existing study for reading; names the studies that exist when it is missing."""
+    """Load an existing study for reading, as a snapshot; names the studies that exist when it
+    is missing."""
     if study_name is None and storage_url is None:
         study_name = _most_recent_study()
     url = storage_url or default_storage_url(study_name or "")
@@ -443,7 +445,7 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
             f"storage '{display_url(url)}' holds {names.count(study_name)} studies named "
             f"'{study_name}' (the database was edited): rename or delete all but one"
         )
-    return optuna.load_study(study_name=study_name, storage=storage)
+    return read_study(storage, study_name)
 
 
 def artifact_dir(storage_url: str, study_name: str) -> Path:
