@@ -300,10 +300,6 @@ def _retrying(method: Callable[..., Any], action: str = "write to") -> Callable[
 def _damaged_row(exc: BaseException) -> bool:
     """Whether a read failed on what a row holds (a state name the enum lacks, a date that is
     no date) rather than on Optuna's "not found" (a KeyError, its answer to a wrong name)."""
-    from sqlalchemy.exc import StatementError
-
-    if isinstance(exc, StatementError):
-        return True
     return isinstance(exc, (*ROW_ERRORS, LookupError)) and not isinstance(exc, KeyError)
 
 
