@@ -32,7 +32,7 @@ from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.select import deploy_target, find_trial, recommend
+from autotune.study.select import chosen_trial, deploy_target
 
 DEFAULT_TOLERANCE = 0.25
 THROUGHPUT = "throughput_output_tokens_per_s"
@@ -242,7 +242,7 @@ def verify_trial(
     `adapters` (from --adapter) replace the study's own, e.g. where their folders live
     elsewhere on this machine; the first must carry the name the trials measured.
     """
-    trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
+    trial = chosen_trial(study, trial_number)
     trial_record = TrialRecord.of(trial)
     config = trial_record.trial_config()
     space = stored_space(study)

@@ -195,10 +195,36 @@ def _upload(store: FileSystemArtifactStore, trial: optuna.Trial, name: str, text
             )
 
 
+# What a trial of a --dummy-weights study never records: random weights answer noise.
+ACCURACY_ATTRS = (
+    "accuracy",
+    "accuracy_by_category",
+    "item_scores",
+    "item_passed",
+    "items_scored",
+    "predictions",
+    "paired_vs_reference",
+)
+
+
+def _dummy_weights(attrs: dict[str, Any]) -> dict[str, Any]:
+    kept = {k: v for k, v in attrs.items() if k not in ACCURACY_ATTRS}
+    if "constraints" in kept:
+        kept["constraints"] = {**kept["constraints"], "accuracy": 0.0}
+    return kept
+
+
 def build_study(
-    directory: Path, *, study_name: str = "small", specs: list[Spec] | None = None
+    directory: Path,
+    *,
+    study_name: str = "small",
+    specs: list[Spec] | None = None,
+    dummy_weights: bool = False,
 ) -> tuple[str, str]:
-    """Create the study in `directory`/<study_name>.db; returns (storage_url, study_name)."""
+    """Create the study in `directory`/<study_name>.db; returns (storage_url, study_name).
+
+    `dummy_weights`: as `autotune run --dummy-weights` stores it: no accuracy anywhere, the
+    accuracy constraint switched off."""
     specs = SPECS if specs is None else specs
     storage_url = f"sqlite:///{directory / study_name}.db"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -215,6 +241,11 @@ def build_study(
         "notes": [],
         "autotune_version": "0.1.0",
         "schema_version": 1,
+        **(
+            {"dummy_weights": True, "space": {"constraints": {"accuracy": {"enabled": False}}}}
+            if dummy_weights
+            else {}
+        ),
     }.items():
         study.set_user_attr(key, value)
     with warnings.catch_warnings():
@@ -240,6 +271,8 @@ def build_study(
             study.tell(trial, [twin.throughput, float(twin.p95_ms)])
             continue
         attrs = _user_attrs(spec, reference_accuracy)
+        if dummy_weights:
+            attrs = _dummy_weights(attrs)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if "constraints" in attrs:

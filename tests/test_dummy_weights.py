@@ -201,3 +201,23 @@ def test_study_with_dummy_weights_records_why_and_skips_accuracy(
     )
     assert resumed.exit_code == 2
     assert "--dummy-weights" in resumed.output
+
+
+def test_report_of_a_stored_dummy_weights_study(tmp_path: Path) -> None:
+    """No trial of a dummy-weights study has an accuracy: the Pareto plot colours them grey
+    instead of failing on a colour scale with gaps (every GPU speed study is one)."""
+    from study_factory import build_study
+    from test_report import plot_data
+
+    url, name = build_study(tmp_path, dummy_weights=True)
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", "--storage", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = out.read_text(encoding="utf-8")
+    traces = plot_data(document, "plot-pareto")
+    unmeasured = [t for t in traces if t["name"].endswith("accuracy not measured")]
+    assert unmeasured and all(t["marker"]["color"] == "#999999" for t in unmeasured)
+    assert sorted(n for t in unmeasured for n in t["customdata"]) == [0, 1, 2, 3, 4, 5]
+    assert "plot-accuracy" not in document  # nothing to draw
+    best = CliRunner().invoke(main, ["best", "--storage", url, "--study", name])
+    assert best.exit_code == 0 and "accuracy not measured" in best.output

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -30,11 +31,57 @@ PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None
 
 
 def start(space: Path, db: Path, trials: int, cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    """`autotune run` into the SQLite file `db`, or the journal `db` (a .journal path)."""
+    storage = str(db) if db.suffix == ".journal" else f"sqlite:///{db}"
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", "run", "--space", str(space),
-         "--trials", str(trials), "--study", "s", "--storage", f"sqlite:///{db}"],
+         "--trials", str(trials), "--study", "s", "--storage", storage],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
     )  # fmt: skip
+
+
+def fill_while_measuring(run: subprocess.Popen[str], disk: Path) -> tuple[str, Path]:
+    """Fill `disk` once the run's reference is measured (its results cannot be stored then);
+    the run's stderr and the filler."""
+    assert run.stderr is not None
+    lines = []
+    for line in run.stderr:  # the plain progress lines name each phase
+        lines.append(line)
+        if "trial 0: load test" in line:
+            break
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as handle:
+        while True:
+            handle.write(b"\0" * 65536)
+    _, rest = run.communicate(timeout=900)
+    return "".join(lines) + rest, filler
+
+
+def run_until_the_disk_is_full(db: Path, trials: int, cwd: Path) -> tuple[Path, Path]:
+    """A run into `db` on its own small disk, which fills while the reference is measured: it
+    ends in one line that says where the results are kept. (The space, the filler.)"""
+    space = small_space(cwd, params=PARAMS)
+    run = start(space, db, trials, cwd)
+    stderr, filler = fill_while_measuring(run, db.parent)
+    assert run.returncode == 2, stderr[-3000:]
+    one_storage_error(stderr)
+    return space, filler
+
+
+def one_storage_error(stderr: str) -> None:
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "kept in" in errors[0], stderr
+    assert "full" in errors[0] or "No space left" in errors[0]  # SQLite's words, or the OS's
+    assert "run the same command again" in errors[0]
+
+
+def every_failure_has_a_reason(study: optuna.Study) -> None:
+    from autotune.study.failures import failure_of
+
+    for trial in study.trials:
+        if trial.state == TrialState.FAIL:
+            assert failure_of(study, trial).get("failure_reason"), trial.number
 
 
 def load(db: Path) -> optuna.Study:
@@ -203,35 +250,24 @@ def test_a_read_waits_out_a_locked_database(tmp_path: Path) -> None:
     assert "recommended: trial" in stdout
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
-def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> None:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)])
-    if mounted.returncode != 0:
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `folder` (made here) while the block runs."""
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
+    if subprocess.run(mount).returncode:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        space = small_space(tmp_path, params=PARAMS)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "disk", "4m") as disk:
         db = disk / "s.db"
-        run = start(space, db, 3, tmp_path)
-        assert run.stderr is not None
-        lines = []
-        for line in run.stderr:  # the plain progress lines name each phase
-            lines.append(line)
-            if "trial 0: load test" in line:
-                break
-        # Fill the disk while the reference is measured: its results cannot be stored.
-        filler = disk / "filler"
-        with contextlib.suppress(OSError), filler.open("wb") as handle:
-            while True:
-                handle.write(b"\0" * 65536)
-        _, rest = run.communicate(timeout=900)
-        stderr = "".join(lines) + rest
-        assert run.returncode == 2, stderr[-3000:]
-        assert "Traceback" not in stderr
-        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1 and "full" in errors[0] and "kept in" in errors[0], stderr
-        assert "run the same command again" in errors[0]
+        space, filler = run_until_the_disk_is_full(db, 3, tmp_path)
 
         filler.unlink()  # space again: the next run records what was kept
         again = start(space, db, 3, tmp_path)
@@ -248,8 +284,32 @@ def test_a_full_disk_ends_in_one_line_and_keeps_the_results(tmp_path: Path) -> N
         assert [t.user_attrs.get("is_reference") for t in recovered].count(True) == 1
         assert not [t for t in study.trials if t.state == TrialState.RUNNING]
         assert len(measured(study)) >= 3
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        every_failure_has_a_reason(study)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_journal_study_on_a_full_disk_resumes_once_space_is_freed(tmp_path: Path) -> None:
+    """Journals are the storage of --gpus studies. The refused write leaves no torn record, so
+    the rerun reads the journal, records the kept results and `best` shows them."""
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        journal = disk / "s.journal"
+        space, filler = run_until_the_disk_is_full(journal, 1, tmp_path)
+        assert journal.read_bytes().endswith(b"\n")
+
+        filler.unlink()
+        again = start(space, journal, 1, tmp_path)
+        _, stderr = again.communicate(timeout=900)
+        assert again.returncode == 0, stderr[-3000:]
+        assert "Traceback" not in stderr and "recorded the results of trial 0" in stderr
+        study = optuna.load_study(study_name="s", storage=open_storage(str(journal), create=False))
+        assert [t.state for t in study.trials].count(TrialState.COMPLETE) == 1
+        every_failure_has_a_reason(study)
+        best = subprocess.run(
+            [sys.executable, "-m", "autotune.cli", "best", "--storage", str(journal)],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+        assert best.returncode == 0, best.stderr
+        assert "recommended: trial 1" in best.stdout
 
 
 @contextlib.contextmanager

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 
+from autotune.study.failures import failure_of
 from autotune.study.recovery import Spool, recover, spool_payload
 
 
@@ -50,3 +52,80 @@ def test_results_spooled_for_a_deleted_study_never_enter_a_new_one_at_its_path(
     fresh.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     assert recover(fresh, spool)[0].startswith("discarded")
     assert [t.state for t in fresh.trials] == [optuna.trial.TrialState.RUNNING]
+
+
+def _spool_file(spool: Spool, number: int, text: str) -> Path:
+    path = spool.folders[0] / f"trial-{number}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+NOT_MEASUREMENTS = {
+    "an empty object": "{}",
+    "a list": "[1.5]",
+    "a number": "3",
+    "not JSON": "{'values': [1.5]",
+    "values as strings": '{"number": 0, "values": ["1.5"], "user_attrs": {}}',
+    "a NaN value": '{"number": 0, "values": [NaN], "user_attrs": {}}',
+    "two values for one objective": '{"number": 0, "values": [1.5, 2], "user_attrs": {}}',
+    "no values": '{"number": 0, "values": [], "user_attrs": {}}',
+    "a mistyped record": '{"number": 0, "values": [1.5], "user_attrs": {"accuracy": "high"}}',
+    "another trial's number": '{"number": 7, "values": [1.5], "user_attrs": {}}',
+    "a value outside its distribution": (
+        '{"number": 0, "values": [1.5], "params": {"x": 5}, "user_attrs": {}, "distributions": '
+        '{"x": "{\\"name\\": \\"FloatDistribution\\", \\"attributes\\": {\\"low\\": 0, '
+        '\\"high\\": 1, \\"log\\": false, \\"step\\": null}}"}}'
+    ),
+    "an unknown distribution": (
+        '{"number": 0, "values": [1.5], "params": {"x": 0.5}, "user_attrs": {}, '
+        '"distributions": {"x": "{\\"name\\": \\"BetaDistribution\\", \\"attributes\\": {}}"}}'
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_MEASUREMENTS))
+def test_a_spool_file_that_holds_no_measurement_is_set_aside_and_named(
+    tmp_path: Path, case: str
+) -> None:
+    """Recovery never records what is not a measurement, says what it discarded, and keeps
+    the file (renamed) for a person to look at."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url)
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    spool = Spool(url, "s")
+    path = _spool_file(spool, 0, NOT_MEASUREMENTS[case])
+    (note,) = recover(study, spool)
+    assert note.startswith(f"discarded the spool file {path}: it holds no measurement"), note
+    assert "\n" not in note
+    assert len(study.trials) == 1  # nothing recorded
+    assert not path.exists() and (path.parent / f"{path.name}.unreadable").is_file()
+    assert recover(study, spool) == []  # said once
+
+
+def test_the_trial_whose_results_were_spooled_gets_a_reason(tmp_path: Path) -> None:
+    """SQLite on a full disk: Optuna could still end the trial FAIL, not write why. The run
+    that records its spooled results says why in the study."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study, spool = _measured_trial(url)
+    study.tell(0, state=optuna.trial.TrialState.FAIL)
+    recover(study, spool)
+    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failure_of(study, failed) == {
+        "failure_kind": "recovered",
+        "failure_reason": "its results could not be stored then; recorded as trial 1",
+    }
+
+
+def test_a_trial_the_storage_ended_without_a_reason_gets_the_noted_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url)
+    trial = study.ask()
+    spool = Spool(url, "s")
+    spool.note_failure(trial, "storage", "cannot write to the study's storage: disk full")
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert recover(study, spool) == [
+        "trial 0 failed: cannot write to the study's storage: disk full"
+    ]
+    assert failure_of(study, study.trials[0])["failure_kind"] == "storage"
+    assert spool.pending("failed") == []

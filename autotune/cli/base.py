@@ -10,6 +10,7 @@ This module: the group, its one-line errors and the options commands share.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import sys
 import unicodedata
@@ -33,6 +34,30 @@ def one_line(message: str) -> str:
         ascii(char)[1:-1] if unicodedata.category(char) in ("Cc", "Zl", "Zp") else char
         for char in joined
     )
+
+
+def json_text(data: dict[str, Any]) -> str:
+    """`data` as JSON for scripts. NaN and infinities are not JSON: such a figure is null,
+    and `null_because` says, by path, what was stored in its place."""
+    nulls: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            nulls[path] = f"not a finite number ({value})"
+            return None
+        if isinstance(value, dict):
+            return {
+                key: clean(item, f"{path}.{key}" if path else str(key))
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [clean(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return value
+
+    document = clean(data, "")
+    if nulls:
+        document["null_because"] = nulls
+    return json.dumps(document, indent=2, allow_nan=False)
 
 
 def _fail(message: str, code: int) -> NoReturn:

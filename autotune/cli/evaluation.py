@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from autotune.cli.base import (
@@ -12,6 +10,7 @@ from autotune.cli.base import (
     dummy_weights_option,
     endpoint_option,
     json_option,
+    json_text,
     main,
     user_errors,
 )
@@ -68,7 +67,7 @@ def eval_command(
         # One measurement is all eval makes: its failure is the command's, not a trial's.
         _fail(f"the configuration could not be measured: {failure.kind}: {failure.reason}", 1)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json_text(result))
         return
     click.echo(f"{result['model']} on {result['evalset']} ({result['items']} items)")
     if result["accuracy"] is None:
@@ -107,7 +106,7 @@ def evalset_show(name_or_path: str, as_json: bool) -> None:
 
     info = summary(load_evalset(name_or_path))
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json_text(info))
         return
     click.echo(f"{info['name']}: {info['items']} items ({info['path']})")
     click.echo("categories: " + ", ".join(f"{k} {v}" for k, v in info["categories"].items()))

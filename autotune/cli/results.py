@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -14,7 +14,9 @@ from autotune.cli.base import (
     _check_endpoint,
     adapter_option,
     json_option,
+    json_text,
     main,
+    one_line,
     storage_option,
     study_option,
     trial_option,
@@ -34,7 +36,29 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     from autotune.study.storage import load_study
 
     study = load_study(study_name, storage)
-    click.echo(json.dumps(best_json(study), indent=2) if as_json else best_text(study))
+    if as_json:
+        click.echo(json_text({**best_json(study), "unreadable": _unreadable(study)}))
+    else:
+        click.echo(best_text(study))
+    _exit_if_unreadable(study)
+
+
+def _unreadable(study: Any) -> dict[str, str]:
+    from autotune.records.readable import unreadable_trials
+
+    return {str(t.number): str(t.user_attrs["failure_reason"]) for t in unreadable_trials(study)}
+
+
+def _exit_if_unreadable(study: Any) -> None:
+    """After what could be read is shown: one line per trial that could not, and status 2."""
+    from autotune.records.readable import unreadable_line, unreadable_trials
+
+    unread = unreadable_trials(study)
+    for trial in unread:
+        line = f"{unreadable_line(study.study_name, trial)}; it is left out: repair or delete it"
+        click.echo(f"error: {one_line(line)}", err=True)
+    if unread:
+        sys.exit(2)
 
 
 def format_option(formats: list[str], help_text: str) -> Callable[[F], F]:
@@ -77,7 +101,7 @@ def export(
             + " ".join(result.blockers)
         )
     if as_json:
-        click.echo(json.dumps({"trial": trial.number, **result.to_dict()}, indent=2))
+        click.echo(json_text({"trial": trial.number, **result.to_dict()}))
     else:
         click.echo(result.text)
 
@@ -144,7 +168,7 @@ def verify(
         on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
         adapters=adapters or None,
     )
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else verify_text(result))
+    click.echo(json_text(result.to_dict()) if as_json else verify_text(result))
     sys.exit(0 if result.passed else 1)
 
 
@@ -202,6 +226,11 @@ def dashboard(
 def report(study_name: str | None, storage: str | None, out_path: str) -> None:
     """Write a self-contained HTML report of the study (opens offline)."""
     from autotune.report.html import write_report
+    from autotune.study.storage import load_study
 
-    path = write_report(study_name, storage, out=out_path)
+    # Resolved once: a storage that cannot be read at all is refused before anything is
+    # written, and the trials left out are named after the report is.
+    study = load_study(study_name, storage)
+    path = write_report(study.study_name, storage, out=out_path)
     click.echo(f"report written to {path}")
+    _exit_if_unreadable(study)

@@ -9,26 +9,44 @@ reads one.
 
 Both carry `schema_version` (autotune.SCHEMA_VERSION). A study stored before it was written has
 none and reads as version 1; one written by a newer autotune, whose keys may mean something
-else, is refused in one line rather than misread.
+else, is refused in one line rather than misread, and so is a version that is not a whole
+number ("999" or 999.0 come from a hand edit, not from autotune).
+
+Types are read strictly: a record that says `"batch_size": "x"`, `"is_reference": "yes"` or
+`"accuracy": NaN` was edited or damaged, and is reported by field rather than coerced.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 import optuna
 from optuna.trial import FrozenTrial
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
 from autotune.params import TrialConfig
 
+# A share (accuracy, a score): NaN passes no comparison, so it is refused where it is read.
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def validation_problem(exc: ValidationError, prefix: str = "") -> str:
+    """'field: what is wrong (the value)' for the first error pydantic found."""
+    error = exc.errors()[0]
+    where = prefix + ".".join(str(part) for part in error["loc"])
+    shown = error.get("input")
+    value = f" (got {shown!r:.60})" if isinstance(shown, str | int | float) else ""
+    return f"{where.rstrip('.') or 'record'}: {error['msg']}{value}"
+
 
 class _Stored(BaseModel):
     # extra="allow": figures and notes this model does not name stay readable.
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     schema_version: int = 1
     autotune_version: str | None = None
@@ -49,19 +67,48 @@ class _Stored(BaseModel):
         }
 
     @classmethod
-    def _read(cls, attrs: dict[str, Any], what: str) -> Any:
+    def problem(cls, attrs: dict[str, Any]) -> str | None:
+        """What makes `attrs` unreadable as this record ('field: what is wrong'), or None."""
+        return cls._validated(attrs)[1]
+
+    @classmethod
+    def _validated(cls, attrs: dict[str, Any]) -> tuple[Any, str | None]:
+        """(the record, None), or (None, its problem)."""
+        if not isinstance(attrs, dict):
+            return None, "record: not a mapping of attributes"
         version = attrs.get("schema_version", 1)
-        if isinstance(version, int) and version > SCHEMA_VERSION:
+        if type(version) is not int or version < 1:
+            return None, (
+                f"schema_version: {version!r} is not a record version (a whole number, 1 or more)"
+            )
+        if version > SCHEMA_VERSION:
+            return None, (
+                f"schema_version: {version} was stored by a newer autotune (this one reads up "
+                f"to {SCHEMA_VERSION}): upgrade autotune to read it"
+            )
+        try:
+            record = cls.model_validate(attrs)
+        except ValidationError as exc:
+            return None, validation_problem(exc)
+        problem = record._content_problem()
+        return (None, problem) if problem is not None else (record, None)
+
+    def _content_problem(self) -> str | None:
+        """A problem the field types do not show (a subclass's check)."""
+        return None
+
+    @classmethod
+    def _read(cls, attrs: dict[str, Any], what: str) -> Any:
+        version = attrs.get("schema_version", 1) if isinstance(attrs, dict) else None
+        if type(version) is int and version > SCHEMA_VERSION:
             raise StudyError(
                 f"{what} was stored by a newer autotune (record version {version}; this one "
                 f"reads up to {SCHEMA_VERSION}): upgrade autotune to read it"
             )
-        try:
-            return cls.model_validate(attrs)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(str(part) for part in error["loc"])
-            raise StudyError(f"{what} has an unreadable record: {where}: {error['msg']}") from None
+        record, problem = cls._validated(attrs)
+        if problem is not None:
+            raise StudyError(f"{what} has an unreadable record: {problem}")
+        return record
 
 
 class TrialRecord(_Stored):
@@ -78,7 +125,7 @@ class TrialRecord(_Stored):
     environment: dict[str, Any] = {}
     time_s: dict[str, Any] = {}
     # Constraint values (<= 0: satisfied), and the reasons the floor or a budget refused it.
-    constraints: dict[str, float] | None = None
+    constraints: dict[str, FiniteFloat] | None = None
     infeasible_because: list[str] | None = None
     deployable: bool | None = None
     deployability: str | None = None
@@ -86,9 +133,9 @@ class TrialRecord(_Stored):
     duplicate_of: int | None = None
     accuracy_reused_from: int | None = None
     answers_computed: int | None = None
-    accuracy: float | None = None
-    accuracy_by_category: dict[str, float] = {}
-    item_scores: dict[str, float] = {}
+    accuracy: Fraction | None = None
+    accuracy_by_category: dict[str, Fraction] = {}
+    item_scores: dict[str, Fraction] = {}
     item_passed: dict[str, bool] = {}
     predictions: dict[str, str] = {}
     sample_outputs_artifact: str | None = None
@@ -102,6 +149,17 @@ class TrialRecord(_Stored):
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         return cls.from_attrs(trial.user_attrs, number=trial.number)
+
+    def _content_problem(self) -> str | None:
+        """Its configuration's problem: `export` renders it and `verify` relaunches it, so a
+        configuration no engine takes is found on reading."""
+        if not self.config:
+            return None
+        try:
+            TrialConfig.model_validate(self.config, strict=True)
+        except ValidationError as exc:
+            return validation_problem(exc, prefix="config.")
+        return None
 
     @classmethod
     def from_attrs(cls, attrs: dict[str, Any], *, number: int) -> TrialRecord:
@@ -152,3 +210,49 @@ class StudyRecord(_Stored):
     def of(cls, study: optuna.Study) -> StudyRecord:
         record: StudyRecord = cls._read(study.user_attrs, f"study {study.study_name!r}")
         return record
+
+
+class _SpoolFile(BaseModel):
+    """A JSON file autotune keeps in the spool (autotune.study.recovery writes and reads it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    number: int = Field(ge=0)
+    # When the trial started: tells its own study's trial from one of an earlier study of the
+    # same name at the same path. None in a spool file written before it was recorded.
+    started: datetime | None = None
+
+    @classmethod
+    def read(cls, text: str) -> Any:
+        """The record in `text`; ValueError('field: what is wrong') when it is none."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise ValueError(validation_problem(exc)) from None
+
+
+class SpooledTrial(_SpoolFile):
+    """A measured trial kept until the storage takes it: a file that does not read as one is
+    no measurement to record."""
+
+    values: list[FiniteFloat] = Field(min_length=1)
+    params: dict[str, Any] = {}
+    # Optuna's distribution_to_json of each parameter's distribution.
+    distributions: dict[str, str] = {}
+    user_attrs: dict[str, Any]
+
+    @classmethod
+    def read(cls, text: str) -> SpooledTrial:
+        spooled: SpooledTrial = super().read(text)
+        problem = TrialRecord.problem(spooled.user_attrs)
+        if problem is not None:
+            raise ValueError(f"user_attrs.{problem}")
+        return spooled
+
+
+class FailureNote(_SpoolFile):
+    """Why a trial ended, kept when the storage refused to take it (a full disk): the next
+    run records it, so no trial stays failed without a reason."""
+
+    kind: str
+    reason: str

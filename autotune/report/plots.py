@@ -95,6 +95,18 @@ def throughput_bars(trials: list[FrozenTrial], colour: str = "#555") -> dict[str
     }
 
 
+UNMEASURED_COLOUR = "#999999"
+
+
+def _by_accuracy(trials: list[FrozenTrial]) -> list[tuple[str | None, list[FrozenTrial]]]:
+    """(None, trials coloured by their accuracy), (a fixed colour, trials without one); only
+    the non-empty ones."""
+    measured = [t for t in trials if finite(TrialRecord.of(t).accuracy) is not None]
+    unmeasured = [t for t in trials if finite(TrialRecord.of(t).accuracy) is None]
+    groups = ((None, measured), (UNMEASURED_COLOUR, unmeasured))
+    return [(colour, group) for colour, group in groups if group]
+
+
 def pareto_figure(data: ReportData) -> Any:
     """Throughput against p95 latency; colour = accuracy, x = infeasible, line = front."""
     go = _go()
@@ -113,29 +125,37 @@ def pareto_figure(data: ReportData) -> Any:
         ("infeasible", "infeasible", "x"),
     ):
         group = [t for t in points if kind(t) == wanted]
-        if not group:
-            continue
-        fig.add_trace(
-            go.Scatter(
-                x=[TrialRecord.of(t).figure(P95) for t in group],
-                y=[TrialRecord.of(t).figure(THROUGHPUT) for t in group],
-                error_y=throughput_bars(group),
-                mode="markers+text",
-                name=name,
-                text=[str(t.number) for t in group],
-                textposition="top center",
-                hovertext=[_hover(t, data) for t in group],
-                hoverinfo="text",
-                customdata=[t.number for t in group],
-                marker={
-                    "symbol": symbol,
-                    "size": 13,
-                    "color": [finite(TrialRecord.of(t).accuracy) for t in group],
-                    "coloraxis": "coloraxis",
-                    "line": {"width": 1, "color": "#333"},
-                },
+        # Plotly takes no gap in a colour scale: trials without an accuracy (a dummy-weights
+        # study measures none) are a trace of their own, in grey.
+        for colour, trials in _by_accuracy(group):
+            label = name if colour is None else f"{name}, accuracy not measured"
+            fig.add_trace(
+                go.Scatter(
+                    x=[TrialRecord.of(t).figure(P95) for t in trials],
+                    y=[TrialRecord.of(t).figure(THROUGHPUT) for t in trials],
+                    error_y=throughput_bars(trials),
+                    mode="markers+text",
+                    name=label,
+                    text=[str(t.number) for t in trials],
+                    textposition="top center",
+                    hovertext=[_hover(t, data) for t in trials],
+                    hoverinfo="text",
+                    customdata=[t.number for t in trials],
+                    marker={
+                        "symbol": symbol,
+                        "size": 13,
+                        "line": {"width": 1, "color": "#333"},
+                        **(
+                            {"color": colour}
+                            if colour is not None
+                            else {
+                                "color": [finite(TrialRecord.of(t).accuracy) for t in trials],
+                                "coloraxis": "coloraxis",
+                            }
+                        ),
+                    },
+                )
             )
-        )
     rec = data.recommendation
     front = sorted(
         _points(rec.front if rec else [], P95, THROUGHPUT),

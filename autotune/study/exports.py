@@ -13,7 +13,7 @@ from autotune.export import Export, render_export
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.study.select import deploy_target, find_trial, infeasibility, recommend
+from autotune.study.select import chosen_trial, deploy_target, infeasibility
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:
@@ -38,7 +38,7 @@ def export_trial(
     deploy target). A trial whose measurement the command does not reproduce, or that breaks
     a constraint (only `--trial N` can pick one), is exported with a note saying why, and
     `exact` false (`--strict` refuses it)."""
-    trial = recommend(study).trial if trial_number is None else find_trial(study, trial_number)
+    trial = chosen_trial(study, trial_number)
     fmt = fmt or deploy_target(study) or "swift"
     record = StudyRecord.of(study)
     trial_record = TrialRecord.of(trial)

@@ -17,6 +17,7 @@ from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.params import base_param
+from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
@@ -292,6 +293,10 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.
     repairs = [*clean_up(), *fail_orphaned(study), *fail_stale(study), *recover(study, spool)]
+    repairs += [
+        f"{unreadable_line(plan.study_name, t)}; it is left out (the sampler skips it)"
+        for t in unreadable_trials(study)
+    ]
     done = counted_trials(study)
     progress.start(done=done, study_name=plan.study_name)
     for note in [*plan.notes, *repairs]:
@@ -326,11 +331,12 @@ def optimize(
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
     gate = InterruptGate()
+    objective = Objective(plan, progress, launches, budget, spool, target=target, gate=gate)
     try:
         with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.optimize(
-                Objective(plan, progress, launches, budget, spool, target=target, gate=gate),
+                objective,
                 timeout=timeout_s,
                 catch=(TrialFailure,),
                 callbacks=[after],
@@ -340,10 +346,13 @@ def optimize(
         refused = _storage_failure(exc)
         if refused is None:
             raise
-        kept = [spool.where(int(payload["number"])) for payload in spool.pending()]
+        if objective.current is not None:
+            # Optuna ended the trial FAIL, if the storage let it, without a reason.
+            spool.note_failure(objective.current, "storage", f"{refused}; the run stopped")
+        kept = spool.pending()
         where = (
             "; measured results not recorded yet are kept in "
-            + ", ".join(str(path) for path in kept if path is not None)
+            + ", ".join(str(path) for path in kept)
             if kept
             else ""
         )

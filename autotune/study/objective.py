@@ -318,8 +318,11 @@ class Objective:
         self.budget = budget
         self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
+        # The trial in progress (the last one, once study.optimize has returned or raised).
+        self.current: optuna.Trial | None = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
+        self.current = trial
         self.started = time.perf_counter()
         self.recording_from: float | None = None  # set once the engine has answered
         time_s: dict[str, float] = {"startup": 0.0}

@@ -19,6 +19,7 @@ from autotune.backends import BACKENDS, PLUGIN_GROUP
 from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
 from autotune.measure.equal_work import UNEQUAL_WORK
+from autotune.records.readable import completed_unreadable, is_stand_in, unreadable_line
 from autotune.records.stored import StudyRecord, TrialRecord
 
 # The constraints that decide feasibility. Trials also carry a "deployable" constraint for the
@@ -265,9 +266,29 @@ def recommend(study: optuna.Study) -> Recommendation:
     )
 
 
+def chosen_trial(study: optuna.Study, number: int | None) -> FrozenTrial:
+    """The trial `export` and `verify` act on: `number`, or the recommendation. None is
+    recommended while a completed trial cannot be read: it may be the best one."""
+    if number is not None:
+        return find_trial(study, number)
+    unread = completed_unreadable(study.get_trials(deepcopy=False))
+    if unread:
+        raise StudyError(
+            f"{unreadable_line(study.study_name, unread[0])}; it may be the best trial, so "
+            "nothing is recommended until it is repaired or deleted (or choose one with "
+            "--trial N)"
+        )
+    return recommend(study).trial
+
+
 def find_trial(study: optuna.Study, number: int) -> FrozenTrial:
     for trial in study.get_trials(deepcopy=False):
         if trial.number == number:
+            if is_stand_in(trial):
+                raise StudyError(
+                    f"{unreadable_line(study.study_name, trial)}: repair or delete it, or "
+                    "choose another with --trial N"
+                )
             if trial.state != TrialState.COMPLETE:
                 raise StudyError(f"trial {number} did not complete (state {trial.state.name})")
             return trial

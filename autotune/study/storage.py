@@ -18,8 +18,8 @@ time, not a measured trial.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
-import os
 import sys
 import threading
 import warnings
@@ -32,7 +32,12 @@ import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.readable import ReadableView
+from autotune.study.failures import failure_of, heartbeat_grace_s, record_stale
+from autotune.study.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
 from autotune.study.optuna_schema import describe, not_optunas
+from autotune.study.rdb_rows import ROW_ERRORS, build_readable
+from autotune.study.snapshot import read_study
 from autotune.study.storage_urls import (
     JOURNAL_SUFFIX,
     STUDIES_DIR,
@@ -51,20 +56,6 @@ from autotune.study.storage_urls import (
 # Retries (with backoff) after SQLite's own busy timeout, before the storage is reported
 # unavailable.
 WRITE_RETRIES = 6
-
-
-# A trial whose process sent no heartbeat for this long is failed by the next run or host.
-HEARTBEAT_GRACE_S = 120
-HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
-
-
-def heartbeat_grace_s() -> int:
-    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (2 s to a day: Optuna takes it
-    as a timedelta, which a huge number overflows)."""
-    try:
-        return min(86_400, max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S))))
-    except ValueError:
-        return HEARTBEAT_GRACE_S
 
 
 class StorageUnavailable(StudyError):
@@ -124,7 +115,7 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
         kwargs |= {
             "heartbeat_interval": max(1, min(30, grace // 4)),
             "grace_period": grace,
-            "heartbeat_stale_trial_callback": _record_stale,
+            "heartbeat_stale_trial_callback": record_stale,
         }
     # Two machines starting on an empty database race to create Optuna's tables; the loser
     # sees a duplicate and only has to open what the winner created.
@@ -174,32 +165,59 @@ def _check_server_tables(url: str, shown: str) -> None:
         )
 
 
+_SAID: set[str] = set()
+
+
 def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
     if not create and not path.is_file():
         raise StudyError(
             f"no study journal at {path}; run `autotune run --space NAME --gpus ...` first"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+    from optuna.storages.journal import JournalFileOpenLock
 
     # The open lock (O_EXCL lock file) rather than Optuna's default symlink lock: both work on
     # a local disk, and this one also on file systems without symlinks. Its 30 s grace period
     # breaks a lock that a killed process left behind.
     try:
-        backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        backend = WholeRecordJournal(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        # A run appends: a torn last record is cut off first; a reader only says it is there.
+        note = repair_tail(backend) if create else tail_note(path)
+        if note and note not in _SAID:  # a command that opens the study twice says it once
+            _SAID.add(note)
+            print(f"note: {note}", file=sys.stderr)
         return GuardedJournalStorage(backend)
     except OSError as exc:
         raise StudyError(f"cannot open storage '{path}': {exc.strerror or exc}") from None
-    except (ValueError, KeyError, TypeError) as exc:  # a line that is not Optuna's JSON
-        raise StudyError(
-            f"storage '{path}' is not a readable Optuna journal ({type(exc).__name__}); give "
-            "another file"
-        ) from None
 
 
 class GuardedJournalStorage(optuna.storages.JournalStorage):
     """Optuna's journal storage whose failed writes (disk full) are one StorageUnavailable
-    line, the measured results staying in the spool, as for a database."""
+    line, the measured results staying in the spool, as for a database; a line it cannot
+    replay is one line too (autotune.study.journal), and an unreadable trial a stand-in."""
+
+    _readable: ReadableView | None = None
+
+    def _sync_with_backend(self) -> None:
+        self._replay_result = checked_replay(self._replay_result, self._backend._file_path)  # type: ignore[attr-defined]
+        super()._sync_with_backend()
+
+    def _shown(self, trial: FrozenTrial) -> FrozenTrial:
+        if self._readable is None:
+            self._readable = ReadableView()
+        replay = self._replay_result
+        study_id = replay._trial_id_to_study_id[trial._trial_id]
+        return self._readable(trial, len(replay.get_study(study_id).directions))
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return self._shown(super().get_trial(trial_id))
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Any = None
+    ) -> list[FrozenTrial]:
+        shown = [self._shown(t) for t in super().get_all_trials(study_id, deepcopy=False)]
+        kept = [t for t in shown if states is None or t.state in states]
+        return copy.deepcopy(kept) if deepcopy else kept
 
 
 def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -221,37 +239,6 @@ def _masked(message: str, url: str) -> str:
     for secret in secrets_in(url):
         message = message.replace(secret, "***")
     return message
-
-
-# A study attribute per trial Optuna's heartbeat failed: the trial itself is FAIL by then, and
-# Optuna refuses any write to a finished trial.
-LOST_ATTR_PREFIX = "lost_trial_"
-
-
-def _record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Optuna failed a trial whose process stopped sending heartbeats: say so, for the
-    trial, in the study (see failure_of)."""
-    reason = (
-        "its process stopped sending heartbeats (killed, or its machine went away); failed "
-        f"by a later run after {heartbeat_grace_s()} s"
-    )
-    study.set_user_attr(
-        f"{LOST_ATTR_PREFIX}{trial.number}", {"failure_kind": "lost", "failure_reason": reason}
-    )
-
-
-def failure_of(study: optuna.Study, trial: FrozenTrial) -> dict[str, str]:
-    """A failed trial's failure_kind and failure_reason, wherever they were recorded."""
-    found = {
-        key: str(trial.user_attrs[key])
-        for key in ("failure_kind", "failure_reason")
-        if trial.user_attrs.get(key)
-    }
-    if found:
-        return found
-    # A study attribute, written when Optuna's heartbeat had already finished the trial.
-    lost = study.user_attrs.get(f"{LOST_ATTR_PREFIX}{trial.number}")
-    return dict(lost or {})
 
 
 def _database_error(exc: BaseException) -> BaseException | None:
@@ -300,6 +287,11 @@ def _retrying(method: Callable[..., Any], action: str = "write to") -> Callable[
             return _LOCKED_RETRY.copy()(method, self, *args, **kwargs)
         except Exception as exc:
             refusal = _database_error(exc)
+            if refusal is None and action == "read" and _damaged_row(exc):
+                raise StudyError(
+                    f"cannot read the study's storage '{display_url(str(self.url))}': a row "
+                    f"was edited or damaged ({_headline(exc)})"
+                ) from None
             if refusal is None:
                 raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
             why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
@@ -308,6 +300,12 @@ def _retrying(method: Callable[..., Any], action: str = "write to") -> Callable[
             _inside_retry.active = False
 
     return wrapper
+
+
+def _damaged_row(exc: BaseException) -> bool:
+    """Whether a read failed on what a row holds (a state name the enum lacks, a date that is
+    no date) rather than on Optuna's "not found" (a KeyError, its answer to a wrong name)."""
+    return isinstance(exc, (*ROW_ERRORS, LookupError)) and not isinstance(exc, KeyError)
 
 
 def _headline(exc: BaseException) -> str:
@@ -326,8 +324,12 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     A call that still fails (the lock outlived the retries, the disk is full) raises
     StorageUnavailable, which `autotune run` prints as one line, keeping the trial's results
-    in its spool (autotune.study.recovery) for the next run to record.
+    in its spool (autotune.study.recovery) for the next run to record. A trial whose rows
+    cannot be read is a stand-in (autotune.study.rdb_rows), the others read as before.
     """
+
+    def _build_frozen_trial_from_trial_model(self, trial: Any) -> FrozenTrial:
+        return build_readable(super()._build_frozen_trial_from_trial_model, trial)
 
 
 # Every storage method that writes: wrapped so a refused write is one StorageUnavailable line.
@@ -419,12 +421,13 @@ def _most_recent_study() -> str:
 
 
 def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
-    """Load an existing study for reading; names the studies that exist when it is missing."""
+    """Load an existing study for reading, as a snapshot; names the studies that exist when it
+    is missing."""
     if study_name is None and storage_url is None:
         study_name = _most_recent_study()
     url = storage_url or default_storage_url(study_name or "")
     storage = open_storage(url, create=False)
-    names = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
+    names = [s.study_name for s in storage.get_all_studies()]
     if study_name is None:
         if len(names) != 1:
             raise StudyError(
@@ -437,7 +440,13 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
             f"no study '{study_name}' in '{display_url(url)}'; studies there: "
             f"{', '.join(names) or 'none'}"
         )
-    return optuna.load_study(study_name=study_name, storage=storage)
+    if names.count(study_name) > 1:
+        # Optuna keeps names unique; two rows of one name come from an edit of the database.
+        raise StudyError(
+            f"storage '{display_url(url)}' holds {names.count(study_name)} studies named "
+            f"'{study_name}' (the database was edited): rename or delete all but one"
+        )
+    return read_study(storage, study_name)
 
 
 def artifact_dir(storage_url: str, study_name: str) -> Path:

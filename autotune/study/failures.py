@@ -1,0 +1,60 @@
+"""Why a trial failed, wherever that was recorded: its own attributes, or (where Optuna had
+finished the trial before autotune could say why) an attribute of its study."""
+
+from __future__ import annotations
+
+import os
+
+import optuna
+from optuna.trial import FrozenTrial
+
+# A trial whose process sent no heartbeat for this long is failed by the next run or host.
+HEARTBEAT_GRACE_S = 120
+HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
+
+
+def heartbeat_grace_s() -> int:
+    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (2 s to a day: Optuna takes it
+    as a timedelta, which a huge number overflows)."""
+    try:
+        return min(86_400, max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S))))
+    except ValueError:
+        return HEARTBEAT_GRACE_S
+
+
+# A study attribute per trial Optuna's heartbeat failed: the trial itself is FAIL by then, and
+# Optuna refuses any write to a finished trial.
+LOST_ATTR_PREFIX = "lost_trial_"
+
+
+def record_failure(study: optuna.Study, number: int, kind: str, reason: str) -> None:
+    """Why trial `number` failed, kept in the study: the trial is finished already."""
+    study.set_user_attr(
+        f"{LOST_ATTR_PREFIX}{number}", {"failure_kind": kind, "failure_reason": reason}
+    )
+
+
+def record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Optuna failed a trial whose process stopped sending heartbeats: say so, for the
+    trial, in the study (see failure_of)."""
+    reason = (
+        "its process stopped sending heartbeats (killed, or its machine went away); failed "
+        f"by a later run after {heartbeat_grace_s()} s"
+    )
+    record_failure(study, trial.number, "lost", reason)
+
+
+def failure_of(study: optuna.Study, trial: FrozenTrial) -> dict[str, str]:
+    """A failed trial's failure_kind and failure_reason, wherever they were recorded."""
+    found = {
+        key: str(trial.user_attrs[key])
+        for key in ("failure_kind", "failure_reason")
+        if trial.user_attrs.get(key)
+    }
+    if found:
+        return found
+    # A study attribute, written when Optuna's heartbeat had already finished the trial.
+    lost = study.user_attrs.get(f"{LOST_ATTR_PREFIX}{trial.number}")
+    if not isinstance(lost, dict):
+        return {}
+    return {key: str(lost[key]) for key in ("failure_kind", "failure_reason") if lost.get(key)}

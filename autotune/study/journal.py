@@ -1,0 +1,147 @@
+"""The journal file several workers share: never left torn, and read line by line.
+
+Optuna's journal is one JSON record per line, appended under a lock. A write the disk refuses
+half-way leaves the start of a record without its newline; Optuna's reader skips it, but the
+next append is glued to it, and from then on no reader gets past that line. So a record is
+written whole or not at all (the file is cut back to its old size when the write fails), and
+a torn tail left by a killed process or an older autotune is cut off when a run opens the
+journal (under the same lock), saying so; a command that only reads says it and leaves the
+file as it is. A line that is no Optuna record (an edit, damage) is refused in one line that
+names the file and the line, instead of Optuna's traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from optuna.exceptions import OptunaError
+from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal._file import get_lock_file
+from optuna.storages.journal._storage import JournalStorageReplayResult
+
+from autotune.errors import StudyError
+
+# How far back from the end a torn tail is looked for: a record is a few kilobytes at most.
+_TAIL_WINDOW = 1 << 20
+
+
+class WholeRecordJournal(JournalFileBackend):
+    """Optuna's journal file, appended a whole record at a time."""
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+        data = text.encode("utf-8")
+        with get_lock_file(self._lock):
+            fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                except OSError:
+                    # Cutting back frees space, so it works on a full disk too.
+                    os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
+
+
+def torn_tail(path: Path) -> int:
+    """How many bytes at the end of the journal are not a whole line (0: none)."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        start = max(0, size - _TAIL_WINDOW)
+        handle.seek(start)
+        tail = handle.read()
+    if tail.endswith(b"\n"):
+        return 0
+    newline = tail.rfind(b"\n")
+    if newline < 0:
+        # No newline in the window: the whole file when it is that small, else give up
+        # (a torn record is never a megabyte long; the reader reports the line).
+        return size if start == 0 else 0
+    return len(tail) - newline - 1
+
+
+def repair_tail(backend: JournalFileBackend) -> str | None:
+    """Cut a torn last record off (a run is about to append); a note saying so, or None."""
+    path = Path(backend._file_path)
+    with get_lock_file(backend._lock):
+        torn = torn_tail(path)
+        if not torn:
+            return None
+        size = path.stat().st_size
+        os.truncate(path, size - torn)
+    return (
+        f"journal {path}: removed its last record, cut off after {torn} byte(s) when it was "
+        "written (a full disk or a killed process); the trial it belonged to is repaired below"
+    )
+
+
+def tail_note(path: Path) -> str | None:
+    """For a command that only reads: a torn last record is ignored, and said to be."""
+    torn = torn_tail(path)
+    if not torn:
+        return None
+    return (
+        f"journal {path}: its last record was cut off after {torn} byte(s) when it was "
+        "written (a full disk or a killed process) and is ignored; the next `autotune run` "
+        "removes it"
+    )
+
+
+class CheckedReplay(JournalStorageReplayResult):
+    """Optuna's replay of the journal, refusing a line it cannot apply in one line."""
+
+    path = ""
+
+    def apply_logs(self, logs: Any) -> None:
+        lines = iter(logs)
+        while True:
+            try:
+                log = next(lines)
+            except StopIteration:
+                return
+            except ValueError as exc:  # a line that is not JSON, with more lines after it
+                # Every line before it was applied: it is the next one.
+                raise self._refusal(self.log_number_read + 1, f"not JSON: {exc}") from None
+            if isinstance(log, dict) and not isinstance(log.get("study_name", ""), str):
+                # The one field Optuna's replay keeps without looking at it.
+                self.log_number_read += 1
+                raise self._refusal(self.log_number_read, "study_name: not text")
+            try:
+                super().apply_logs([log])  # counts the line, then applies it
+            except (OptunaError, KeyError) as exc:
+                if isinstance(log, dict) and log.get("worker_id") == self.worker_id:
+                    raise  # this process's own write refused: Optuna's answer, as it is
+                raise self._refusal(self.log_number_read, _named(exc)) from None
+            except Exception as exc:
+                raise self._refusal(self.log_number_read, _named(exc)) from None
+
+    def _refusal(self, line: int, why: str) -> StudyError:
+        return StudyError(
+            f"journal {self.path}: line {line} is not an Optuna record the study can take "
+            f"({why:.200}); the file was edited or damaged: restore it from a copy, or remove "
+            "that line"
+        )
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def checked_replay(replay: JournalStorageReplayResult, path: str) -> CheckedReplay:
+    """`replay` as a CheckedReplay (the same state), reporting lines of the file at `path`."""
+    if isinstance(replay, CheckedReplay):
+        return replay
+    checked = CheckedReplay.__new__(CheckedReplay)
+    checked.__dict__.update(replay.__dict__)
+    checked.path = path
+    return checked

