@@ -71,6 +71,13 @@ def check_name(name: str) -> str:
     return name
 
 
+CPU_THREADS_HELP = (
+    "CPU threads of an in-process engine's torch. None: OMP_NUM_THREADS when set, else the "
+    "cores this run may use (affinity), shared by the engines it keeps at once, less one for "
+    "the study process (autotune.engines.threads). Recorded in each trial's environment."
+)
+
+
 class SearchSpace(_Strict):
     """A validated space file."""
 
@@ -103,15 +110,7 @@ class SearchSpace(_Strict):
         description="A trial running longer fails. At most 7 days; above the workload's "
         "max_warmup_s + max_measure_s, which its load test may take.",
     )
-    cpu_threads: int | None = Field(
-        None,
-        ge=1,
-        le=4096,
-        description="CPU threads of an in-process engine's torch. None: OMP_NUM_THREADS when "
-        "set, else the cores this run may use (affinity), shared by the engines it keeps at "
-        "once, less one for the study process (autotune.engines.threads). Recorded in each "
-        "trial's environment.",
-    )
+    cpu_threads: int | None = Field(None, ge=1, le=4096, description=CPU_THREADS_HELP)
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed (numpy takes 32 bits).")
     workload: Workload = Field(default_factory=Workload)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1)
