@@ -1,7 +1,8 @@
 """The accuracy floor is what protects accuracy: switch it off and the recommendation changes.
 
 A planted degradation: `max_new_tokens: 1` truncates the answers the bundled model gets right
-(colour names of the shape scenes; see models/tiny-qwen3-vl/README.md) and is always faster.
+(codes of 2-4 glyphs and colour names; see models/tiny-qwen3-vl/README.md) and is always
+faster.
 With the floor on, the study must recommend the full-length configuration; with the floor off,
 the truncated one wins.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from small_space import SMOKE_SET, run_study, small_space
+from small_space import run_study, small_evalset, small_space
 
 from autotune.study.select import recommend
 
@@ -23,7 +24,8 @@ def study_with_floor(tmp_path: Path, name: str, *, floor_enabled: bool) -> optun
     space = small_space(
         tmp_path,
         name=name,
-        evalset=str(SMOKE_SET),  # all 8 shape scenes: the items the bundled model answers
+        # 16 items: one-token answers get every code wrong, a drop no interval can hide.
+        evalset=str(small_evalset(tmp_path, n_text=12, n_shapes=4)),
         trials=2,  # both configurations; a repeated proposal does not count
         sampler={"n_startup_trials": 10},
         # The median over 16 requests: a one-token answer beats a full one by far more than a

@@ -227,3 +227,32 @@ def test_a_grid_point_of_the_candidate_first_on_its_launch_counts_as_a_fresh_lau
     fresh = collect_issue17._grid_fresh_launches(rows, config)
     assert [run["source"] for run in fresh] == ["grid launch a", "grid launch e"]
     assert fresh[0]["throughput_output_tokens_per_s"] == 2000.0
+
+
+def test_the_busy_cores_check_compares_recommendations_and_ranked_intervals() -> None:
+    """bench/cpu/busy_cores.py's verdict: one recommendation in every run, and every ranked
+    trial's interval within the bound; an infeasible or repeated trial is not ranked."""
+    sys.path.insert(0, str(REPO / "bench" / "cpu"))
+    from busy_cores import check, ranked
+
+    def row(number: int, half: float, *, feasible: bool = True, repeat: bool = False) -> dict:
+        return {
+            "number": number,
+            "state": "COMPLETE",
+            "feasible": feasible,
+            "duplicate_of": 0 if repeat else None,
+            "throughput_ci_rel": half,
+        }
+
+    idle = {"label": "idle", "recommended_config": {"batch_size": 8}, "trials": [row(0, 0.05)]}
+    busy = {
+        "label": "busy",
+        "recommended_config": {"batch_size": 8},
+        "trials": [row(0, 0.08), row(1, 0.5, feasible=False), row(2, float("nan"), repeat=True)],
+    }
+    assert [r["number"] for r in ranked(busy)] == [0]
+    assert check([idle, busy], 0.10) == []
+    busy["trials"][0]["throughput_ci_rel"] = 0.12
+    assert check([idle, busy], 0.10) == ["busy: trial 0 interval +-0.12 over 0.1"]
+    busy["recommended_config"] = {"batch_size": 4}
+    assert check([idle, busy], 0.5)[0].startswith("recommendations differ")

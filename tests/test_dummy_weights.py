@@ -49,6 +49,7 @@ def quick_space(tmp_path: Path) -> Path:
         image = json.loads(line)["image"]
         shutil.copy(source / image, target / image)
     (target / "items.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data.pop("candidates", None)  # two trials: the reference and one proposal
     data.update(
         model=str(TINY),
         evalset=str(target),

@@ -9,74 +9,19 @@ client-side resize the export's notes ask for.
 
 from __future__ import annotations
 
-import base64
-import io
 import json
-import os
-import shlex
-import socket
-import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import optuna
 import pytest
 from optuna.trial import TrialState
-from small_space import autotune_cli, small_space
+from small_space import autotune_cli, small_evalset, small_space
+from swift_replay import check_answers
 
-from autotune.engines.server_process import resolve_program
 from autotune.evalset.dataset import load_evalset
-from autotune.evalset.images import resize_to_max_side
 
-openai = pytest.importorskip("openai")
+pytest.importorskip("openai")
 pytestmark = [pytest.mark.slow, pytest.mark.swift]
-
-SMOKE = Path(__file__).resolve().parent.parent / "evalsets" / "smoke"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _launch(command: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """The printed command, with only --host and --port changed."""
-    words = shlex.split(command)
-    env = dict(os.environ)
-    while "=" in words[0]:  # the KEY=value prefix, as a shell would apply it
-        key, _, value = words.pop(0).partition("=")
-        env[key] = value
-    host = words.index("--host")
-    words[host + 1] = "127.0.0.1"
-    words += ["--port", str(port)]
-    # `swift` of this environment, as a user's PATH would give it.
-    return subprocess.Popen(
-        resolve_program(words),
-        env=env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _wait_ready(port: int, server: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        assert server.poll() is None, log.read_text()[-3000:]
-        try:
-            models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).json()
-            return str(models["data"][0]["id"])
-        except (httpx.HTTPError, ValueError, KeyError):
-            time.sleep(0.5)
-    raise AssertionError("swift deploy never answered:\n" + log.read_text()[-3000:])
-
-
-def _data_url(image: object, side: int | None) -> str:
-    buffer = io.BytesIO()
-    resize_to_max_side(image, side).save(buffer, format="PNG")  # type: ignore[arg-type]
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +34,8 @@ def reproduce_study(
     space = small_space(
         tmp_path,
         name="reproduce",
-        evalset=str(SMOKE),
+        # 16 of the smoke set's 80 items: enough to compare answers item by item.
+        evalset=str(small_evalset(tmp_path, n_text=12, n_shapes=4)),
         trials=4,
         params={
             "image_max_side": {"choices": [None, 128, 64]},
@@ -145,61 +91,5 @@ def test_swift_export_of_in_process_trials_gives_the_same_answers(
     }
     assert len(served) == 1, list(by_command)  # the seeded study measures both batches
     command, group = next(iter(served.items()))
-    assert "IMAGE_MIN_TOKEN_NUM=64" in command
-    _check_answers(command, group, exports, load_evalset(str(SMOKE)), tmp_path)
-
-
-def _check_answers(
-    command: str,
-    trials: list[optuna.trial.FrozenTrial],
-    exports: dict[int, dict[str, object]],
-    evalset: object,
-    tmp_path: Path,
-) -> None:
-    port = _free_port()
-    log = tmp_path / f"swift-{port}.log"
-    server = _launch(command, port, log)
-    try:
-        model = _wait_ready(port, server, log)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
-        for trial in trials:
-            export = exports[trial.number]
-            notes = export["notes"]
-            assert not any("what-if" in note for note in notes), notes  # type: ignore[union-attr]
-            # An infeasible trial (the accuracy floor) is still reproduced by its command;
-            # its export is only marked not exact so that --strict refuses to deploy it.
-            infeasible = any("is infeasible" in note for note in notes)  # type: ignore[union-attr]
-            assert export["exact"] is (not infeasible), notes
-            side = trial.user_attrs["config"]["image_max_side"]
-            fields = dict(exports[trial.number]["request"])  # type: ignore[arg-type]
-            max_tokens = fields.pop("max_tokens")
-            temperature = fields.pop("temperature")
-            recorded = trial.user_attrs["predictions"]
-            mismatched = []
-            for item in evalset.items:  # type: ignore[attr-defined]
-                reply = client.chat.completions.create(
-                    model=model,
-                    messages=[
-                        {
-                            "role": "user",
-                            "content": [
-                                {
-                                    "type": "image_url",
-                                    "image_url": {"url": _data_url(item.load_image(), side)},
-                                },
-                                {"type": "text", "text": item.prompt},
-                            ],
-                        }
-                    ],
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    extra_body=fields,
-                )
-                answer = (reply.choices[0].message.content or "").strip()
-                if answer != recorded[item.id]:
-                    mismatched.append((item.id, recorded[item.id], answer))
-            assert not mismatched, f"trial {trial.number} (side {side}): {mismatched}"
-            assert len(recorded) == len(evalset.items)  # type: ignore[attr-defined]
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait(timeout=30)
+    assert "IMAGE_MIN_TOKEN_NUM=4" in command  # the reader's processor: 4 tokens at least
+    check_answers(command, group, exports, load_evalset(str(tmp_path / "evalset")), tmp_path)

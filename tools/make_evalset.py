@@ -48,52 +48,58 @@ def spread(low: int, high: int, n: int, seed: str) -> list[int]:
     return sizes
 
 
-# The smoke set is what the bundled tiny model learns to read (tools/train_test_model.py):
-# 2-4 upper-case letters and digits in 28-48 px on a 560-720 x 96-160 canvas, the recipe a
-# GPU run showed this model can learn (issue 13). At image max side 64 a glyph is 2.5-5.5 px
-# and the line is illegible; shapes are small objects (16-28 px on 560-720 px) that vanish
-# there too, so every category has a legibility curve.
-SMOKE_LINE_CANVAS = ((560, 720), (96, 160))
+# The smoke set is what the bundled tiny model learns to read on 2 CPU cores
+# (tools/train_test_model.py, issue 28): codes of 2-4 glyphs from a 12-glyph alphabet, 34-40 px,
+# one glyph per 32 px cell (one vision token each) on a 512 x 96 canvas (48 tokens, on the
+# grid, so nothing is resampled at full size), and strips of 1-4 coloured shapes of 22-28 px,
+# one per cell at four fixed places.
+# Shrunk to image max side 256 two glyphs share a token; at 64 a capital is 3-4 px tall and
+# the code is illegible.
+SMOKE_CANVAS = (512, 96)
+SMOKE_CELL = 32  # one vision token
+SMOKE_FIRST_CELL = 1  # glyph k sits in cell k + 1 of the middle row
 SMOKE_LINE_LENGTH = (2, 4)
-SMOKE_FONT_PX = (28, 48)
-SMOKE_SCENE_CANVAS = (560, 640, 720)
-SMOKE_OBJECT_PX = (16, 28)
+SMOKE_FONT_PX = (34, 40)
+SMOKE_LINE_FONTS = ("dejavu-sans", "dejavu-mono")  # Debian's and matplotlib's: every machine
+SMOKE_OBJECT_PX = (22, 28)
+SMOKE_SLOT_CELLS = (1, 5, 9, 13)  # a shape strip's four places, one vision token each
+SMOKE_ITEMS = {"text_line": 64, "shapes": 16}
 
 
 def _smoke_line(rng: random.Random, *, font_px: int, length: int | None = None) -> SynthItem:
-    (w_low, w_high), (h_low, h_high) = SMOKE_LINE_CANVAS
-    canvas = (rng.randint(w_low, w_high), rng.randint(h_low, h_high))
-    return synth.text_line(
+    return synth.grid_line(
         rng,
-        content="code",
         length=length or rng.randint(*SMOKE_LINE_LENGTH),
+        font=rng.choice(SMOKE_LINE_FONTS),
         font_px=font_px,
-        canvas=canvas,
-        max_rotate=1.0,
-        max_blur=0.0,
-        max_noise=0.0,
-        alphabet=synth.SAFE_UPPER,
+        alphabet=synth.SMOKE_GLYPHS,
+        canvas=SMOKE_CANVAS,
+        cell=SMOKE_CELL,
+        first_cell=SMOKE_FIRST_CELL,
     )
 
 
 def _smoke_scene(rng: random.Random, *, question: str) -> SynthItem:
-    return synth.shapes_scene(
+    return synth.shapes_row(
         rng,
         question=question,
-        canvas=rng.choice(SMOKE_SCENE_CANVAS),
-        grid=rng.choice((3, 4)),
-        n_objects=rng.randint(2, 5),
+        canvas=SMOKE_CANVAS,
+        cell=SMOKE_CELL,
+        slot_cells=SMOKE_SLOT_CELLS,
+        n_objects=(1, 4) if question == "count" else (1, 2),
         object_px=SMOKE_OBJECT_PX,
     )
 
 
 def smoke_plan() -> Plan:
+    lines = SMOKE_ITEMS["text_line"]
     plan: Plan = [
         ("line", "text_line", partial(_smoke_line, font_px=px))
-        for px in spread(*SMOKE_FONT_PX, 24, "smoke/fonts/text_line")
+        for px in spread(*SMOKE_FONT_PX, lines, "smoke/fonts/text_line")
     ]
     plan += [
-        ("shape", "shapes", partial(_smoke_scene, question=q)) for q in ["count", "colour"] * 4
+        ("shape", "shapes", partial(_smoke_scene, question=q))
+        for q in ["count", "colour"] * (SMOKE_ITEMS["shapes"] // 2)
     ]
     return plan
 
@@ -244,10 +250,13 @@ def _sizes(records: list[dict], folder: Path) -> str:
 
 DESCRIPTIONS = {
     "smoke": (
-        "A small set for the tiny CPU test model and for fast end-to-end tests: lines of 2-4 "
-        "upper-case letters and digits (28-48 px) and scenes of small coloured shapes "
-        "(16-28 px) with one-word answers. Everything is legible at full size and shrinks "
-        "out of legibility by image max side 64, so the accuracy floor has a curve to find."
+        "A small set for the tiny CPU test model and for fast end-to-end tests: codes of 2-4 "
+        "glyphs from a 12-glyph alphabet (upper-case letters and digits, 34-40 px, one glyph "
+        "per 32 px cell of a 512 x 96 canvas) and strips of 1-4 coloured shapes (22-28 px, one "
+        "per cell at four fixed places) "
+        "with count and colour questions. The codes are legible at full size and illegible at "
+        "image max side 64 (capitals 3-4 px tall), so the accuracy floor has a trade-off to "
+        "find: smaller images cost fewer vision tokens, and they cost accuracy."
     ),
     "ocr-caption": (
         "About 160 items for measuring how a serving configuration (above all the image size "

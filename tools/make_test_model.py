@@ -454,8 +454,9 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> None:
 # --- Processor files ----------------------------------------------------------------------------
 
 
-def image_processor_config() -> dict[str, Any]:
-    """preprocessor_config.json of the released model (min/max pixels = 65536 / 16777216)."""
+def image_processor_config(min_pixels: int = 65536) -> dict[str, Any]:
+    """preprocessor_config.json of the released model (min/max pixels = 65536 / 16777216);
+    a smaller `min_pixels` lets a small image cost fewer vision tokens."""
     return {
         "image_processor_type": "Qwen2VLImageProcessorFast",
         "processor_class": "Qwen3VLProcessor",
@@ -469,7 +470,7 @@ def image_processor_config() -> dict[str, Any]:
         "patch_size": PATCH_SIZE,
         "resample": 3,
         "rescale_factor": 1 / 255,
-        "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+        "size": {"longest_edge": 16777216, "shortest_edge": min_pixels},
         "temporal_patch_size": TEMPORAL_PATCH_SIZE,
     }
 
@@ -498,14 +499,14 @@ def video_processor_config() -> dict[str, Any]:
     }
 
 
-def write_processor_files(out_dir: Path) -> None:
+def write_processor_files(out_dir: Path, *, min_pixels: int = 65536) -> None:
     """Write the image/video preprocessor configs and chat_template.jinja.
 
     With these, the tokenizer files and config.json (model_type qwen3_vl), AutoProcessor
     builds a Qwen3VLProcessor. chat_template.jinja is where transformers 5 looks for the
     template of both the tokenizer and the processor, so it lives in one place only.
     """
-    _write_json(out_dir / "preprocessor_config.json", image_processor_config())
+    _write_json(out_dir / "preprocessor_config.json", image_processor_config(min_pixels))
     _write_json(out_dir / "video_preprocessor_config.json", video_processor_config())
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
 
@@ -549,10 +550,12 @@ def save_checkpoint(
     out_dir: Path | str,
     *,
     dtype: torch.dtype = torch.bfloat16,
+    min_pixels: int = 65536,
 ) -> None:
     """Write a complete, loadable checkpoint folder (weights in `dtype`, configs, tokenizer).
 
-    The caller's model is left as it is: a copy is cast when `dtype` differs.
+    The caller's model is left as it is: a copy is cast when `dtype` differs. `min_pixels`:
+    the processor's smallest image (the released model's 65536 unless a caller trained on less).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -562,7 +565,7 @@ def save_checkpoint(
     config_path = out_dir / "config.json"
     _write_json(config_path, release_layout(json.loads(config_path.read_text(encoding="utf-8"))))
     save_tokenizer(tokenizer, out_dir)
-    write_processor_files(out_dir)
+    write_processor_files(out_dir, min_pixels=min_pixels)
     for path in out_dir.iterdir():
         # save_pretrained leaves model.safetensors owner-only (0600); engines in containers
         # or under another user must be able to read every file.

@@ -16,16 +16,32 @@ import torch
 from PIL import Image
 from transformers import Qwen3VLModel
 
-from autotune.checkpoints.geometry import DEFAULT_GEOMETRY
+from autotune.checkpoints.geometry import ImageGeometry
 from autotune.evalset.images import resize_to_max_side
 from tools import make_evalset, synth
+from tools.synth.scenes import COLOURS, SHAPES
 
 IM_END = "<|im_end|>"
-TEXT_SHARE = 0.7  # the rest are shape scenes, half count and half colour questions
-# (image max side, probability): the engine's downscaling, never below 128, so text at 64 stays
-# illegible. Most text is illegible at 128 already, so that size is rare: its targets are
-# mostly noise.
-MAX_SIDE_MIX: tuple[tuple[int | None, float], ...] = ((None, 0.7), (256, 0.2), (128, 0.1))
+TEXT_SHARE = 0.75  # the rest are shape strips, half count and half colour questions
+# (image max side, probability): the engine's downscaling. Full size only: the reader reads
+# one glyph per vision token; shrunk, glyphs share tokens and blur, and the sides the smoke
+# space searches (256, 128, 64) are the faster choices the accuracy floor must reject.
+MAX_SIDE_MIX: tuple[tuple[int | None, float], ...] = ((None, 1.0),)
+# The reader's processor enlarges an image to at least 4 vision tokens, not the released
+# model's 64: a smaller image then costs fewer tokens, so image size is a real speed trade-off
+# on the CPU, and a full-size smoke item costs 48 tokens to train on. Exports pin it
+# (IMAGE_MIN_TOKEN_NUM=4), so every engine sees the same pixels.
+READER_MIN_PIXELS = 4 * 32 * 32
+READER_GEOMETRY = ImageGeometry(min_pixels=READER_MIN_PIXELS)
+
+
+NO_CELL_LABEL = -100  # cross_entropy's ignore_index
+# What the glyph probe names at each vision token: a glyph, a coloured shape, or nothing.
+PROBE_CLASSES: tuple[str, ...] = (
+    *synth.SMOKE_GLYPHS,
+    *(f"{colour} {shape}" for shape in sorted(SHAPES) for colour in sorted(COLOURS)),
+    "blank",
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +50,29 @@ class Example:
     prompt: str
     answer: str
     max_side: int | None
+    # Per vision token (row-major), the index in PROBE_CLASSES of what it shows: the probe's
+    # targets at full size, None for a shrunk image.
+    cells: list[int] | None = None
+
+
+def glyph_cells(answer: str, image: Image.Image) -> list[int]:
+    """What each vision token of a full-size smoke code shows (make_evalset's layout)."""
+    cell = make_evalset.SMOKE_CELL
+    columns, rows = image.width // cell, image.height // cell
+    cells = [len(PROBE_CLASSES) - 1] * (columns * rows)
+    row = rows // 2
+    for k, glyph in enumerate(answer):
+        cells[row * columns + make_evalset.SMOKE_FIRST_CELL + k] = PROBE_CLASSES.index(glyph)
+    return cells
+
+
+def shape_cells(meta: dict[str, Any], image: Image.Image) -> list[int]:
+    """What each vision token of a full-size shape strip shows (shapes_row's meta)."""
+    cell = make_evalset.SMOKE_CELL
+    cells = [len(PROBE_CLASSES) - 1] * ((image.width // cell) * (image.height // cell))
+    for token, name in zip(meta["cells"], meta["objects"], strict=True):
+        cells[token] = PROBE_CLASSES.index(name)
+    return cells
 
 
 def training_example(
@@ -48,7 +87,8 @@ def training_example(
     rng = random.Random(f"train-{seed}/{index}")
     # The smoke set's own item makers, so training follows any change to that set; only the
     # font size is drawn, over the smoke set's whole range.
-    if rng.random() < TEXT_SHARE:
+    text = rng.random() < TEXT_SHARE
+    if text:
         font_px = rng.randint(*make_evalset.SMOKE_FONT_PX)
         item = make_evalset._smoke_line(rng, font_px=font_px, length=1 if one_char else None)
     else:
@@ -57,19 +97,23 @@ def training_example(
     max_side = rng.choices(sides, weights)[0] if downscale else None
     # As autotune's engine prepares images: the client-side resize, then the processor's grid
     # (qwen-vl-utils' bicubic resize), so training sees the pixels serving will.
-    image = DEFAULT_GEOMETRY.fit(resize_to_max_side(item.image.convert("RGB"), max_side))
+    image = READER_GEOMETRY.fit(resize_to_max_side(item.image.convert("RGB"), max_side))
     # answers[0] is the canonical form: the digit for counts, the first colour name.
-    return Example(image, item.prompt, item.answers[0], max_side)
+    answer = item.answers[0]
+    cells = None
+    if max_side is None:
+        cells = glyph_cells(answer, image) if text else shape_cells(item.meta, image)
+    return Example(image, item.prompt, answer, max_side, cells)
 
 
 def data_recipe() -> dict[str, Any]:
     """What the training items are made of, for the run's log and the model card."""
     return {
         "line_length": make_evalset.SMOKE_LINE_LENGTH,
-        "line_alphabet": synth.SAFE_UPPER,
+        "line_alphabet": synth.SMOKE_GLYPHS,
+        "line_fonts": make_evalset.SMOKE_LINE_FONTS,
         "font_px": make_evalset.SMOKE_FONT_PX,
-        "line_canvas": make_evalset.SMOKE_LINE_CANVAS,
-        "scene_canvas": make_evalset.SMOKE_SCENE_CANVAS,
+        "canvas": make_evalset.SMOKE_CANVAS,
         "object_px": make_evalset.SMOKE_OBJECT_PX,
     }
 
@@ -168,7 +212,15 @@ class TrainBatches(torch.utils.data.Dataset):
         # before; never across rows, the prompt comes first): index_select on the GPU needs
         # no host sync, where a boolean mask would.
         target_index = targets.view(-1).nonzero().squeeze(1)
+        tokens = (enc["image_grid_thw"].prod(-1) // image_processor.merge_size**2).tolist()
+        cell_labels = [
+            torch.tensor(ex.cells) if ex.cells else torch.full((n,), NO_CELL_LABEL)
+            for ex, n in zip(examples, tokens, strict=True)
+        ]
+        if any(len(c) != n for c, n in zip(cell_labels, tokens, strict=True)):
+            raise RuntimeError("glyph cells do not match the image's vision tokens")
         return {
+            "cell_labels": torch.cat(cell_labels),
             "input_ids": ids,
             "attention_mask": enc["attention_mask"],
             "position_ids": positions,

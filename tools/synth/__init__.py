@@ -6,9 +6,23 @@ items; `scenes` the shapes and photos."""
 from __future__ import annotations
 
 from tools.synth import base  # noqa: F401  (make_evalset lists its prompts in definition order)
-from tools.synth.base import CJK_FONT, PROMPT_TEXT_LINE, SAFE_CHARS, SAFE_UPPER, SynthItem
-from tools.synth.documents import bar_chart, chinese_line, document, receipt, text_line
-from tools.synth.scenes import PHOTOS, photo, shapes_scene
+from tools.synth.base import (
+    CJK_FONT,
+    PROMPT_TEXT_LINE,
+    SAFE_CHARS,
+    SAFE_UPPER,
+    SMOKE_GLYPHS,
+    SynthItem,
+)
+from tools.synth.documents import (
+    bar_chart,
+    chinese_line,
+    document,
+    grid_line,
+    receipt,
+    text_line,
+)
+from tools.synth.scenes import PHOTOS, photo, shapes_row, shapes_scene
 
 # Generators that need only a Random, for callers that sample kinds (training).
 GENERATORS = {
@@ -27,12 +41,15 @@ __all__ = [
     "PROMPT_TEXT_LINE",
     "SAFE_CHARS",
     "SAFE_UPPER",
+    "SMOKE_GLYPHS",
     "SynthItem",
     "bar_chart",
     "chinese_line",
     "document",
+    "grid_line",
     "photo",
     "receipt",
+    "shapes_row",
     "shapes_scene",
     "text_line",
 ]

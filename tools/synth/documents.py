@@ -45,11 +45,13 @@ def text_line(
     max_blur: float = 0.8,
     max_noise: float = 8.0,
     alphabet: str = SAFE_CHARS,
+    max_x: int | None = None,
 ) -> SynthItem:
     """One line of Latin text (letters+digits, words, an ID or a date) on a wide canvas.
 
     `length` counts characters for "code" lines and words for "words" lines. Rotation is up to
-    `max_rotate` degrees; half the lines are blurred and about a third get grain.
+    `max_rotate` degrees; half the lines are blurred and about a third get grain. `max_x`
+    bounds how far from the left margin the line may start.
     """
     content = content or rng.choice(("code", "words", "id", "date"))
     text = line_text(rng, content, length, alphabet)
@@ -68,6 +70,7 @@ def text_line(
         rotate=rotate,
         ink=ink,
         paper=paper,
+        max_x=max_x,
     )
     meta = {
         "task": "line",
@@ -87,6 +90,50 @@ def text_line(
         "text_line",
         meta,
     )
+
+
+def grid_line(
+    rng: random.Random,
+    *,
+    length: int,
+    font: str,
+    font_px: int,
+    alphabet: str,
+    canvas: tuple[int, int] = (512, 96),
+    cell: int = 32,
+    first_cell: int = 1,
+) -> SynthItem:
+    """A short code printed one glyph per `cell` x `cell` square, as on a display or a plate.
+
+    Glyph k is centred (give or take 2 px) in square k + `first_cell` of the middle row. With
+    cells the size of one vision token (32 px), each glyph is one token of its own at full
+    size, in the same place from item to item: the tiny test model learns to read that on 2
+    CPU cores. Shrunk, several glyphs share a token and blur together.
+    """
+    text = random_code(rng, length, alphabet)
+    ink, paper = ink_and_paper(rng)
+    width, height = canvas
+    img = Image.new("L", (width, height), paper)
+    draw = ImageDraw.Draw(img)
+    face = load_font(font, font_px)
+    top = (height // cell) // 2 * cell
+    for k, glyph in enumerate(text):
+        left, upper, right, lower = face.getbbox(glyph)
+        x = (first_cell + k) * cell + (cell - (right - left)) / 2 - left + rng.uniform(-2, 2)
+        y = top + (cell - (lower - upper)) / 2 - upper + rng.uniform(-2, 2)
+        draw.text((x, y), glyph, font=face, fill=ink)
+    meta = {
+        "task": "line",
+        "content": "code",
+        "font": font,
+        "font_px": font_px,
+        "layout": f"one glyph per {cell} px cell from cell {first_cell}",
+        "rotate": 0.0,
+        "blur": 0.0,
+        "noise": 0.0,
+        "extra_metrics": ["cer"],
+    }
+    return SynthItem(img, PROMPT_TEXT_LINE, [text], "exact_match", "text_line", meta)
 
 
 def chinese_line(

@@ -159,19 +159,74 @@ def shapes_scene(
             break
     else:
         raise ValueError(f"no scene of {n_objects} objects can pose a {question!r} question")
+    img, meta = _paint(rng, shapes, (canvas, canvas), question)
+    return SynthItem(img, posed[0], posed[1], metrics[question], "shapes", meta)
+
+
+def _paint(
+    rng: random.Random, shapes: list[Shape], size: tuple[int, int], question: str
+) -> tuple[Image.Image, dict[str, object]]:
+    """The scene on a light grey background, and its metadata."""
     scale = 2  # draw at twice the size and shrink, for anti-aliased edges
     shade = rng.randint(225, 255)
-    img = Image.new("RGB", (canvas * scale, canvas * scale), (shade, shade, shade))
+    img = Image.new("RGB", (size[0] * scale, size[1] * scale), (shade, shade, shade))
     draw = ImageDraw.Draw(img)
     for s in shapes:
         _draw_shape(draw, s, scale)
-    img = img.resize((canvas, canvas), Image.LANCZOS)
     meta = {
         "task": f"shapes_{question}",
         "objects": [s.name for s in shapes],
         "min_object_px": round(min(s.size for s in shapes)),
     }
-    return SynthItem(img, posed[0], posed[1], metrics[question], "shapes", meta)
+    return img.resize(size, Image.LANCZOS), meta
+
+
+def shapes_row(
+    rng: random.Random,
+    *,
+    question: str = "count",
+    canvas: tuple[int, int] = (512, 96),
+    cell: int = 32,
+    slot_cells: tuple[int, ...] = (1, 5, 9, 13),
+    n_objects: tuple[int, int] = (1, 4),
+    object_px: tuple[int, int] = (22, 28),
+) -> SynthItem:
+    """A strip of 1-4 coloured shapes, each centred in one `cell` of the middle row.
+
+    The smoke set's scene: a strip costs the vision tokens of a code, not of a square page;
+    each shape is one vision token (cell 32 px) at a slot of its own (`slot_cells`, column
+    indices), and the question is a count of everything or the colour of a shape that occurs
+    once, so a tiny model learns it on the CPU. `meta["cells"]` lists each object's column.
+    """
+    if question not in ("count", "colour"):
+        raise ValueError(f"unknown shapes_row question {question!r}; use count or colour")
+    width, height = canvas
+    middle = (height // cell) // 2
+    for _ in range(1000):
+        slots = sorted(rng.sample(slot_cells, k=rng.randint(*n_objects)))
+        shapes = [
+            Shape(
+                rng.choice(sorted(COLOURS)),
+                rng.choice(sorted(SHAPES)),
+                (column + 0.5) * cell + rng.uniform(-2, 2),
+                (middle + 0.5) * cell + rng.uniform(-2, 2),
+                rng.uniform(*object_px),
+            )
+            for column in slots
+        ]
+        if question == "count":
+            n = len(shapes)
+            prompt, answers = PROMPT_SHAPE_COUNT.format(what="shapes"), [str(n), NUMBER_WORDS[n]]
+            break
+        posed = _question(rng, shapes, "colour")
+        if posed:
+            prompt, answers = posed
+            break
+    else:
+        raise ValueError(f"no strip of {n_objects} objects can pose a {question!r} question")
+    img, meta = _paint(rng, shapes, canvas, question)
+    meta["cells"] = [middle * (width // cell) + column for column in slots]
+    return SynthItem(img, prompt, answers, "exact_match", "shapes", meta)
 
 
 # --- real photos ----------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""The README's first study shows both sides of the accuracy floor (issue 28).
+
+`autotune run --space smoke --trials 6`, exactly as the README says, with the shipped reader:
+it recommends a configuration other than the reference that answers as well (the paired test
+passed), rejects at least one configuration that was faster still because its smaller images
+cost accuracy, and the `swift deploy` command `autotune export` prints for the recommendation
+answers every smoke item as the trial did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from small_space import autotune_cli
+from swift_replay import check_answers
+
+from autotune.evalset.dataset import load_evalset
+
+pytest.importorskip("openai")
+pytestmark = [pytest.mark.slow, pytest.mark.swift]
+
+TPS = "throughput_output_tokens_per_s"
+
+
+def autotune(*args: str, cwd: Path) -> tuple[int, str, str]:
+    done = autotune_cli(*args, cwd=cwd, timeout=1200, env={**os.environ, "COLUMNS": "200"})
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.Study, dict]:
+    workdir = tmp_path_factory.mktemp("first-run")
+    code, out, err = autotune("run", "--space", "smoke", "--trials", "6", cwd=workdir)
+    assert code == 0, err[-3000:]
+    (workdir / "run.log").write_text(err, encoding="utf-8")
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{workdir}/studies/smoke.db")
+    code, out, err = autotune("best", "--json", cwd=workdir)
+    assert code == 0, err[-3000:]
+    return workdir, study, json.loads(out)
+
+
+def _trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return study.get_trials(deepcopy=False)[number]
+
+
+def test_it_recommends_a_faster_configuration_that_answers_as_well(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    _, study, best = first_run
+    recommended = best["recommended"]
+    assert best["feasible_found"] is True, best
+    assert recommended["reference"] is False, best["reason"]
+    trial = _trial(study, recommended["trial"])
+    paired = trial.user_attrs["paired_vs_reference"]
+    # The floor's test passed: the paired interval's low end clears the allowed drop.
+    assert paired["ci_low"] > -study.user_attrs["space"]["constraints"]["accuracy"]["max_drop"]
+    trials = study.get_trials(deepcopy=False)
+    reference = next(t for t in trials if t.user_attrs.get("is_reference"))
+    assert trial.user_attrs[TPS] > reference.user_attrs[TPS]
+    assert reference.user_attrs["accuracy"] >= 0.9  # the reader reads
+
+
+def test_a_faster_configuration_with_smaller_images_is_rejected_by_the_floor(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    _, study, best = first_run
+    recommended = _trial(study, best["recommended"]["trial"])
+    rejected = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if str(t.number) in best["infeasible"]
+        and t.user_attrs["config"]["image_max_side"] is not None
+        and t.user_attrs[TPS] > recommended.user_attrs[TPS]
+    ]
+    assert rejected, best["infeasible"]
+    for trial in rejected:
+        reasons = " ".join(best["infeasible"][str(trial.number)])
+        assert "paired interval" in reasons and "does not exclude a drop" in reasons, reasons
+        assert trial.user_attrs["accuracy"] < recommended.user_attrs["accuracy"]
+
+
+def test_the_exported_swift_command_answers_as_the_trial_did(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    workdir, study, best = first_run
+    number = best["recommended"]["trial"]
+    code, out, err = autotune("export", "--trial", str(number), "--json", cwd=workdir)
+    assert code == 0, err
+    export = json.loads(out)
+    assert export["exact"] is True, export["notes"]
+    check_answers(
+        export["command"], [_trial(study, number)], {number: export}, load_evalset("smoke"), workdir
+    )
