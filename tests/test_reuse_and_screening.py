@@ -48,9 +48,10 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
     evalset = load_evalset(str(small_evalset(tmp_path)))
     ids = [item.id for item in evalset.items]
     subset = screening_ids(evalset, 6)
-    # A reference that answered everything right: the bundled model cannot keep up, so the
-    # subset alone shows with confidence that the floor is missed.
-    config = TrialConfig(dtype="float32", max_new_tokens=8)
+    # A reference that answered everything right, and a trial at image max side 64, where the
+    # bundled reader reads nothing: the subset alone shows with confidence that the floor is
+    # missed.
+    config = TrialConfig(dtype="float32", max_new_tokens=8, image_max_side=64)
     plan = MeasurePlan(
         warmup_requests=1,
         workload_requests=8,

@@ -33,6 +33,25 @@ def test_spooled_results_are_recorded_into_their_own_study(tmp_path: Path) -> No
     assert spool.pending() == []
 
 
+def test_results_kept_in_both_spool_folders_are_recorded_once(tmp_path: Path) -> None:
+    """Kept beside the study, then again in the temporary folder once that disk filled: the
+    next run records the trial once (the full-disk test once saw it recorded twice)."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study, spool = _measured_trial(url)
+    first = spool.where(0)
+    assert first is not None
+    second = spool.folders[1] / first.name
+    second.parent.mkdir(parents=True, exist_ok=True)
+    second.write_bytes(first.read_bytes())
+    try:
+        notes = recover(study, spool)
+    finally:
+        second.unlink(missing_ok=True)
+    recovered = [t for t in study.trials if "recovered_from_trial" in t.user_attrs]
+    assert [t.user_attrs["recovered_from_trial"] for t in recovered] == [0], notes
+    assert spool.pending() == []
+
+
 def test_results_spooled_for_a_deleted_study_never_enter_a_new_one_at_its_path(
     tmp_path: Path,
 ) -> None:

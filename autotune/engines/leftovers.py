@@ -21,6 +21,7 @@ import os
 import signal
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -112,11 +113,23 @@ def _owner() -> dict[str, float]:
     return {"pid": me.pid, "started": me.create_time()}
 
 
+def _settled_leader(pgid: int, wait_s: float = 2.0) -> Leader | None:
+    """The leader's identity once its command line is readable: for a moment after exec the
+    kernel shows an empty one (seen on busy cores), and an entry recorded then would never
+    match its own group again, which the repair would then leave running."""
+    deadline = time.monotonic() + wait_s
+    leader = leader_of(pgid)
+    while leader is not None and not leader.cmdline and time.monotonic() < deadline:
+        time.sleep(0.01)
+        leader = leader_of(pgid)
+    return leader
+
+
 def record(pgid: int, argv: list[str], log_path: Path | None = None, *, token: str = "") -> None:
     """Note that this process started group `pgid` (its leader running now), logging to
     `log_path`, with `token` in its environment (best effort: a full disk or an unsafe
     registry folder is no reason to fail a trial; the next run's repair says the latter)."""
-    leader = leader_of(pgid)
+    leader = _settled_leader(pgid)
     if leader is None or protected(pgid) is not None:
         return  # already gone: nothing to stop later
     entry: dict[str, object] = {

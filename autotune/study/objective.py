@@ -118,6 +118,9 @@ _NOT_INHERITED = frozenset(
         "launch_started",
         "gpus",
         "gpu_share",
+        # A repeat of a recovered trial was proposed again, not recovered: it would otherwise
+        # count as a second recovery of the same results.
+        "recovered_from_trial",
     }
 )
 

@@ -266,10 +266,15 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
     notes = []
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     read = functools.partial(_spooled_trial, objectives=len(study.directions))
+    # A trial's results can sit in both spool folders (kept beside the study, then again in
+    # the temporary folder when that disk filled): recorded once, the other copy dropped.
+    recorded_now: set[int] = set()
     for path, (spooled, frozen) in _read_each(spool.pending(), read, notes):
         number = spooled.number
         original: FrozenTrial | None = trials.get(number)
-        if original is not None and original.state == TrialState.COMPLETE:
+        if number in recorded_now or (
+            original is not None and original.state == TrialState.COMPLETE
+        ):
             path.unlink(missing_ok=True)  # recorded after all
             continue
         if not _same_trial(original, spooled.started):
@@ -282,6 +287,7 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
             )
             continue
         study.add_trial(frozen)
+        recorded_now.add(number)
         recovered = max(t.number for t in study.get_trials(deepcopy=False))
         _record_reason(
             study,
