@@ -250,6 +250,29 @@ def test_a_read_waits_out_a_locked_database(tmp_path: Path) -> None:
     assert "recommended: trial" in stdout
 
 
+def test_every_storage_call_of_optunas_cache_waits_out_a_lock() -> None:
+    """Optuna's cached storage, which every RDB study gets, calls some private methods of its
+    backend (`_set_trial_param`, `_create_new_trial`) instead of the public ones. Unwrapped, a
+    lock taken between a trial's read and its commit ended a run in a StorageInternalError
+    traceback (seen in CI while trial 1 chose its first parameter): each call must be retried."""
+    import inspect
+    import re
+
+    from optuna.storages import _cached_storage
+
+    from autotune.study.storage import RetryingRDBStorage
+
+    called = set(re.findall(r"self\._backend\.(\w+)\(", inspect.getsource(_cached_storage)))
+    settings = {"get_heartbeat_interval", "get_heartbeat_stale_trial_callback", "delete_study"}
+    assert {"_set_trial_param", "_create_new_trial", "_get_trials"} <= called
+    unwrapped = [
+        name
+        for name in sorted(called - settings)
+        if not hasattr(getattr(RetryingRDBStorage, name), "__wrapped__")
+    ]
+    assert not unwrapped, unwrapped
+
+
 @contextlib.contextmanager
 def tmpfs(folder: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` mounted at `folder` (made here) while the block runs."""

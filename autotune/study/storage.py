@@ -362,9 +362,14 @@ _READS = (
     "get_trial_system_attrs",
     "_get_stale_trial_ids",
 )
-for _name in _WRITES:
+# What Optuna's cached storage (the wrapper every RDB study gets) calls instead of the public
+# methods above: unwrapped, a trial's first parameter written during another process's lock
+# ended the run in a StorageInternalError traceback (seen in CI with two test processes).
+_CACHED_WRITES = ("_create_new_trial", "_set_trial_param")
+_CACHED_READS = ("_get_best_trial_id",)
+for _name in (*_WRITES, *_CACHED_WRITES):
     setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
-for _name in _READS:
+for _name in (*_READS, *_CACHED_READS):
     _read = getattr(optuna.storages.RDBStorage, _name)
     setattr(RetryingRDBStorage, _name, _retrying(_read, action="read"))
 
