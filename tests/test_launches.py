@@ -46,6 +46,12 @@ def test_request_time_trials_share_one_worker_per_launch(tmp_path: Path) -> None
         )
         assert group[0].user_attrs["time_s"]["startup"] > 0
         assert all(t.user_attrs["time_s"]["startup"] == 0 for t in group[1:])
+    for trial in measured:
+        # One torch thread on a CPU (the suite's OMP_NUM_THREADS=1): timed on the on-core
+        # clock, with the share of the load test spent waiting for a core recorded.
+        environment = trial.user_attrs["environment"]
+        assert environment["clock"].startswith("on-core clock"), environment
+        assert 0.0 <= float(environment["run_queue_wait_share"]) < 1.0
     pids = {t.user_attrs["environment"]["worker_pid"] for t in measured}
     assert len(pids) == len(launches) < len(measured)
     # The sampler keeps a launch for trials_per_launch trials; a new launch only ever starts

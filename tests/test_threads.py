@@ -67,3 +67,6 @@ def test_the_choice_is_applied_in_the_worker_and_recorded(tmp_path: Path) -> Non
         environment = trial.user_attrs["environment"]
         assert environment["torch_threads"] == "2"
         assert environment["torch_threads_reason"] == "cpu_threads: 2 in the space"
+        # Two threads: the calling thread's run-queue wait says nothing of the pool's.
+        assert environment["clock"].startswith("wall clock (2 torch threads")
+        assert "run_queue_wait_share" not in environment

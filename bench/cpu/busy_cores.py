@@ -9,7 +9,9 @@ beside it, each in a fresh folder, and records per run: the wall time, the trial
 throughput and its recorded 95% interval, which the floor rejected and why, and the
 recommended trial. The check: the same configuration recommended in both runs, and every
 ranked (feasible, measured) trial's interval within `--max-interval` (issue 28: +-10%).
-Writes NAME.json and NAME.md under --out; exit 1 when the check fails.
+Writes NAME.json and NAME.md under --out; exit 1 when the check fails. Each trial's share of
+its load test spent waiting for a core is in the table: the in-process engine's on-core clock
+leaves that wait out of its figures (autotune.engines.inprocess.clock).
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def trial_rows(database: Path) -> list[dict[str, Any]]:
                 "throughput_ci_rel": attrs.get("throughput_ci_rel"),
                 "measure_stop_reason": attrs.get("measure_stop_reason"),
                 "torch_threads": (attrs.get("environment") or {}).get("torch_threads"),
+                # How much of the load test the engine's thread waited for a core.
+                "run_queue_wait_share": (attrs.get("environment") or {}).get(
+                    "run_queue_wait_share"
+                ),
             }
         )
     return rows
@@ -147,8 +153,8 @@ def markdown(runs: list[dict[str, Any]], problems: list[str], max_interval: floa
             f"recommended trial {run['recommended_trial']} {run['recommended_config']}",
             "",
             "| trial | candidate | batch | side | sampling | accuracy | feasible | tok/s | "
-            "95% interval | stop | threads |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "95% interval | stop | threads | waited for a core |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in run["trials"]:
             half = row["throughput_ci_rel"]
@@ -159,10 +165,15 @@ def markdown(runs: list[dict[str, Any]], problems: list[str], max_interval: floa
                 f"| {row['candidate'] or ''} | {row['batch_size']} | {row['image_max_side']} "
                 f"| {row['do_sample']} | {row['accuracy']} | {row['feasible']} "
                 f"| {f'{tps:.1f}' if isinstance(tps, float) else '-'} | {interval} "
-                f"| {row['measure_stop_reason']} | {row['torch_threads']} |"
+                f"| {row['measure_stop_reason']} | {row['torch_threads']} "
+                f"| {_share(row.get('run_queue_wait_share'))} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _share(value: str | None) -> str:
+    return "-" if value is None else f"{float(value):.0%}"
 
 
 def main(argv: list[str] | None = None) -> int:

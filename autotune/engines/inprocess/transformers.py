@@ -12,7 +12,7 @@ qwen-vl-utils, then sees the very pixels this engine saw (tests/test_swift_repro
 from __future__ import annotations
 
 import resource
-import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from autotune.checkpoints.adapters import Adapter
 from autotune.checkpoints.geometry import ImageGeometry
+from autotune.engines.inprocess.clock import EngineClock, engine_clock
 from autotune.engines.inprocess.vision_cache import VisionCache, image_key
 from autotune.evalset.images import resize_to_max_side
 from autotune.measure.repeats import mark_image
@@ -34,7 +35,8 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 class _StepClock(BaseStreamer):
     """Timestamps every decoding step; generate() calls put() once per new token column."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
         self.prompt_seen = False
         self.step_times: list[float] = []
         self.step_tokens: list[list[int]] = []
@@ -43,7 +45,7 @@ class _StepClock(BaseStreamer):
         if not self.prompt_seen:  # the first call carries the prompt, not a new token
             self.prompt_seen = True
             return
-        self.step_times.append(time.perf_counter())  # .tolist() below synchronises the device
+        self.step_times.append(self.now())  # .tolist() below synchronises the device
         self.step_tokens.append(value.reshape(-1).tolist())
 
     def end(self) -> None:
@@ -82,6 +84,8 @@ class TransformersEngine:
         self.geometry = ImageGeometry()
         self.eos_ids: set[int] = set()
         self.vision_cache: VisionCache | None = None
+        # Every load-test timestamp; chosen in the worker's main thread once torch is loaded.
+        self.clock: EngineClock = engine_clock("cuda", 1)
 
     def load(self) -> None:
         kwargs: dict[str, Any] = {"attn_implementation": self.launch.attn_implementation}
@@ -113,6 +117,7 @@ class TransformersEngine:
         if self.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        self.clock = engine_clock(self.device, torch.get_num_threads())
 
     def _generation_config(
         self, cfg: TrialConfig, forced_tokens: int | None = None
@@ -159,7 +164,7 @@ class TransformersEngine:
         self, batch: list[Prompt], config: TrialConfig, *, forced_tokens: int | None = None
     ) -> list[Reply]:
         """Answer one static batch; with `forced_tokens` every answer is exactly that long."""
-        start = time.perf_counter()
+        start = self.clock.now()
         images = [
             mark_image(
                 self.geometry.fit(resize_to_max_side(r.image, config.image_max_side)), r.mark
@@ -191,7 +196,7 @@ class TransformersEngine:
             return_tensors="pt",
             images_kwargs={"do_resize": False},
         ).to(self.device)
-        clock = _StepClock()
+        clock = _StepClock(self.clock.now)
         if config.do_sample:
             torch.manual_seed(config.seed)
         with torch.inference_mode():
@@ -200,7 +205,7 @@ class TransformersEngine:
                 generation_config=self._generation_config(config, forced_tokens),
                 streamer=clock,
             )
-        end = time.perf_counter()
+        end = self.clock.now()
         return [
             self._completion(request, index, clock, start, end)
             for index, request in enumerate(batch)
@@ -241,6 +246,7 @@ class TransformersEngine:
             "transformers_version": transformers.__version__,
             # What torch applied (from OMP_NUM_THREADS, autotune.engines.threads), not asked.
             "torch_threads": str(torch.get_num_threads()),
+            "clock": self.clock.reason,
         }
         if self.device == "cuda":
             info["gpu_name"] = torch.cuda.get_device_name()

@@ -143,13 +143,16 @@ class Worker:
         repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
         stop_reason = "screened out"
         trail: list[dict[str, float | bool | str | None]] = []
-        load_start = load_stop = time.perf_counter()
+        clock = engine.clock  # on a CPU, blind to time the engine's thread waited for a core
+        load_start = load_stop = clock.now()
+        busy: dict[str, str] = {}
         min_warmup_s = load_s = accuracy_s = 0.0
         if not screened_out:
             events.send(phase="load test")
             rule = plan.rule()
             groups = _batches(workload, batch)
-            load_start = time.perf_counter()
+            load_start, waited_before = clock.now(), clock.waited_s()
+            wall_start = time.perf_counter()
             stop: str | None = None
             index = 0
             while stop is None:
@@ -161,7 +164,7 @@ class Worker:
                 index += 1
                 completions = engine.generate(group, config, forced_tokens=forced)
                 timings.extend(c.timing for c in completions)
-                now = time.perf_counter()
+                now = clock.now()
                 # A static batch turns over all at once: the first batch is the first round.
                 ends = [t.end for t in timings]
                 min_warmup_s = max(
@@ -179,8 +182,9 @@ class Worker:
                 stop = rule.reason_to_stop(snapshot)
                 keep_trail(trail, snapshot, rule, stop)
             stop_reason = stop
-            load_stop = time.perf_counter()
+            load_stop = clock.now()
             load_s = load_stop - load_start
+            busy = _waited(clock, waited_before, wall_start)
             if plan.accuracy_ids is not None:
                 events.send(phase="accuracy")
                 started = time.perf_counter()
@@ -206,9 +210,19 @@ class Worker:
             screened_out=screened_out,
             peak_memory_mib=peak_mib,
             memory_source=memory_source,
-            environment=engine.describe(),
+            environment=engine.describe() | busy,
             repeated_requests=repeats.repeated,
         )
+
+
+def _waited(clock: Any, waited_before: float, wall_start: float) -> dict[str, str]:
+    """The share of the load test the engine's thread spent waiting for a core: how busy the
+    machine was while it measured (0 on an idle one; not measured on the wall clock)."""
+    if not clock.on_core:
+        return {}
+    wall_s = time.perf_counter() - wall_start
+    share = (clock.waited_s() - waited_before) / wall_s if wall_s > 0 else 0.0
+    return {"run_queue_wait_share": f"{share:.3f}"}
 
 
 def _screened_out(evalset: Any, predictions: dict[str, str], screening: ScreeningRequest) -> bool:
