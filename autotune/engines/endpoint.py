@@ -15,6 +15,7 @@ import httpx
 
 from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, http_client, list_models, normalize_base_url
+from autotune.engines.passes import Screen
 from autotune.engines.server import drive_passes, load_fields
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure
@@ -61,8 +62,10 @@ class EndpointSession:
         prompts: list[Prompt],
         trial_timeout_s: float,
         adapters: list[Adapter] | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.base = normalize_base_url(url)
+        self.screen = screen
         self.adapters = adapters or []
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
@@ -95,6 +98,7 @@ class EndpointSession:
             forced_fields=load_fields(None, plan),
             timeout_s=self.trial_timeout_s,
             on_phase=on_phase,
+            screen=self.screen,
         )
         return SessionResult(
             **dict(passes),

@@ -13,15 +13,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autotune.accuracy.screening import ScreeningRequest
 from autotune.client.chat import ChatClient, http_client
 from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
 from autotune.engines.session import MeasurePlan, cycled
+from autotune.measure.convergence import RACED
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
 from autotune.records import PassesResult, Prompt, Reply
 
 # How a load-test request asks for an answer of exactly this many tokens (per server format).
 ForcedFields = Callable[[int], dict[str, Any]]
+# Whether screening answers already miss the floor with confidence (accuracy.screening.hopeless
+# over the session's eval set).
+Screen = Callable[[dict[str, str], ScreeningRequest], bool]
 
 
 async def run_passes(
@@ -34,12 +39,15 @@ async def run_passes(
     plan: MeasurePlan,
     forced_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
+    screen: Screen | None = None,
 ) -> PassesResult:
     """Load test (its warm-up included) and accuracy through one server.
 
     `forced_fields(tokens)` join the load test's requests only: they make each answer as long
     as `plan.answer_lengths()` says (autotune.export.forced_length), so trials do equal work.
-    The accuracy pass sends the trial's own `fields` alone.
+    The accuracy pass sends the trial's own `fields` alone. With `plan.screening` and
+    `screen`, the screening items are answered first, as the in-process worker does, and a
+    trial already under the floor stops there, before its load test.
     """
     batch = config.batch_size
     by_id = {prompt.item_id: prompt for prompt in prompts}
@@ -61,6 +69,25 @@ async def run_passes(
             image_max_side=config.image_max_side,
         )
         chat = same_server()
+        screened: dict[str, str] = {}
+        screening_s = 0.0
+        if plan.screening is not None and screen is not None:
+            phase("screening")
+            t0 = time.perf_counter()
+            replies = await closed_loop(chat.send, [by_id[i] for i in plan.screening.ids], batch)
+            screened = {reply.item_id: reply.text for reply in replies}
+            screening_s = time.perf_counter() - t0
+            if screen(screened, plan.screening):
+                now = time.perf_counter()
+                return PassesResult(
+                    load_start=now,
+                    load_stop=now,
+                    screening_s=screening_s,
+                    timings=[],
+                    stop_reason="screened out",
+                    predictions=screened,
+                    screened_out=True,
+                )
         # A server batches whatever is in flight: the load runs at the trial's own
         # concurrency from its first request, and its start is the warm-up, cut where the
         # rate settles (autotune.measure.steady).
@@ -103,13 +130,15 @@ async def run_passes(
 
         predictions: dict[str, str] | None = None
         accuracy_s = 0.0
-        if plan.accuracy_ids is not None:
+        # A trial that lost its race is not a contender: its answers would decide nothing.
+        if plan.accuracy_ids is not None and run.stop_reason != RACED:
             phase("accuracy")
             t0 = time.perf_counter()
-            answers = await closed_loop(
-                chat.send, [by_id[i] for i in plan.accuracy_ids], plan.accuracy_batch_size
-            )
-            predictions = {reply.item_id: reply.text for reply in answers}
+            # The screening answers stand: the worker does the same (answers do not depend on
+            # the batch where screening and the pass could differ, tests/test_output_neutral).
+            todo = [by_id[i] for i in plan.accuracy_ids if i not in screened]
+            answers = await closed_loop(chat.send, todo, plan.accuracy_batch_size)
+            predictions = {**screened, **{reply.item_id: reply.text for reply in answers}}
             accuracy_s = time.perf_counter() - t0
     return PassesResult(
         warmup_s=0.0,  # no separate warm-up: it is the start of the load
@@ -122,6 +151,7 @@ async def run_passes(
         stop_reason=run.stop_reason,
         stop_rule_trail=run.trail,
         predictions=predictions or {},
+        screening_s=screening_s,
         screened_out=False,
         repeated_requests=repeats.repeated,
     )

@@ -27,7 +27,7 @@ from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
-from autotune.engines.passes import ForcedFields, run_passes
+from autotune.engines.passes import ForcedFields, Screen, run_passes
 from autotune.engines.scratch import make_scratch
 from autotune.engines.server_process import (
     _PORT_TAKEN,
@@ -66,6 +66,7 @@ def drive_passes(
     forced_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
+    screen: Screen | None = None,
 ) -> PassesResult:
     """Run the passes under a time limit; transport errors become a TrialFailure."""
 
@@ -79,6 +80,7 @@ def drive_passes(
             plan=plan,
             forced_fields=forced_fields,
             on_phase=on_phase,
+            screen=screen,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
 
@@ -197,6 +199,7 @@ class ServerSession:
         trial_timeout_s: float,
         gpus: list[Gpu] | None = None,
         adapters: list[Adapter] | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.render = render
         self.adapters = adapters or []
@@ -205,6 +208,7 @@ class ServerSession:
         self.fmt = fmt
         self.device = device
         self.prompts = prompts
+        self.screen = screen
         self.startup_timeout_s = startup_timeout_s
         self.trial_timeout_s = trial_timeout_s
         self.launch_id = new_launch_id()
@@ -305,6 +309,7 @@ class ServerSession:
                 on_phase=on_phase,
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
+                screen=self.screen,
             )
         except TrialFailure as failure:
             self.close()

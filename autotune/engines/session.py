@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from autotune.accuracy.screening import ScreeningRequest
-from autotune.measure.convergence import SteadyRule
+from autotune.measure.convergence import RaceBound, SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
@@ -46,6 +46,9 @@ class MeasurePlan(BaseModel):
     screening: ScreeningRequest | None = None
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
+    # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.
+    race_tokens_per_s_low: float | None = None
+    race_spread_rel: float = 0.0
 
     def answer_lengths(self) -> AnswerLengths | None:
         """The forced length of each load-test request in start order; None: not forced."""
@@ -60,6 +63,9 @@ class MeasurePlan(BaseModel):
             max_measure_s=self.max_measure_s,
             max_load_s=self.max_load_s,
             max_requests=self.max_requests,
+            race=None
+            if self.race_tokens_per_s_low is None
+            else RaceBound(self.race_tokens_per_s_low, self.race_spread_rel),
         )
 
 
@@ -70,9 +76,10 @@ def measure_plan(
     accuracy_ids: list[str] | None,
     screening: ScreeningRequest | None = None,
     max_seconds: float | None = None,
+    race: RaceBound | None = None,
 ) -> MeasurePlan:
     """The plan for `config` under the space's workload; `max_seconds` may shorten the load
-    test, warm-up included (the budget)."""
+    test, warm-up included (the budget); `race`: the incumbent it must beat to go on."""
     workload = space.workload
     one_pass = workload.pass_requests(config.batch_size)
     max_load_s = workload.max_warmup_s + workload.max_measure_s
@@ -100,6 +107,8 @@ def measure_plan(
         screening=screening,
         repeat_image_share=workload.repeat_image_share,
         seed=config.seed,
+        race_tokens_per_s_low=None if race is None else race.tokens_per_s_low,
+        race_spread_rel=0.0 if race is None else race.spread_rel,
     )
 
 

@@ -8,6 +8,14 @@ a snapshot of the load now and then; the rule stops it once
 - the steady window's interval lies within +-`target_ci_rel` of the rate, from at least
   TESTED_BATCHES batch means (their autocorrelation tested);
 
+or, racing (a study's incumbent given), once the trial cannot win: its steady rate's interval
+lies wholly below the incumbent's. A study recommends the best rate, and a later objective
+only breaks ties between overlapping intervals (autotune.study.select.recommend), so such a
+trial can no longer be recommended; the study spends its time on the contenders instead, and
+keeps a loser's partial figures with the reason. The interval it is judged on
+comes from at least MIN_BATCHES batch means of a settled rate: a warm-up still climbing never
+stops a trial, and the replay benchmark (bench/cpu/replay.py) counts every stop it got wrong;
+
 or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all
 (warm-up included), or `max_requests`. A trial stopped by a cap says so; its interval is then
 what was measured, however wide.
@@ -29,6 +37,7 @@ import numpy as np
 
 from autotune.measure.steady import (
     BIN_S,
+    MIN_BATCHES,
     TESTED_BATCHES,
     SteadyState,
     batch_seconds,
@@ -36,6 +45,7 @@ from autotune.measure.steady import (
 )
 
 CONVERGED = "converged"
+RACED = "raced"
 MAX_SECONDS = "max_seconds"
 MAX_REQUESTS = "max_requests"
 # How often a load keeps what the rule saw (`stop_rule_trail` of a result; grid.py writes it).
@@ -74,6 +84,26 @@ class LoadSnapshot:
 
 
 @dataclass(frozen=True)
+class RaceBound:
+    """The incumbent a trial races: the low end of its throughput interval."""
+
+    tokens_per_s_low: float
+    # Figures of two launches differ by this much beyond their own intervals: a trial on
+    # another launch than the incumbent's is judged on its interval widened by it.
+    spread_rel: float = 0.0
+
+    def beaten(self, estimate: SteadyState) -> bool:
+        """Whether a load whose steady rate is `estimate` has lost to the incumbent."""
+        # MIN_BATCHES, not TESTED_BATCHES: a loser by a wide margin is plain from four batch
+        # means (Student's t with 3 degrees of freedom keeps a narrow one honest), and long
+        # requests make long batches (eager mode at 32 in flight: 19 s each).
+        if estimate.batches < MIN_BATCHES or not math.isfinite(estimate.ci_rel):
+            return False
+        ci_rel = math.hypot(estimate.ci_rel, self.spread_rel)
+        return estimate.tokens_per_s * (1.0 + ci_rel) < self.tokens_per_s_low
+
+
+@dataclass(frozen=True)
 class SteadyRule:
     """When a load test stops (see the module docstring)."""
 
@@ -82,6 +112,7 @@ class SteadyRule:
     max_measure_s: float
     max_load_s: float
     max_requests: int
+    race: RaceBound | None = None
 
     def reason_to_stop(self, snapshot: LoadSnapshot) -> str | None:
         """CONVERGED, MAX_SECONDS or MAX_REQUESTS once the load may end; else None."""
@@ -92,6 +123,9 @@ class SteadyRule:
         estimate = snapshot.estimate(self.confidence)
         if estimate is None or not estimate.settled:
             return None
+        # Lost is lost, however narrow its interval: a loser needs no accuracy pass either.
+        if self.race is not None and self.race.beaten(estimate):
+            return RACED
         if estimate.batches >= TESTED_BATCHES and estimate.ci_rel <= self.target_ci_rel:
             return CONVERGED
         if estimate.window_s >= self.max_measure_s and math.isfinite(estimate.ci_rel):

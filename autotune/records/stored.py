@@ -141,6 +141,9 @@ class TrialRecord(_Stored):
     sample_outputs_artifact: str | None = None
     paired_vs_reference: dict[str, Any] | None = None
     measure_stop_reason: str | None = None
+    # Stopped by racing (autotune.study.racing): the incumbent it lost to, and why.
+    raced_by: int | None = None
+    raced_reason: str | None = None
     owner: dict[str, Any] | None = None
     failure_kind: str | None = None
     failure_reason: str | None = None

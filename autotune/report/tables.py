@@ -184,7 +184,10 @@ def _reason(trial: FrozenTrial, data: ReportData) -> str:
     reason = failure_of(data.study, trial).get("failure_reason")
     if reason:
         return str(reason)
-    # Optuna keeps no message for a pruned trial; screening is the only thing that prunes.
+    raced = TrialRecord.of(trial).raced_reason
+    if raced:
+        return raced
+    # Optuna keeps no message for a pruned trial; screening prunes what racing does not.
     return "screening: accuracy already below the floor" if trial.state == TrialState.PRUNED else ""
 
 
@@ -193,6 +196,8 @@ def _state(trial: FrozenTrial, data: ReportData) -> str:
     # An out-of-memory trial is PRUNED for the sampler's sake; it failed all the same.
     if kind:
         return f"FAIL ({kind})"
+    if TrialRecord.of(trial).raced_by is not None:
+        return "stopped by racing"
     return "screened out" if trial.state == TrialState.PRUNED else trial.state.name
 
 

@@ -186,6 +186,13 @@ class Workload(_Strict):
         "by then is measured anyway and flagged (warmup_settled 0). At most a day (see "
         "max_measure_s).",
     )
+    racing: bool = Field(
+        True,
+        description="Stop a trial's load test once its throughput interval lies wholly below "
+        "the incumbent's and its p95 latency is no better (autotune.study.racing): it is "
+        "recorded as stopped by racing with its partial figures, and the time goes to the "
+        "contenders. false: every trial measures to its target interval or cap.",
+    )
     launch_spread_rel: float = Field(
         0.0,
         ge=0,

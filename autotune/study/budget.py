@@ -49,12 +49,16 @@ class Budget:
         """Seconds the next trial should take. `launch_backends`: None when it reuses the
         running launch, else the backends its new launch may have (the slowest counts)."""
         trials = [t for t in _finished(study) if TrialRecord.of(t).time_s]
+        # Not the reference's: another engine, one request in flight, run to its cap (on the
+        # H200 200 s, where the LMDeploy trials after it took 20-140 s): a 7-minute study
+        # judged the next trial by it and measured nothing else (bench/results/
+        # h200-racing-2026-12-03.md).
         work = [
             trial_seconds(t)
             - float(TrialRecord.of(t).time_s.get("startup", 0.0))
             - float(TrialRecord.of(t).time_s.get("gpu_wait", 0.0))
             for t in trials
-            if TrialRecord.of(t).duplicate_of is None
+            if TrialRecord.of(t).duplicate_of is None and not TrialRecord.of(t).is_reference
         ]
         estimate = statistics.median(work) if work else FIRST_TRIAL_GUESS_S
         if launch_backends:

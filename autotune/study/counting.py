@@ -79,6 +79,7 @@ class TrialCounts:
     measured: int = 0  # completed and measured here, feasible or not
     infeasible: int = 0  # of the measured: outside a constraint
     screened: int = 0  # pruned by screening before its load test
+    raced: int = 0  # stopped by racing: its load test showed it could not win
     repeats: int = 0  # proposals of a measured configuration: figures reused, nothing re-run
     failures: tuple[Failure, ...] = ()
     not_run: int = 0  # stepped back: other workers had reached the target
@@ -87,7 +88,7 @@ class TrialCounts:
     @property
     def counted(self) -> int:
         """The trials --trials asks for (the k of the progress lines' [k/N])."""
-        return self.measured + self.screened
+        return self.measured + self.screened + self.raced
 
     @property
     def failed(self) -> int:
@@ -104,6 +105,7 @@ class TrialCounts:
             "measured": self.measured,
             "infeasible": self.infeasible,
             "screened": self.screened,
+            "raced": self.raced,
             "repeats": self.repeats,
             "failed": self.failed,
             "failures": [
@@ -121,6 +123,8 @@ class TrialCounts:
             inner[0] += f", {self.infeasible} of them infeasible"
         if self.screened:
             inner.append(f"{self.screened} screened out")
+        if self.raced:
+            inner.append(f"{self.raced} stopped by racing")
         parts = [f"{self.counted} counted towards --trials ({'; '.join(inner)})"]
         if self.repeats:
             parts.append(
@@ -151,7 +155,8 @@ def _plural(count: int, noun: str, *, number: bool = True) -> str:
 
 def trial_counts(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> TrialCounts:
     """Count `trials` (default: all of the study's) into their groups."""
-    groups = {"measured": 0, "infeasible": 0, "screened": 0, "repeats": 0, "not_run": 0}
+    groups = {"measured": 0, "infeasible": 0, "screened": 0, "raced": 0, "repeats": 0}
+    groups["not_run"] = 0
     unfinished = 0
     failures: list[Failure] = []
     for trial in study.get_trials(deepcopy=False) if trials is None else trials:
@@ -172,7 +177,7 @@ def trial_counts(study: optuna.Study, trials: list[FrozenTrial] | None = None) -
                 )
             )
         elif trial.state == TrialState.PRUNED:
-            groups["screened"] += 1
+            groups["raced" if record.raced_by is not None else "screened"] += 1
         else:
             groups["measured"] += 1
             groups["infeasible"] += not is_feasible(trial)

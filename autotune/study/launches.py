@@ -30,6 +30,9 @@ from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
 
+# Trials on a launch, every one stopped by racing, after which the launch is given up.
+RACED_TO_LEAVE = 2
+
 
 class LaunchScheduler:
     """Holds the running launch of this process and steers the sampler between launches."""
@@ -40,6 +43,7 @@ class LaunchScheduler:
         self.settings = plan.space.launches
         self.session: EngineSession | None = None
         self.trials_on_session = 0
+        self.contenders_on_session = 0  # its trials that were not stopped by racing
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
         self.free_launches = 0  # launches started by the sampler's own proposals
@@ -94,6 +98,7 @@ class LaunchScheduler:
             self.close()
             raise
         self.trials_on_session = 1
+        self.contenders_on_session = 0
         return self.session, True
 
     def keeps_launch(self) -> bool:
@@ -112,8 +117,14 @@ class LaunchScheduler:
             and record.launch_id in (session.launch_id, None)
             and trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
         )
+        if on_this_launch and record.raced_by is None:
+            self.contenders_on_session += 1
+        # A launch whose trials all lost their races by now is a launch to leave: its
+        # request-side settings were tried and none can win (eager mode, four times slower).
+        hopeless = self.contenders_on_session == 0 and self.trials_on_session >= RACED_TO_LEAVE
         keep = (
             on_this_launch
+            and not hopeless
             and self.trials_on_session < self.settings.trials_per_launch
             and self.repeats_in_a_row < self.settings.max_repeated_proposals
             and (self.fixed is not None or self._fixable(trial))

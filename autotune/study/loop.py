@@ -22,6 +22,7 @@ from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials, trial_counts
+from autotune.study.coverage import CoveringSampler
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
@@ -65,12 +66,15 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
+        startup = space.sampler.n_startup_trials or max(2, min(10, space.trials // 3))
+        tpe = optuna.samplers.TPESampler(
             seed=space.seed,
             multivariate=True,
             group=True,  # conditional parameters (sampling only when do_sample, ...)
-            n_startup_trials=space.sampler.n_startup_trials or max(2, min(10, space.trials // 3)),
+            n_startup_trials=startup,
         )
+        # Its start-up covers the levers that move throughput most (autotune.study.coverage).
+        sampler = CoveringSampler(tpe, startup=startup, seed=space.seed)
         study = optuna.create_study(
             study_name=plan.study_name,
             storage=storage,

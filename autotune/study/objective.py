@@ -28,6 +28,7 @@ from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
+from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.stored import TrialRecord
@@ -40,6 +41,7 @@ from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import SURPLUS, Progress
+from autotune.study.racing import Incumbent, incumbent, record_raced, report_running_rate, spread_of
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 
@@ -218,6 +220,7 @@ class _Run:
     measure_accuracy: bool
     reference: FrozenTrial | None  # None when this is the reference, or it failed
     cached: FrozenTrial | None  # the earlier trial whose answers this one reuses
+    rival: Incumbent | None = None  # the trial it raced (autotune.study.racing)
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,9 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
             {**attrs, "constraints": constraints}, space.constraints
         ),
     }
-    values = [float(m.user_attrs()[o.metric]) for o in space.objectives]
+    # A screened-out trial ran no load test: it has no objective values, only its pruning.
+    figures = m.user_attrs()
+    values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
     return _Verdict(m, attrs, constraints, values)
 
 
@@ -369,6 +374,14 @@ class Objective:
                 return copy_twin(trial, twin, self.plan.space)
         run = self._measure(trial, proposal, time_s)
         self.recording_from = time.perf_counter()
+        if run.rival is not None and run.result.stop_reason == RACED:
+            m = to_measurement(
+                self.plan.space, run.config, run.result, startup_s=run.startup_s,
+                evalset=self.plan.evalset, measure_accuracy=False,
+            )  # fmt: skip
+            time_s.update(m.time_s)
+            record_raced(trial, m, run.rival, run.launch_id, run.result.stop_rule_trail)
+        report_running_rate(trial, run.result.stop_rule_trail)
         verdict = judge_run(self.plan, run, time_s)
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
@@ -411,6 +424,9 @@ class Objective:
         reference = None if proposal.is_reference else reference_trial(trial.study)
         cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
+        rival = None
+        if space.workload.racing and not proposal.is_reference:
+            rival = incumbent(trial.study, spread_rel=spread_of(space))
         ids = [item.id for item in plan.evalset.items]
         try:
             session, launched = self.launches.session_for(config, self.progress.phase)
@@ -431,6 +447,7 @@ class Objective:
                 if cached or plan.dummy_weights
                 else screening_request(space, plan.evalset, reference),
                 max_seconds=self._measure_seconds(trial.study),
+                race=None if rival is None else rival.bound,
             )
             result = session.measure(config, measure, on_phase=self.progress.phase)
             if reference is None and not proposal.is_reference:
@@ -445,6 +462,7 @@ class Objective:
             measure_accuracy,
             reference,
             cached,
+            rival,
         )
 
     def _record(

@@ -44,6 +44,8 @@ def trial_figures(trial: FrozenTrial) -> str:
     if trial.state != TrialState.COMPLETE:
         failed = TrialRecord.of(trial)
         reason = failed.failure_reason or trial.state.name.lower()
+        if failed.raced_reason:
+            return failed.raced_reason
         if failed.failure_kind == "oom":
             # Recorded as PRUNED so that the sampler learns from it; a failure all the same.
             return f"FAIL (out of memory; the sampler now avoids this region): {reason}"

@@ -22,9 +22,10 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from autotune.accuracy.screening import ScreeningRequest
+from autotune.accuracy.screening import hopeless
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.convergence import (
+    RACED,
     LoadSnapshot,
     first_round_end,
     keep_trail,
@@ -136,7 +137,7 @@ class Worker:
             events.send(phase="screening")
             started = time.perf_counter()
             answer(plan.screening.ids, batch)
-            screened_out = _screened_out(self.evalset, predictions, plan.screening)
+            screened_out = hopeless(self.evalset, predictions, plan.screening)
             screening_s = time.perf_counter() - started
 
         timings: list[Any] = []
@@ -185,7 +186,8 @@ class Worker:
             load_stop = clock.now()
             load_s = load_stop - load_start
             busy = _waited(clock, waited_before, wall_start)
-            if plan.accuracy_ids is not None:
+            # A trial that lost its race is not a contender: its answers would decide nothing.
+            if plan.accuracy_ids is not None and stop != RACED:
                 events.send(phase="accuracy")
                 started = time.perf_counter()
                 answer(plan.accuracy_ids, plan.accuracy_batch_size)
@@ -223,22 +225,6 @@ def _waited(clock: Any, waited_before: float, wall_start: float) -> dict[str, st
     wall_s = time.perf_counter() - wall_start
     share = (clock.waited_s() - waited_before) / wall_s if wall_s > 0 else 0.0
     return {"run_queue_wait_share": f"{share:.3f}"}
-
-
-def _screened_out(evalset: Any, predictions: dict[str, str], screening: ScreeningRequest) -> bool:
-    """True when even the optimistic end of the interval misses the floor."""
-    from autotune.accuracy.paired import compare
-    from autotune.accuracy.scoring import score_predictions
-
-    report = score_predictions(evalset, predictions)
-    paired = compare(
-        report.item_scores,
-        screening.reference_scores,
-        candidate_passed=report.item_passed,
-        reference_passed=screening.reference_passed,
-        confidence=screening.confidence,
-    )
-    return paired.ci_high < -screening.max_drop
 
 
 def _failure_kind(exc: BaseException) -> str:

@@ -1,0 +1,310 @@
+"""Replay: the study loop against the H200's response surface, beside random search and the grid.
+
+    python bench/cpu/replay.py --seeds 10 --out bench/results --name replay-DATE
+    python bench/cpu/replay.py --seeds 2 --budget-min 10 --grid-seeds 0      # CI's reduced run
+
+autotune's own study loop (autotune.study.loop.run_study: TPE and its start-up, launch reuse,
+the budget, racing, recording, the recommendation) runs the default space as the H200 runs it
+(LMDeploy only, one GPU, random weights) against a simulated engine and clock
+(replay_engine.py) that answer from a surface measured on the H200 (replay_surface.py). Per
+seed and method it records, after every trial, the true rate of the configuration the study
+would recommend then, as a share of the surface's best, against simulated time:
+
+- `study`: the default space as shipped (TPE, racing on);
+- `random`: the same loop with random proposals for the whole budget and racing off;
+- `grid`: every configuration of the surface measured in full on the same engine, launch by
+  launch (what it costs to be sure, and what a noisy full measurement picks).
+
+Racing errors are counted in every racing study: a trial stopped by racing whose true rate is
+at least that of the incumbent it lost to, or that holds the best true rate of the
+configurations the study tried (the one the full measurement would recommend).
+Writes NAME.json and NAME.md under --out; exit 1 when a criterion of issue 29 fails and
+--check is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import replay_engine
+import replay_surface as surface
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+import autotune.study.launches as launches_module
+import autotune.study.objective as objective_module
+from autotune.checkpoints.dummy import without_accuracy
+from autotune.engines.session import MeasurePlan
+from autotune.evalset.dataset import load_evalset
+from autotune.space import load_space
+from autotune.study.loop import run_study
+from autotune.study.plan import StudyPlan
+from autotune.study.progress import Progress
+from autotune.study.select import recommend
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS = ("study", "random")
+
+
+def replay_space(folder: Path, *, budget_s: float, seed: int, method: str) -> Any:
+    """The default space as a one-GPU H200 without vLLM runs it, for `method`."""
+    data = yaml.safe_load((REPO / "search_spaces" / "default.yaml").read_text(encoding="utf-8"))
+    data["params"]["backend"] = {"choices": ["lmdeploy"]}
+    data["params"].pop("tensor_parallel", None)
+    data["evalset"] = str(REPO / "evalsets" / "ocr-caption")
+    data["budget"] = f"{budget_s:g}s"
+    data["trials"] = 1000  # the budget ends every study
+    data["seed"] = seed
+    if method == "random":
+        data["sampler"] = {**data.get("sampler", {}), "n_startup_trials": 1000}
+        data["workload"] = {**data["workload"], "racing": False}
+    path = folder / f"{method}-{seed}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return without_accuracy(load_space(str(path)))
+
+
+def run_one(method: str, seed: int, budget_s: float) -> dict[str, Any]:
+    """One study on the surface; its recommendation's true share of the best after each trial."""
+    clock = replay_engine.SimClock()
+    rng = np.random.default_rng(seed)
+    objective_module.time = clock.module  # type: ignore[assignment]
+    launches_module.open_session = lambda space, launch, **_: replay_engine.ReplaySession(  # type: ignore[assignment]
+        launch, clock, rng
+    )
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="replay-") as folder:
+        space = replay_space(Path(folder), budget_s=budget_s, seed=seed, method=method)
+        plan = StudyPlan(
+            space=space,
+            model="Qwen/Qwen3-VL-2B-Instruct",
+            model_path="replay",
+            evalset=load_evalset(space.resolve_path(space.evalset)),
+            study_name=f"replay-{method}-{seed}",
+            storage_url=f"sqlite:///{folder}/replay.db",
+            dummy_weights=True,
+        )
+        study = run_study(plan, progress=Progress(total=space.trials, quiet=True))
+        return _curve(study, method, seed)
+
+
+def _curve(study: optuna.Study, method: str, seed: int) -> dict[str, Any]:
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    prefix = optuna.create_study(directions=study.directions)
+    for key, value in study.user_attrs.items():
+        prefix.set_user_attr(key, value)
+    curve, elapsed = [], 0.0
+    for trial in trials:
+        elapsed += float(trial.user_attrs.get("time_s", {}).get("total", 0.0))
+        prefix.add_trial(trial)
+        try:
+            config = recommend(prefix).trial.user_attrs.get("config")
+        except optuna.exceptions.OptunaError:
+            config = None
+        except Exception:  # no completed trial yet
+            config = None
+        curve.append(
+            {
+                "trial": trial.number,
+                "t_s": round(elapsed, 1),
+                "share": round(surface.share_of_best(config), 4),
+            }
+        )
+    raced = [t for t in trials if t.user_attrs.get("raced_by") is not None]
+    tried = [t for t in trials if t.user_attrs.get("config") and t.state != TrialState.FAIL]
+    return {
+        "method": method,
+        "seed": seed,
+        "curve": curve,
+        "trials": len(trials),
+        "configurations": len({json.dumps(t.user_attrs["config"], sort_keys=True) for t in tried}),
+        "raced": len(raced),
+        "racing_errors": _racing_errors(trials, raced, tried),
+        "final_share": curve[-1]["share"] if curve else 0.0,
+        "time_to_95_s": next((p["t_s"] for p in curve if p["share"] >= 0.95), None),
+        "time_to_97_s": next((p["t_s"] for p in curve if p["share"] >= 0.97), None),
+    }
+
+
+def _racing_errors(
+    trials: list[FrozenTrial], raced: list[FrozenTrial], tried: list[FrozenTrial]
+) -> list[str]:
+    by_number = {t.number: t for t in trials}
+    best = max((surface.tokens_per_s(t.user_attrs["config"]) for t in tried), default=0.0)
+    errors = []
+    for trial in raced:
+        rate = surface.tokens_per_s(trial.user_attrs["config"])
+        rival = by_number.get(int(trial.user_attrs["raced_by"]))
+        rival_rate = surface.tokens_per_s(rival.user_attrs["config"]) if rival else 0.0
+        if rate >= rival_rate:
+            errors.append(f"trial {trial.number} ({rate:.0f}) raced by {rival_rate:.0f}")
+        if rate >= best:
+            errors.append(f"trial {trial.number} held the best configuration tried")
+    return errors
+
+
+def grid(seed: int) -> dict[str, Any]:
+    """Every surface point measured in full (racing off), launch by launch, on one clock."""
+    from autotune.params import TrialConfig
+
+    clock = replay_engine.SimClock()
+    rng = np.random.default_rng(seed)
+    space = replay_space(
+        Path(tempfile.mkdtemp(prefix="replay-grid-")), budget_s=1800, seed=seed, method="random"
+    )
+    measured = []
+    sessions: dict[tuple[Any, ...], replay_engine.ReplaySession] = {}
+    from autotune.engines.session import measure_plan
+
+    for point in surface.grid_points():
+        config = TrialConfig(**point, max_new_tokens=128)
+        key = config.launch_key()
+        if key not in sessions:
+            sessions[key] = replay_engine.ReplaySession(config, clock, rng)
+        plan: MeasurePlan = measure_plan(space, config, accuracy_ids=None)
+        result = sessions[key].measure(config, plan)
+        from autotune.measure.summary import summarize
+
+        figures = summarize(
+            result.timings,
+            load_start=0.0,
+            load_stop=result.load_stop,
+            min_warmup_s=result.min_warmup_s,
+            confidence=0.95,
+        )
+        measured.append((figures["throughput_output_tokens_per_s"], point))
+    picked = max(measured, key=lambda m: m[0])[1]
+    return {
+        "seed": seed,
+        "points": len(measured),
+        "time_s": round(clock.now, 1),
+        "picked_share": round(surface.share_of_best(picked), 4),
+    }
+
+
+def summary(runs: list[dict[str, Any]], grids: list[dict[str, Any]], budget_s: float) -> dict:
+    out: dict[str, Any] = {"budget_s": budget_s, "best_tokens_per_s": surface.best_rate()}
+    for method in METHODS:
+        mine = [r for r in runs if r["method"] == method]
+        if not mine:
+            continue
+        t95 = [r["time_to_95_s"] for r in mine]
+        reached = [t for t in t95 if t is not None]
+        out[method] = {
+            "seeds": len(mine),
+            "median_final_share": statistics.median(r["final_share"] for r in mine),
+            "min_final_share": min(r["final_share"] for r in mine),
+            "median_time_to_95_s": statistics.median(
+                t if t is not None else float("inf") for t in t95
+            ),
+            "reached_95": f"{len(reached)}/{len(mine)}",
+            "median_trials": statistics.median(r["trials"] for r in mine),
+            "median_configurations": statistics.median(r["configurations"] for r in mine),
+            "median_raced": statistics.median(r["raced"] for r in mine),
+            "racing_errors": sum(len(r["racing_errors"]) for r in mine),
+        }
+    if grids:
+        out["grid"] = {
+            "seeds": len(grids),
+            "median_time_s": statistics.median(g["time_s"] for g in grids),
+            "median_picked_share": statistics.median(g["picked_share"] for g in grids),
+            "points": grids[0]["points"],
+        }
+    return out
+
+
+def check(result: dict[str, Any]) -> list[str]:
+    """Issue 29's criteria on the medians."""
+    problems = []
+    study, random = result.get("study", {}), result.get("random", {})
+    if study.get("median_final_share", 0) < 0.97:
+        problems.append(f"study reaches {study.get('median_final_share')} of the best, not 0.97")
+    t_study, t_random = study.get("median_time_to_95_s"), random.get("median_time_to_95_s")
+    if t_study is None or t_random is None or not t_study <= 0.5 * t_random:
+        problems.append(f"time to 95%: study {t_study} s, random {t_random} s (needs half)")
+    if study.get("racing_errors"):
+        problems.append(f"racing stopped a winner {study['racing_errors']} time(s)")
+    return problems
+
+
+def markdown(result: dict[str, Any], problems: list[str]) -> str:
+    lines = [
+        "# Replay: the study loop on the H200 response surface",
+        "",
+        f"`python bench/cpu/replay.py` (bench/cpu/replay_surface.py: the surface and its "
+        f"sources). Budget {result['budget_s'] / 60:g} simulated minutes; the surface's "
+        f"best: {result['best_tokens_per_s']:.0f} tok/s.",
+        "",
+        "Check (issue 29: median >= 97% of the best in the budget, 95% in at most half "
+        "random search's time, racing never stops a winner): "
+        + ("**passed**" if not problems else "**failed**: " + "; ".join(problems)),
+        "",
+        "| method | seeds | median share of best at the end | worst | median time to 95% "
+        "| reached 95% | trials | configurations | raced | racing errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method in METHODS:
+        r = result.get(method)
+        if r:
+            lines.append(
+                f"| {method} | {r['seeds']} | {r['median_final_share']:.1%} | "
+                f"{r['min_final_share']:.1%} | {r['median_time_to_95_s']:.0f} s | "
+                f"{r['reached_95']} | {r['median_trials']:g} | "
+                f"{r['median_configurations']:g} | {r['median_raced']:g} | "
+                f"{r['racing_errors']} |"
+            )
+    if "grid" in result:
+        g = result["grid"]
+        lines += [
+            "",
+            f"Full grid: {g['points']} configurations measured in full take "
+            f"{g['median_time_s'] / 3600:.1f} simulated hours; its noisy pick is "
+            f"{g['median_picked_share']:.1%} of the best (median of {g['seeds']}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget-min", type=float, default=30.0)
+    parser.add_argument("--grid-seeds", type=int, default=1)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--name", default="replay")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a criterion fails")
+    args = parser.parse_args(argv)
+    budget_s = args.budget_min * 60
+    runs = []
+    for method in args.methods.split(","):
+        for seed in range(args.seeds):
+            runs.append(run_one(method, seed, budget_s))
+            r = runs[-1]
+            print(
+                f"{method} seed {seed}: {r['trials']} trials, {r['configurations']} "
+                f"configurations, {r['raced']} raced, final {r['final_share']:.1%}, "
+                f"95% at {r['time_to_95_s']} s",
+                file=sys.stderr,
+            )
+    grids = [grid(seed) for seed in range(args.grid_seeds)]
+    result = summary(runs, grids, budget_s)
+    problems = check(result)
+    text = markdown(result, problems)
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        saved = {"summary": result, "problems": problems, "runs": runs, "grids": grids}
+        (args.out / f"{args.name}.json").write_text(json.dumps(saved, indent=1) + "\n")
+        (args.out / f"{args.name}.md").write_text(text)
+    return 1 if problems and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

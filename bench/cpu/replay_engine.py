@@ -1,0 +1,142 @@
+"""A simulated engine and clock under autotune's real study loop (bench/cpu/replay.py).
+
+The loop is the one `autotune run` runs (autotune.study.loop.run_study: its sampler, launch
+reuse, budget, racing, recording and recommendation). Two things are replaced:
+
+- the engine: `ReplaySession` answers a trial with a load test drawn from the response
+  surface (replay_surface.py). Requests run in `batch_size` lanes, back to back, each as long
+  as the surface's rate says times its own noise; the real stop rule of the trial's measure
+  plan (racing included) is shown the load every simulated second and decides when it ends;
+- the clock: the study's trial time (what its budget counts) is read from `SimClock`, which
+  the session advances by the start-up, the load and a fixed recording time instead of
+  sleeping. A 30-minute study replays in seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import types
+from typing import Any
+
+import numpy as np
+import replay_surface as surface
+
+from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.measure.convergence import LoadSnapshot, first_round_end, keep_trail
+from autotune.measure.steady import token_series
+from autotune.measure.timing import RequestTiming
+from autotune.params import TrialConfig
+from autotune.records import SessionResult
+
+CHECK_EVERY_S = 1.0  # the HTTP client's monitor looks at the load about this often
+RECORDING_S = 1.0  # judging, the storage's writes: measured 0.1-0.7 s a trial on the H200
+
+
+class SimClock:
+    """Simulated seconds; `module` stands in for the `time` module of the study's objective."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.module = types.SimpleNamespace(
+            perf_counter=lambda: self.now, monotonic=lambda: self.now, sleep=self.advance
+        )
+
+    def advance(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+class ReplaySession:
+    """One launch of the surface's engine, measured trial after trial (EngineSession)."""
+
+    def __init__(self, launch: TrialConfig, clock: SimClock, rng: np.random.Generator) -> None:
+        self.launch = launch
+        self.launch_key = launch.launch_key()
+        self.launch_id = new_launch_id()
+        self.clock = clock
+        self.rng = rng
+        self.offset = float(rng.normal(1.0, surface.LAUNCH_SD))  # this launch's own level
+        self.startup_s = surface.startup_s(launch.model_dump())
+        clock.advance(self.startup_s)
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def measure(
+        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+    ) -> SessionResult:
+        values = config.model_dump()
+        rate = surface.tokens_per_s(values) * self.offset
+        timings, stop, trail, min_warmup, stopped_at = self._load(config.batch_size, rate, plan)
+        load_s = max((t.end for t in timings), default=0.0)  # the requests in flight drain
+        self.clock.advance(load_s + RECORDING_S)
+        return SessionResult(
+            load_s=load_s,
+            load_start=0.0,
+            load_stop=stopped_at,
+            min_warmup_s=min_warmup,
+            timings=timings,
+            stop_reason=stop,
+            stop_rule_trail=trail,
+            peak_memory_mib=40000.0,
+            memory_source="replay",
+            environment=self._environment(),
+        )
+
+    def _environment(self) -> dict[str, str]:
+        """What a real launch records: LMDeploy through its server (the deploy target, so
+        deployable as measured), the transformers reference in-process."""
+        env = {"replay_launch_rate_offset": f"{self.offset:.4f}", "device": "cuda"}
+        if self.launch.backend == "transformers":
+            return env | {"runner": "inprocess"}
+        return env | {"runner": "server", "server_format": self.launch.backend}
+
+    def _load(
+        self, batch: int, rate: float, plan: MeasurePlan
+    ) -> tuple[list[RequestTiming], str, list[dict[str, Any]], float, float]:
+        """Closed-loop lanes until the plan's rule stops the load (times from its start)."""
+        lengths = plan.answer_lengths()
+        mean_tokens = plan.output_tokens or 128
+        per_request_s = batch * mean_tokens / rate  # at the steady rate
+        lanes = [0.0] * batch  # when each lane's next request starts
+        timings: list[RequestTiming] = []
+        rule, trail = plan.rule(), []
+        stop: str | None = None
+        now, started, min_warmup = 0.0, 0, 0.0
+        while stop is None:
+            now += CHECK_EVERY_S
+            for lane in range(batch):
+                while lanes[lane] < now and started < plan.max_requests:
+                    tokens = lengths.next() if lengths is not None else mean_tokens
+                    first_round = started < batch
+                    slow = 1.0 / surface.WARMUP_RATE_SHARE if first_round else 1.0
+                    noise = float(
+                        self.rng.lognormal(-(surface.REQUEST_CV**2) / 2, surface.REQUEST_CV)
+                    )
+                    e2e = per_request_s * tokens / mean_tokens * noise * slow
+                    start = lanes[lane]
+                    first = start + e2e * (0.05 + 0.42 * batch / 64)  # TTFT: ~47% at 64
+                    timings.append(RequestTiming(start, first, start + e2e, start + e2e, tokens))
+                    lanes[lane] = start + e2e
+                    started += 1
+            done = sorted((t for t in timings if t.end <= now), key=lambda t: t.end)
+            if not done:
+                continue
+            ends = [t.end for t in done]
+            min_warmup = max(
+                ends[min(batch, len(ends)) - 1],
+                first_round_end(ends, start=0.0, min_requests=plan.warmup_requests),
+            )
+            snapshot = LoadSnapshot(
+                series=token_series(done, start=0.0, end=now),
+                elapsed_s=now,
+                completed=len(done),
+                e2e_median_s=statistics.median(t.e2e_s for t in done),
+                min_warmup_s=min_warmup if len(done) >= batch else None,
+                ends_s=ends,
+            )
+            stop = rule.reason_to_stop(snapshot)
+            keep_trail(trail, snapshot, rule, stop)
+        return sorted(timings, key=lambda t: t.end), stop, trail, min_warmup, now

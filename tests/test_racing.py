@@ -1,0 +1,135 @@
+"""Racing: a trial whose interval lies below the incumbent's stops measuring, is recorded as
+stopped by racing with its partial figures, and never costs the contender its full
+measurement. The rule on synthetic loads, then a real study against a fake OpenAI server whose
+speed is set by its chunk delay (so which trial is worse is known in advance)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import yaml
+from optuna.trial import TrialState
+from small_space import quick_space
+from test_server_runner import FAKE, _wait_answering, autotune, token
+
+from autotune.engines import server_process as server_runner
+from autotune.measure.convergence import RACED, LoadSnapshot, RaceBound, SteadyRule
+from autotune.measure.steady import BIN_S
+from autotune.study.racing import report_running_rate
+
+
+def steady_load(rate_per_s: float, seconds: float, *, noise: float = 0.1) -> LoadSnapshot:
+    """A settled load at `rate_per_s` tokens/s (10% noise a bin: about +-2% on 6 s), requests
+    of 0.2 s."""
+    rng = np.random.default_rng(0)
+    bins = int(seconds / BIN_S)
+    series = rate_per_s * BIN_S * (1 + noise * rng.standard_normal(bins))
+    return LoadSnapshot(
+        series=series,
+        elapsed_s=seconds,
+        completed=int(seconds / 0.2),
+        e2e_median_s=0.2,
+        min_warmup_s=0.2,
+        ends_s=list(np.arange(0.2, seconds, 0.2)),
+    )
+
+
+def rule(race: RaceBound | None) -> SteadyRule:
+    # A target no load reaches: what stops these loads is racing or nothing.
+    return SteadyRule(1e-6, 0.95, max_measure_s=60, max_load_s=60, max_requests=10**6, race=race)
+
+
+def test_a_load_whose_interval_lies_below_the_incumbents_is_raced() -> None:
+    slow = steady_load(100.0, 6.0)
+    assert rule(RaceBound(150.0)).reason_to_stop(slow) == RACED
+    # Inside the incumbent's interval, or no incumbent: it measures on.
+    assert rule(RaceBound(101.0)).reason_to_stop(slow) is None
+    assert rule(None).reason_to_stop(slow) is None
+    # Two launches differ beyond their own intervals: a relaunch could close a 4% gap.
+    assert rule(RaceBound(104.0)).reason_to_stop(slow) == RACED
+    assert rule(RaceBound(104.0, spread_rel=0.06)).reason_to_stop(slow) is None
+
+
+def test_intermediate_values_carry_the_running_rate_in_single_objective_studies() -> None:
+    study = optuna.create_study()
+    trial = study.ask()
+    report_running_rate(trial, [{"elapsed_s": 5.0, "tokens_per_s": 10.0}, {"elapsed_s": 10.2}])
+    assert study.trials[0].intermediate_values == {5: 10.0}
+    both = optuna.create_study(directions=["maximize", "minimize"])
+    report_running_rate(both.ask(), [{"elapsed_s": 5.0, "tokens_per_s": 10.0}])  # no error
+
+
+def test_a_short_or_unsettled_load_is_never_raced() -> None:
+    # Under two seconds hold too few batch means (4) for an interval to be trusted.
+    assert rule(RaceBound(1000.0)).reason_to_stop(steady_load(100.0, 1.5)) is None
+    # A rate still climbing through the whole load has not settled: it may yet win.
+    climbing = steady_load(100.0, 8.0)
+    ramp = np.linspace(0.2, 1.8, len(climbing.series))
+    rising = LoadSnapshot(**{**climbing.__dict__, "series": climbing.series * ramp})
+    assert rule(RaceBound(1000.0)).reason_to_stop(rising) is None
+
+
+def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_target(
+    tmp_path: Path,
+) -> None:
+    """Reference at 1 in flight, then 8 in flight (the incumbent, 8x the rate on a server
+    whose pace is its chunk delay), then 2 in flight: a quarter of the incumbent's rate. Each
+    load may run 90 s: only racing ends the loser's early."""
+    marker = token()
+    port = server_runner.free_port()
+    fake = subprocess.Popen(
+        [sys.executable, FAKE, "--port", str(port), "--model", marker, "--chunk-delay", "0.01"],
+        stderr=subprocess.DEVNULL,
+    )
+    # A target of +-5%, not 3%: on a busy machine the client that streams the answers is
+    # starved now and then, and the contender must still reach it well inside 90 s.
+    path = quick_space("smoke", tmp_path, max_measure_s=90, max_warmup_s=5, target_ci_rel=0.05)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["candidates"] = [
+        {"name": "eight", "config": {"batch_size": 8}},
+        {"name": "two", "config": {"batch_size": 2}},
+    ]
+    data["trials"] = 3
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    storage = f"sqlite:///{tmp_path}/r.db"
+    try:
+        _wait_answering(port, marker)
+        run = autotune("run", "--space", str(path), "--study", "r", "--storage", storage,
+                       "--endpoint", f"http://127.0.0.1:{port}/v1/")  # fmt: skip
+        _, err = run.communicate(timeout=600)
+        best = autotune("best", "--study", "r", "--storage", storage, "--json")
+        best_out, best_err = best.communicate(timeout=120)
+    finally:
+        fake.kill()
+        fake.wait()
+    assert run.returncode == 0, err[-3000:]
+    study = optuna.load_study(study_name="r", storage=storage)
+    reference, eight, two = study.get_trials(deepcopy=False)
+    assert reference.state == eight.state == TrialState.COMPLETE
+    # The contender measured to its target interval, not to a cap.
+    assert eight.user_attrs["measure_stop_reason"] == "converged"
+    assert eight.user_attrs["throughput_ci_within_rel"] <= 0.05
+    # The loser stopped within 20 s of measuring, with its partial figure and the reason.
+    assert two.state == TrialState.PRUNED
+    assert two.user_attrs["measure_stop_reason"] == RACED
+    assert two.user_attrs["raced_by"] == eight.number
+    assert two.user_attrs["time_s"]["warmup"] + two.user_attrs["time_s"]["measuring"] < 20
+    partial = two.user_attrs["throughput_output_tokens_per_s"]
+    assert partial < 0.5 * eight.user_attrs["throughput_output_tokens_per_s"]
+    assert "stopped by racing" in two.user_attrs["raced_reason"]
+    assert f"trial {eight.number}" in two.user_attrs["raced_reason"]
+    assert "accuracy" not in two.user_attrs  # no accuracy pass for a trial that cannot win
+    # Quicker to answer than the incumbent (the fake server's pace is per request), yet
+    # never the recommendation: p95 latency only breaks ties between overlapping intervals.
+    assert two.user_attrs["e2e_latency_p95_ms"] <= 1.2 * eight.user_attrs["e2e_latency_p95_ms"]
+    # The run's lines and `best` count it once, as raced, never as failed or screened out.
+    assert "stopped by racing" in err and "failed" not in err.split("trials:")[-1]
+    assert best.returncode == 0, best_err[-2000:]
+    counts = json.loads(best_out)["trials"]
+    assert (counts["raced"], counts["measured"], counts["failed"]) == (1, 2, 0)
+    assert counts["counted"] == counts["total"] == 3

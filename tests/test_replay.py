@@ -1,0 +1,86 @@
+"""The search: its start-up covers the big levers, and the replay benchmark (the study loop on
+the H200's response surface, bench/cpu/replay.py) runs in a reduced setting, as CI can."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+
+from autotune.study.budget import FIRST_TRIAL_GUESS_S, Budget
+from autotune.study.coverage import CoveringSampler
+
+REPO = Path(__file__).resolve().parent.parent
+SIDES = [None, 1024, 768, 512]
+BATCHES = [1, 8, 16, 32, 64]
+
+
+def _propose(trial: optuna.Trial) -> float:
+    side = trial.suggest_categorical("image_max_side", SIDES)
+    batch = trial.suggest_categorical("batch_size", BATCHES)
+    trial.suggest_float("temperature", 0.1, 1.0)  # not a lever: drawn as TPE draws it
+    return batch / (side or 2048)
+
+
+def test_the_start_up_covers_every_level_of_every_lever_evenly() -> None:
+    tpe = optuna.samplers.TPESampler(seed=3, n_startup_trials=10)
+    study = optuna.create_study(
+        direction="maximize", sampler=CoveringSampler(tpe, startup=10, seed=3)
+    )
+    study.enqueue_trial({"image_max_side": None, "batch_size": 1, "temperature": 0.5})
+    study.optimize(_propose, n_trials=11)
+    sampled = [t.params for t in study.trials[1:]]  # the enqueued reference does not count
+    sides = Counter(p["image_max_side"] for p in sampled)
+    batches = Counter(p["batch_size"] for p in sampled)
+    # 10 proposals: each of 4 sides 2-3 times, each of 5 concurrencies exactly twice.
+    assert set(sides) == set(SIDES) and max(sides.values()) - min(sides.values()) <= 1
+    assert batches == dict.fromkeys(BATCHES, 2)
+    # Within the first round of each lever no level repeats.
+    assert len({p["batch_size"] for p in sampled[:5]}) == 5
+    assert len({p["image_max_side"] for p in sampled[:4]}) == 4
+    # The pairs are not locked together: the levers are shuffled independently.
+    assert len({(p["image_max_side"], p["batch_size"]) for p in sampled}) >= 8
+    # After the start-up TPE proposes again, from its own model.
+    study.optimize(_propose, n_trials=3)
+    assert len(study.trials) == 14
+
+
+def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cpu" / "replay.py"), "--seeds", "1",
+         "--budget-min", "12", "--grid-seeds", "0", "--out", str(tmp_path), "--name", "r"],
+        capture_output=True, text=True, timeout=900, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    runs = {run["method"]: run for run in saved["runs"]}
+    assert set(runs) == {"study", "random"}
+    for run in runs.values():
+        assert run["trials"] >= 5, run
+        times = [point["t_s"] for point in run["curve"]]
+        assert times == sorted(times) and times[-1] <= 12 * 60 + 300  # one trial past at most
+        assert all(0.0 <= point["share"] <= 1.0 for point in run["curve"])
+    # Racing stopped losers in the study, and never one that was as good as its rival.
+    assert runs["study"]["raced"] >= 1 and runs["study"]["racing_errors"] == []
+    assert runs["random"]["raced"] == 0  # its loop runs with racing off
+    assert (tmp_path / "r.md").read_text(encoding="utf-8").startswith("# Replay")
+
+
+def test_the_budget_does_not_judge_the_next_trial_by_the_reference() -> None:
+    """On the H200 the transformers reference ran 200 s to its cap; the LMDeploy trials after
+    it took 20-140 s. Judged by the reference, a 7-minute study started nothing else."""
+    study = optuna.create_study()
+
+    def finished(total_s: float, *, reference: bool) -> optuna.trial.FrozenTrial:
+        attrs = {"time_s": {"startup": 15.0, "total": total_s}, "is_reference": reference}
+        return optuna.trial.create_trial(value=1.0, user_attrs=attrs)
+
+    study.add_trial(finished(200.0, reference=True))
+    budget = Budget(420.0)
+    assert budget.estimate(study, launch_backends=None) == FIRST_TRIAL_GUESS_S
+    study.add_trial(finished(75.0, reference=False))
+    assert budget.estimate(study, launch_backends=None) == 60.0  # 75 s less its start-up
