@@ -5,9 +5,10 @@ so a launch is kept for several trials. After each trial the scheduler tells Opt
 comes next: while the launch has trials left (`launches.trials_per_launch`), the study's own
 TPE sampler proposes only request-time settings, through Optuna's PartialFixedSampler with
 the launch-time parameters fixed; then the sampler chooses freely again. Every trial is an
-ordinary Optuna trial, so the search stays Optuna's. The first launches the sampler chooses
-itself are drawn at random (`launches.random_launches`, Optuna's RandomSampler): TPE has
-nothing to compare launches by until it has seen several, and would stay on the first.
+ordinary Optuna trial, so the search stays Optuna's. A launch the sampler chooses during its
+start-up takes its launch levers (CUDA graphs, KV share) from the covering design
+(autotune.study.coverage); `launches.random_launches` is accepted but not used yet. A launch
+whose first two trials both lost their races is left early (RACED_TO_LEAVE).
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
 one engine at a time) and starts its own. A failed trial ends its launch. Each launch holds
