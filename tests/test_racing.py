@@ -6,18 +6,16 @@ speed is set by its chunk delay (so which trial is worse is known in advance).""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import optuna
 import yaml
+from fake_endpoint import endpoint_study, fake_endpoint
 from optuna.trial import TrialState
 from small_space import quick_space
-from test_server_runner import FAKE, _wait_answering, autotune, token
+from test_server_runner import autotune
 
-from autotune.engines import server_process as server_runner
 from autotune.measure.convergence import RACED, LoadSnapshot, RaceBound, SteadyRule
 from autotune.measure.steady import BIN_S
 from autotune.study.racing import report_running_rate
@@ -80,12 +78,6 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     """Reference at 1 in flight, then 8 in flight (the incumbent, 8x the rate on a server
     whose pace is its chunk delay), then 2 in flight: a quarter of the incumbent's rate. Each
     load may run 90 s: only racing ends the loser's early."""
-    marker = token()
-    port = server_runner.free_port()
-    fake = subprocess.Popen(
-        [sys.executable, FAKE, "--port", str(port), "--model", marker, "--chunk-delay", "0.01"],
-        stderr=subprocess.DEVNULL,
-    )
     # A target of +-5%, not 3%: on a busy machine the client that streams the answers is
     # starved now and then, and the contender must still reach it well inside 90 s.
     path = quick_space("smoke", tmp_path, max_measure_s=90, max_warmup_s=5, target_ci_rel=0.05)
@@ -97,17 +89,10 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     data["trials"] = 3
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     storage = f"sqlite:///{tmp_path}/r.db"
-    try:
-        _wait_answering(port, marker)
-        run = autotune("run", "--space", str(path), "--study", "r", "--storage", storage,
-                       "--endpoint", f"http://127.0.0.1:{port}/v1/")  # fmt: skip
-        _, err = run.communicate(timeout=600)
-        best = autotune("best", "--study", "r", "--storage", storage, "--json")
-        best_out, best_err = best.communicate(timeout=120)
-    finally:
-        fake.kill()
-        fake.wait()
-    assert run.returncode == 0, err[-3000:]
+    with fake_endpoint("--chunk-delay", "0.01") as url:
+        err = endpoint_study(path, "r", storage, url)
+    best = autotune("best", "--study", "r", "--storage", storage, "--json")
+    best_out, best_err = best.communicate(timeout=120)
     study = optuna.load_study(study_name="r", storage=storage)
     reference, eight, two = study.get_trials(deepcopy=False)
     assert reference.state == eight.state == TrialState.COMPLETE

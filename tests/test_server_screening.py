@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import yaml
+from fake_endpoint import endpoint_study, fake_endpoint
 from optuna.trial import TrialState
 from small_space import REPO, quick_space
-from test_server_runner import FAKE, _wait_answering, autotune, token
-
-from autotune.engines import server_process as server_runner
 
 ANSWER = "alpha beta gamma"
 
@@ -36,12 +32,6 @@ def answered_set(folder: Path, items: int = 16) -> Path:
 
 
 def test_screening_prunes_a_hopeless_server_trial_before_its_load_test(tmp_path: Path) -> None:
-    marker = token()
-    port = server_runner.free_port()
-    fake = subprocess.Popen(
-        [sys.executable, FAKE, "--port", str(port), "--model", marker, "--answer", ANSWER],
-        stderr=subprocess.DEVNULL,
-    )
     path = quick_space(
         "smoke", tmp_path, evalset=answered_set(tmp_path), screening_items=8,
         max_measure_s=1.5, max_warmup_s=1,
@@ -58,15 +48,8 @@ def test_screening_prunes_a_hopeless_server_trial_before_its_load_test(tmp_path:
     data["objectives"] = [{"metric": "throughput_requests_per_s"}]
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     storage = f"sqlite:///{tmp_path}/s.db"
-    try:
-        _wait_answering(port, marker)
-        run = autotune("run", "--space", str(path), "--study", "s", "--storage", storage,
-                       "--endpoint", f"http://127.0.0.1:{port}/v1/")  # fmt: skip
-        _, err = run.communicate(timeout=600)
-    finally:
-        fake.kill()
-        fake.wait()
-    assert run.returncode == 0, err[-3000:]
+    with fake_endpoint("--answer", ANSWER) as url:
+        err = endpoint_study(path, "s", storage, url)
     study = optuna.load_study(study_name="s", storage=storage)
     reference, short, fine = study.get_trials(deepcopy=False)
     assert reference.state == fine.state == TrialState.COMPLETE

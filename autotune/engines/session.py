@@ -47,8 +47,7 @@ class MeasurePlan(BaseModel):
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
     # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.
-    race_tokens_per_s_low: float | None = None
-    race_spread_rel: float = 0.0
+    race: RaceBound | None = None
 
     def answer_lengths(self) -> AnswerLengths | None:
         """The forced length of each load-test request in start order; None: not forced."""
@@ -63,9 +62,7 @@ class MeasurePlan(BaseModel):
             max_measure_s=self.max_measure_s,
             max_load_s=self.max_load_s,
             max_requests=self.max_requests,
-            race=None
-            if self.race_tokens_per_s_low is None
-            else RaceBound(self.race_tokens_per_s_low, self.race_spread_rel),
+            race=self.race,
         )
 
 
@@ -107,8 +104,7 @@ def measure_plan(
         screening=screening,
         repeat_image_share=workload.repeat_image_share,
         seed=config.seed,
-        race_tokens_per_s_low=None if race is None else race.tokens_per_s_low,
-        race_spread_rel=0.0 if race is None else race.spread_rel,
+        race=race,
     )
 
 

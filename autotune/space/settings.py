@@ -189,9 +189,9 @@ class Workload(_Strict):
     racing: bool = Field(
         True,
         description="Stop a trial's load test once its throughput interval lies wholly below "
-        "the incumbent's and its p95 latency is no better (autotune.study.racing): it is "
-        "recorded as stopped by racing with its partial figures, and the time goes to the "
-        "contenders. false: every trial measures to its target interval or cap.",
+        "the incumbent's (autotune.study.racing): it is recorded as stopped by racing with its "
+        "partial figures, and the time goes to the contenders. false: every trial measures to "
+        "its target interval or cap.",
     )
     launch_spread_rel: float = Field(
         0.0,

@@ -155,8 +155,7 @@ def _plural(count: int, noun: str, *, number: bool = True) -> str:
 
 def trial_counts(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> TrialCounts:
     """Count `trials` (default: all of the study's) into their groups."""
-    groups = {"measured": 0, "infeasible": 0, "screened": 0, "raced": 0, "repeats": 0}
-    groups["not_run"] = 0
+    groups = dict.fromkeys(("measured", "infeasible", "screened", "raced", "repeats", "not_run"), 0)
     unfinished = 0
     failures: list[Failure] = []
     for trial in study.get_trials(deepcopy=False) if trials is None else trials:

@@ -40,6 +40,9 @@ class CoveringSampler(BaseSampler):
         self.base = base
         self.startup = startup
         self.seed = seed
+        # Each trial's place among the sampled proposals: asked once per parameter, counted
+        # once per trial (it reads every trial of the study).
+        self._indices: dict[int, int] = {}
 
     def _index(self, study: optuna.Study, trial: FrozenTrial) -> int:
         """How many sampled (not enqueued) proposals came before `trial`."""
@@ -52,7 +55,9 @@ class CoveringSampler(BaseSampler):
     def _covering(self, study: optuna.Study, trial: FrozenTrial) -> int | None:
         if "fixed_params" in trial.system_attrs:
             return None
-        index = self._index(study, trial)
+        if trial.number not in self._indices:
+            self._indices[trial.number] = self._index(study, trial)
+        index = self._indices[trial.number]
         return index if index < self.startup else None
 
     def infer_relative_search_space(

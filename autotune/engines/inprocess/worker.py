@@ -23,6 +23,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from autotune.accuracy.screening import hopeless
+from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.session import MeasurePlan, cycled
 from autotune.measure.convergence import (
     RACED,
@@ -217,7 +218,7 @@ class Worker:
         )
 
 
-def _waited(clock: Any, waited_before: float, wall_start: float) -> dict[str, str]:
+def _waited(clock: EngineClock, waited_before: float, wall_start: float) -> dict[str, str]:
     """The share of the load test the engine's thread spent waiting for a core: how busy the
     machine was while it measured (0 on an idle one; not measured on the wall clock)."""
     if not clock.on_core:
