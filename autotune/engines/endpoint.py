@@ -15,7 +15,7 @@ import httpx
 
 from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, http_client, list_models, normalize_base_url
-from autotune.engines.passes import Screen
+from autotune.engines.phases import Screen
 from autotune.engines.server import drive_passes, load_fields
 from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
 from autotune.errors import TrialFailure

@@ -27,7 +27,8 @@ from autotune.engines import server_process
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
-from autotune.engines.passes import ForcedFields, Screen, run_passes
+from autotune.engines.passes import ForcedFields, run_passes
+from autotune.engines.phases import Screen
 from autotune.engines.scratch import make_scratch
 from autotune.engines.server_process import (
     _PORT_TAKEN,

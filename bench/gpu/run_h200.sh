@@ -42,6 +42,12 @@
 #                                              # stays in /tmp while the machine is warm); the
 #                                              # call that finishes leaves the checkpoint in
 #                                              # $OUT as 15 MB parts: cat part-* > model.safetensors
+#   bash bench/gpu/run_h200.sh issue29-a       # issue 29, call 1 (~9.5 min): setup shown, the
+#                                              # default study to $I29_BUDGET (7m) of trial time
+#   bash bench/gpu/run_h200.sh issue29-b       # call 2, at once: the study resumed to
+#                                              # $I29_BUDGET (15m; 22m, 30m in later calls)
+#   bash bench/gpu/run_h200.sh issue29-c       # call 3: verify, then a grid around the
+#                                              # recommendation's launch until the call ends
 #   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
@@ -262,6 +268,50 @@ issue17_e() {
     | tee "$OUT/grid.log" | grep -v "^  "
 }
 
+# Issue 29: the default study resumed over calls issued back to back (the database stays in
+# /tmp/issue29 while the machine is warm, else it is read from bench/carry/h200-i29.db.gz),
+# then its recommendation relaunched and a grid around it on the same machine. Each study call
+# is cut with SIGINT (a clean stop: the running trial is recorded as interrupted) before the
+# device tool's 600 s limit.
+I29_KEEP=/tmp/issue29
+I29_STUDY=h200-i29
+I29_DB="sqlite:///$OUT/$I29_STUDY.db"
+I29_GRID_REQUEST=${I29_GRID_REQUEST:-'{"batch_size": [64, 32], "image_max_side": [512, 768, 1024, null]}'}
+
+i29_restore() {
+  if [ -f "$I29_KEEP/$I29_STUDY.db" ]; then cp "$I29_KEEP/$I29_STUDY.db" "$OUT/"
+  elif [ -f "bench/carry/$I29_STUDY.db.gz" ]; then
+    gunzip -c "bench/carry/$I29_STUDY.db.gz" >"$OUT/$I29_STUDY.db"
+  fi
+}
+
+i29_study() {  # resume (or start) the study to BUDGET of trial time within this call
+  local budget=$1 started=$2
+  i29_restore
+  local left=$(( ${I29_CALL_S:-580} - (SECONDS - started) ))
+  timeout -s INT -k 20 "$left" python3 -m autotune.cli run --space default --dummy-weights \
+    --budget "$budget" --study "$I29_STUDY" --storage "$I29_DB" 2>&1 | tee -a "$OUT/study.log" \
+    | grep -v "^[│┃┏┡└ ]"
+  echo "study exit status ${PIPESTATUS[0]}"
+  mkdir -p "$I29_KEEP" && cp "$OUT/$I29_STUDY.db" "$I29_KEEP/"
+  autotune best --study "$I29_STUDY" --storage "$I29_DB" --json >"$OUT/best.json" 2>&1
+  autotune best --study "$I29_STUDY" --storage "$I29_DB" 2>&1 | tee "$OUT/best.txt" | head -40
+}
+
+i29_grid() {  # verify, then the recommendation's launch over concurrency x image side
+  local started=$SECONDS launch
+  i29_restore
+  STUDY=$I29_STUDY DB=$I29_DB verify
+  cp "$OUT/verify.json" "$I29_KEEP/" 2>/dev/null
+  autotune best --study "$I29_STUDY" --storage "$I29_DB" --json >"$OUT/best.json" 2>&1
+  launch=$(python3 -c "import json; c = json.load(open('$OUT/best.json'))['recommended']['config']; print(json.dumps({k: c[k] for k in ('backend', 'dtype', 'compile_mode', 'kv_cache_fraction')}))")
+  echo "grid launch: $launch"
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --name grid \
+    --min-launch-s 100 --deadline-s $(( ${I29_CALL_S:-580} - (SECONDS - started) )) \
+    --launch "$launch" --request "$I29_GRID_REQUEST" \
+    2>&1 | tee "$OUT/grid.log" | grep -v "^  "
+}
+
 case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
@@ -274,6 +324,9 @@ case "$MODE" in
   issue17-d) setup; issue17_d ;;
   issue17-more) setup >/dev/null; issue17_more ;;
   issue17-e) setup >/dev/null; issue17_e ;;
+  issue29-a) i29_started=$SECONDS; setup; i29_study "${I29_BUDGET:-7m}" "$i29_started" ;;
+  issue29-b) i29_started=$SECONDS; setup >/dev/null; i29_study "${I29_BUDGET:-15m}" "$i29_started" ;;
+  issue29-c) setup >/dev/null; i29_grid ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;

@@ -12,25 +12,24 @@ exits: an engine that failed (out of memory, say) is not trusted with the next t
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import statistics
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from typing import IO, Any
 
 from pydantic import BaseModel
 
 from autotune.accuracy.screening import hopeless
 from autotune.engines.inprocess.clock import EngineClock
+from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import MeasurePlan, cycled
-from autotune.measure.convergence import (
-    RACED,
-    LoadSnapshot,
-    first_round_end,
-    keep_trail,
-)
+from autotune.measure.convergence import LoadSnapshot, SteadyRule, first_round_end, keep_trail
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
@@ -91,7 +90,7 @@ class Worker:
         self.engine.load()
         return time.perf_counter() - started
 
-    def _request(self, item_id: str, mark: int | None = None) -> Any:
+    def request(self, item_id: str, mark: int | None = None) -> Any:
         from autotune.records import Prompt
 
         if item_id not in self.images:
@@ -111,110 +110,104 @@ class Worker:
         rss = MemorySampler(os.getpid(), use_gpu=False, interval_s=0.05)
         if engine.device != "cuda":
             rss.start()
-        batch = config.batch_size
-        forced = plan.output_tokens
-        workload = [self._request(i) for i in cycled(self.ids, plan.workload_requests)]
-        warmup_s = 0.0
-        if config.compile_mode != "none":
-            # Static cache + compile recompiles for every new shape: every batch of the
-            # workload runs once before the load, so compilation lands here and never in it.
-            events.send(phase="warm-up")
-            started = time.perf_counter()
-            for group in _batches(workload, batch):
-                engine.generate(group, config, forced_tokens=forced)
-            warmup_s = time.perf_counter() - started
-
-        predictions: dict[str, str] = {}
-
-        def answer(ids: list[str], size: int) -> None:
-            pending = [self._request(i) for i in ids if i not in predictions]
-            for group in _batches(pending, size):
-                for completion in engine.generate(group, config):
-                    predictions[completion.item_id] = completion.text
-
-        screened_out = False
-        screening_s = 0.0
-        if plan.screening is not None:
-            events.send(phase="screening")
-            started = time.perf_counter()
-            answer(plan.screening.ids, batch)
-            screened_out = hopeless(self.evalset, predictions, plan.screening)
-            screening_s = time.perf_counter() - started
-
-        timings: list[Any] = []
-        repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
-        stop_reason = "screened out"
-        trail: list[dict[str, float | bool | str | None]] = []
-        clock = engine.clock  # on a CPU, blind to time the engine's thread waited for a core
-        load_start = load_stop = clock.now()
-        busy: dict[str, str] = {}
-        min_warmup_s = load_s = accuracy_s = 0.0
-        if not screened_out:
-            events.send(phase="load test")
-            rule = plan.rule()
-            groups = _batches(workload, batch)
-            load_start, waited_before = clock.now(), clock.waited_s()
-            wall_start = time.perf_counter()
-            stop: str | None = None
-            index = 0
-            while stop is None:
-                # Fresh images, or ones this trial sent before (autotune.measure.repeats).
-                group = [
-                    self._request(*repeats.next(request.item_id))
-                    for request in groups[index % len(groups)]
-                ]
-                index += 1
-                completions = engine.generate(group, config, forced_tokens=forced)
-                timings.extend(c.timing for c in completions)
-                now = clock.now()
-                # A static batch turns over all at once: the first batch is the first round.
-                ends = [t.end for t in timings]
-                min_warmup_s = max(
-                    ends[len(completions) - 1] - load_start,
-                    first_round_end(ends, start=load_start, min_requests=plan.warmup_requests),
-                )
-                snapshot = LoadSnapshot(
-                    series=token_series(timings, start=load_start, end=now),
-                    elapsed_s=now - load_start,
-                    completed=len(timings),
-                    e2e_median_s=statistics.median(t.e2e_s for t in timings),
-                    min_warmup_s=min_warmup_s,
-                    ends_s=[end - load_start for end in ends],
-                )
-                stop = rule.reason_to_stop(snapshot)
-                keep_trail(trail, snapshot, rule, stop)
-            stop_reason = stop
-            load_stop = clock.now()
-            load_s = load_stop - load_start
-            busy = _waited(clock, waited_before, wall_start)
-            # A trial that lost its race is not a contender: its answers would decide nothing.
-            if plan.accuracy_ids is not None and stop != RACED:
-                events.send(phase="accuracy")
-                started = time.perf_counter()
-                answer(plan.accuracy_ids, plan.accuracy_batch_size)
-                accuracy_s = time.perf_counter() - started
-
+        driver = _BatchDriver(self, config, plan)
+        passes = asyncio.run(
+            run_phases(
+                driver,
+                plan,
+                config.batch_size,
+                screen=functools.partial(hopeless, self.evalset),
+                on_phase=lambda name: events.send(phase=name),
+            )
+        )
         if engine.device == "cuda":
             peak_mib, memory_source = engine.peak_memory_mib()
         else:
             peak_mib, memory_source = rss.stop()[0], "rss"
         return SessionResult(
-            warmup_s=warmup_s,
-            load_s=load_s,
-            load_start=load_start,
-            load_stop=load_stop,
-            min_warmup_s=min_warmup_s,
-            accuracy_s=accuracy_s,
-            screening_s=screening_s,
-            timings=timings,
-            stop_reason=stop_reason,
-            stop_rule_trail=trail,
-            predictions=predictions,
-            screened_out=screened_out,
+            **passes.model_dump(),
             peak_memory_mib=peak_mib,
             memory_source=memory_source,
-            environment=engine.describe() | busy,
-            repeated_requests=repeats.repeated,
+            environment=engine.describe() | driver.busy,
+        )
+
+
+class _BatchDriver:
+    """A trial's requests through the loaded model, a static batch at a time. The engine
+    blocks while it generates: nothing else runs on this process's event loop."""
+
+    def __init__(self, worker: Worker, config: TrialConfig, plan: MeasurePlan) -> None:
+        self.worker = worker
+        self.engine = worker.engine
+        self.config = config
+        self.plan = plan
+        self.clock = worker.engine.clock  # on a CPU, blind to time spent waiting for a core
+        self.workload = [worker.request(i) for i in cycled(worker.ids, plan.workload_requests)]
+        # Static cache + compile recompiles for every new shape: every batch of the workload
+        # runs once before the load, so compilation lands there and never in it.
+        self.separate_warmup = config.compile_mode != "none"
+        self.busy: dict[str, str] = {}  # how long the load waited for a core (_waited)
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    async def warm_up(self) -> None:
+        for group in _batches(self.workload, self.config.batch_size):
+            self.engine.generate(group, self.config, forced_tokens=self.plan.output_tokens)
+
+    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
+        answers: dict[str, str] = {}
+        for group in _batches([self.worker.request(i) for i in ids], concurrency):
+            for completion in self.engine.generate(group, self.config):
+                answers[completion.item_id] = completion.text
+        return answers
+
+    async def load_test(self, rule: SteadyRule, repeats: ImageRepeats) -> LoadOutcome:
+        engine, clock, worker = self.engine, self.clock, self.worker
+        groups = _batches(self.workload, self.config.batch_size)
+        timings: list[Any] = []
+        trail: list[dict[str, float | bool | str | None]] = []
+        load_start, waited_before = clock.now(), clock.waited_s()
+        wall_start = time.perf_counter()
+        min_warmup_s = 0.0
+        stop: str | None = None
+        index = 0
+        while stop is None:
+            # Fresh images, or ones this trial sent before (autotune.measure.repeats).
+            group = [
+                worker.request(*repeats.next(request.item_id))
+                for request in groups[index % len(groups)]
+            ]
+            index += 1
+            completions = engine.generate(group, self.config, forced_tokens=self.plan.output_tokens)
+            timings.extend(c.timing for c in completions)
+            now = clock.now()
+            # A static batch turns over all at once: the first batch is the first round.
+            ends = [t.end for t in timings]
+            min_warmup_s = max(
+                ends[len(completions) - 1] - load_start,
+                first_round_end(ends, start=load_start, min_requests=self.plan.warmup_requests),
+            )
+            snapshot = LoadSnapshot(
+                series=token_series(timings, start=load_start, end=now),
+                elapsed_s=now - load_start,
+                completed=len(timings),
+                e2e_median_s=statistics.median(t.e2e_s for t in timings),
+                min_warmup_s=min_warmup_s,
+                ends_s=[end - load_start for end in ends],
+            )
+            stop = rule.reason_to_stop(snapshot)
+            keep_trail(trail, snapshot, rule, stop)
+        load_stop = clock.now()
+        self.busy = _waited(clock, waited_before, wall_start)
+        return LoadOutcome(
+            timings=timings,
+            start=load_start,
+            stop=load_stop,
+            ended=load_stop,  # a static batch has nothing in flight after it
+            stop_reason=stop,
+            min_warmup_s=min_warmup_s,
+            trail=trail,
         )
 
 
