@@ -52,7 +52,7 @@ def test_the_start_up_covers_every_level_of_every_lever_evenly() -> None:
 def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "cpu" / "replay.py"), "--seeds", "1",
-         "--budget-min", "12", "--grid-seeds", "0", "--out", str(tmp_path), "--name", "r"],
+         "--budget-min", "20", "--grid-seeds", "0", "--out", str(tmp_path), "--name", "r"],
         capture_output=True, text=True, timeout=900, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -62,11 +62,24 @@ def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path:
     for run in runs.values():
         assert run["trials"] >= 5, run
         times = [point["t_s"] for point in run["curve"]]
-        assert times == sorted(times) and times[-1] <= 12 * 60 + 300  # one trial past at most
+        assert times == sorted(times) and times[-1] <= 20 * 60 + 300  # one trial past at most
         assert all(0.0 <= point["share"] <= 1.0 for point in run["curve"])
     # Racing stopped losers in the study, and never one that was as good as its rival.
     assert runs["study"]["raced"] >= 1 and runs["study"]["racing_errors"] == []
     assert runs["random"]["raced"] == 0  # its loop runs with racing off
+    # After the candidates' launch, the study's own launches step from the incumbent's launch
+    # one lever at a time (launches.random_launches), and a launch that only lost its races
+    # is left after two trials.
+    launches = runs["study"]["launches"]
+    candidate = next(launch for launch in launches if launch["chosen_by"].startswith("candidate"))
+    chosen = [launch for launch in launches if launch["chosen_by"] == "study"]
+    assert chosen, launches
+    levers = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
+    assert sum(chosen[0][lever] != candidate[lever] for lever in levers) == 1, launches
+    stepped = {tuple(launch[lever] for lever in levers) for launch in chosen[:2]}
+    assert len(stepped) == len(chosen[:2])  # never the same launch twice
+    eager = [launch for launch in chosen if launch["compile_mode"] == "none"]
+    assert all(launch["trials"] <= 2 for launch in eager), launches
     assert (tmp_path / "r.md").read_text(encoding="utf-8").startswith("# Replay")
 
 

@@ -330,9 +330,10 @@ class LaunchSettings(_Strict):
         2,
         ge=0,
         le=MAX_COUNT,
-        description="Launches whose parameters are drawn at random (Optuna's RandomSampler) "
-        "before TPE models them: TPE has nothing to compare until it has seen more than one "
-        "launch, and would keep the first one forever.",
+        description="Launches the study chooses itself before TPE chooses them: each the "
+        "incumbent's launch with one launch lever changed, the value tried on the fewest "
+        "launches first (autotune.study.launch_cover). TPE learns nothing about a lever until "
+        "launches differ in it, and would keep the first launch forever. 0: TPE from the start.",
     )
 
 

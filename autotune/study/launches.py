@@ -4,11 +4,12 @@ Starting an engine (a server, a model load, a compile) costs far more than one m
 so a launch is kept for several trials. After each trial the scheduler tells Optuna what
 comes next: while the launch has trials left (`launches.trials_per_launch`), the study's own
 TPE sampler proposes only request-time settings, through Optuna's PartialFixedSampler with
-the launch-time parameters fixed; then the sampler chooses freely again. Every trial is an
-ordinary Optuna trial, so the search stays Optuna's. A launch the sampler chooses during its
-start-up takes its launch levers (CUDA graphs, KV share) from the covering design
-(autotune.study.coverage); `launches.random_launches` is accepted but not used yet. A launch
-whose first two trials both lost their races is left early (RACED_TO_LEAVE).
+the launch-time parameters fixed. Then the next launch is chosen: for the first
+`launches.random_launches` launches the study picks itself, a one-lever step from the
+incumbent's launch (autotune.study.launch_cover), its request-time settings TPE's; after
+them TPE chooses freely. Every trial is an ordinary Optuna trial, so the search stays
+Optuna's. A launch whose first two trials both lost their races is left early
+(RACED_TO_LEAVE).
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
 one engine at a time) and starts its own. A failed trial ends its launch. Each launch holds
@@ -29,6 +30,7 @@ from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
+from autotune.study.launch_cover import chosen_launches, next_launch
 from autotune.study.plan import StudyPlan
 
 # Trials on a launch, every one stopped by racing, after which the launch is given up.
@@ -47,7 +49,6 @@ class LaunchScheduler:
         self.contenders_on_session = 0  # its trials that were not stopped by racing
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
-        self.free_launches = 0  # launches started by the sampler's own proposals
         self.pool = GpuPool(plan.gpus) if plan.gpus else None
         self.lease: GpuLease | None = None
 
@@ -138,12 +139,16 @@ class LaunchScheduler:
             }
         elif not keep:
             self.fixed = None
-        if self.fixed is None:
+        pinned = self.fixed
+        chosen = chosen_launches(study) if pinned is None else 0
+        if pinned is None and chosen < self.settings.random_launches:
+            pinned = next_launch(self.plan.space, study, index=chosen)
+        if pinned is None:
             study.sampler = self.base_sampler
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.sampler = optuna.samplers.PartialFixedSampler(self.fixed, self.base_sampler)
+                study.sampler = optuna.samplers.PartialFixedSampler(pinned, self.base_sampler)
 
     def _fixable(self, trial: FrozenTrial) -> bool:
         """Whether fixing this trial's parameters pins its whole launch: not so for a reference

@@ -50,6 +50,8 @@ from autotune.study.plan import StudyPlan
 from autotune.study.progress import Progress
 from autotune.study.select import recommend
 
+LAUNCH_LEVERS = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
+
 REPO = Path(__file__).resolve().parents[2]
 METHODS = ("study", "random")
 
@@ -66,6 +68,8 @@ def replay_space(folder: Path, *, budget_s: float, seed: int, method: str) -> An
     if method == "random":
         data["sampler"] = {**data.get("sampler", {}), "n_startup_trials": 1000}
         data["workload"] = {**data["workload"], "racing": False}
+        # Launches as TPE's random start-up draws them, not stepped from the incumbent.
+        data["launches"] = {**data.get("launches", {}), "random_launches": 0}
     path = folder / f"{method}-{seed}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return without_accuracy(load_space(str(path)))
@@ -126,11 +130,33 @@ def _curve(study: optuna.Study, method: str, seed: int) -> dict[str, Any]:
         "trials": len(trials),
         "configurations": len({json.dumps(t.user_attrs["config"], sort_keys=True) for t in tried}),
         "raced": len(raced),
+        "launches": _launches(trials),
         "racing_errors": _racing_errors(trials, raced, tried),
         "final_share": curve[-1]["share"] if curve else 0.0,
         "time_to_95_s": next((p["t_s"] for p in curve if p["share"] >= 0.95), None),
         "time_to_97_s": next((p["t_s"] for p in curve if p["share"] >= 0.97), None),
     }
+
+
+def _launches(trials: list[FrozenTrial]) -> list[dict[str, Any]]:
+    """Each launch in order: its launch-time levers, how many trials ran on it, and who chose
+    it (the reference, a named candidate, or the study)."""
+    launches: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        attrs = trial.user_attrs
+        launch_id, config = attrs.get("launch_id"), attrs.get("config") or {}
+        if launch_id is None:
+            continue
+        if launch_id not in launches:
+            chosen_by = (
+                "reference" if attrs.get("is_reference")
+                else f"candidate {attrs['candidate']}" if attrs.get("candidate")
+                else "study"
+            )  # fmt: skip
+            levers = {name: config.get(name) for name in LAUNCH_LEVERS}
+            launches[launch_id] = {**levers, "trials": 0, "chosen_by": chosen_by}
+        launches[launch_id]["trials"] += 1
+    return list(launches.values())
 
 
 def _racing_errors(
