@@ -88,9 +88,10 @@ def _launch_of(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _launches_run(study: optuna.Study) -> list[tuple[tuple[str, Any], ...]]:
-    """The launch-time values of every launch the study ran (the reference's apart)."""
+    """The launch-time values of every launch the study ran or is running (the reference's
+    apart): a second worker does not start the step the first one is measuring."""
     runs: dict[str, tuple[tuple[str, Any], ...]] = {}
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
     for trial in study.get_trials(deepcopy=False, states=states):
         record = TrialRecord.of(trial)
         if record.is_reference or record.launch_id is None or not record.config:
