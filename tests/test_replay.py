@@ -97,3 +97,40 @@ def test_the_budget_does_not_judge_the_next_trial_by_the_reference() -> None:
     assert budget.estimate(study, launch_backends=None) == FIRST_TRIAL_GUESS_S
     study.add_trial(finished(75.0, reference=False))
     assert budget.estimate(study, launch_backends=None) == 60.0  # 75 s less its start-up
+
+
+# The replay's engine, with every fp16 launch failing to start (an engine that cannot run a
+# dtype, a start-up that runs out of memory): run in its own process, since the replay
+# replaces module attributes (the clock, the session factory) for its run.
+_FAILING_FP16 = """
+import json, sys
+sys.path.insert(0, "bench/cpu")
+import replay, replay_engine
+from autotune.errors import TrialFailure
+
+class FailingFp16(replay_engine.ReplaySession):
+    def __init__(self, launch, clock, rng):
+        if launch.dtype == "float16":
+            clock.advance(30.0)
+            raise TrialFailure("fp16 launch cannot start", kind="startup")
+        super().__init__(launch, clock, rng)
+
+replay_engine.ReplaySession = FailingFp16
+print(json.dumps(replay.run_one("study", 5, 1800.0)))
+"""
+
+
+def test_a_launch_step_that_fails_to_start_is_not_pinned_again() -> None:
+    """A failed start leaves no launch id; the step must still count as run, or the same step
+    is pinned again until five failures in a row end the study."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FAILING_FP16], capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    levers = ("compile_mode", "kv_cache_fraction", "dtype")
+    failed = [tuple(f["config"][lever] for lever in levers) for f in run["failed"]]
+    assert failed and all(launch[2] == "float16" for launch in failed), run["failed"]
+    assert len(set(failed)) == len(failed), failed  # no failed launch was tried twice
+    assert run["trials"] >= 30 and run["final_share"] >= 0.95, run["trials"]

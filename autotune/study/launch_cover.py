@@ -25,79 +25,92 @@ from autotune.errors import StudyError
 from autotune.params import LAUNCH_PARAMS, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
-from autotune.space.sampling import searched
+from autotune.space.sampling import contains, searched
 from autotune.study.select import recommend
+
+Launch = frozenset[tuple[str, Any]]
 
 
 def next_launch(space: SearchSpace, study: optuna.Study, *, index: int) -> dict[str, Any] | None:
     """Optuna parameter values that pin the next launch; None when every one-lever step from
     the incumbent has been launched (TPE chooses then)."""
-    launches = _launches_run(study)
     base = _incumbent_launch(study)
     if base is None:
         return None
-    tried = Counter((name, repr(value)) for launch in launches for name, value in launch)
-    seen = {frozenset((name, repr(value)) for name, value in launch) for launch in launches}
+    launches = [launch for launch, _ in _launches_run(study)]
+    tried = Counter(value for launch in launches for value in launch)
     steps: list[tuple[int, dict[str, Any]]] = []
     for name in LAUNCH_PARAMS:
         found = searched(space, name, base)
         if found is None or found[1].choices is None or name not in base:
             continue
         for value in found[1].choices:
-            if value != base[name]:
-                steps.append((tried[(name, repr(value))], {**base, name: value}))
+            if _same(value, base[name]):
+                continue
+            steps.append((tried[_value(name, value)], {**base, name: value}))
     # Fewest launches with the changed value first; among equals, a seeded order.
     random.Random(f"{space.seed}:launch-step:{index}").shuffle(steps)
     steps.sort(key=lambda step: step[0])
     for _, launch in steps:
         fixed = _pinned(space, launch)
-        names = map(base_param, fixed)
-        key = frozenset((name, repr(launch[name])) for name in names)
-        if fixed and not any(key <= launched for launched in seen):
+        key = frozenset(_value(name, launch[name]) for name in map(base_param, fixed))
+        if fixed and not any(key <= launched for launched in launches):
             return fixed
     return None
 
 
 def chosen_launches(study: optuna.Study) -> int:
-    """Launches the study chose itself: started by a proposal, not the reference or a named
-    candidate (counted from the storage, so a resumed study or a second worker agrees)."""
-    count = 0
-    for trial in study.get_trials(deepcopy=False):
-        record = TrialRecord.of(trial)
-        if record.launch_started and not record.is_reference and record.candidate is None:
-            count += 1
-    return count
+    """Launches the study chose itself: the distinct launch-time values it ran, other than
+    the reference's and the named candidates'. Counted from the storage, so a resumed study,
+    a relaunch after it, or a second worker agrees."""
+    runs = _launches_run(study)
+    candidates = {launch for launch, candidate in runs if candidate}
+    return len({launch for launch, candidate in runs if launch not in candidates})
 
 
 def _pinned(space: SearchSpace, launch: dict[str, Any]) -> dict[str, Any]:
-    """The Optuna names and values of `launch`'s searched launch parameters (a value the
-    search does not offer is left to the sampler)."""
+    """The Optuna names and values of `launch`'s searched launch parameters (a value outside
+    the search, a named candidate's, say, is left to the sampler)."""
     fixed: dict[str, Any] = {}
     for name in LAUNCH_PARAMS:
         found = searched(space, name, launch)
-        if found is None or name not in launch:
-            continue
-        optuna_name, spec = found
-        if spec.choices is None or launch[name] in spec.choices:
-            fixed[optuna_name] = launch[name]
+        if found is not None and name in launch and contains(found[1], launch[name]):
+            fixed[found[0]] = launch[name]
     return fixed
+
+
+def _same(a: Any, b: Any) -> bool:
+    return _value("", a) == _value("", b)
+
+
+def _value(name: str, value: Any) -> tuple[str, Any]:
+    """A launch value as compared here: 1 and 1.0 alike (a space file's choice and the stored
+    configuration), True apart from 1."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return name, float(value)
+    return name, repr(value)
+
+
+def _launches_run(study: optuna.Study) -> list[tuple[Launch, bool]]:
+    """Each launch the study ran, is running or failed to start (the reference's apart), with
+    whether a named candidate opened it. A trial whose launch failed to start, or is starting
+    on another worker, has no launch id yet: it counts as a launch of its own, so the same
+    step is not pinned again."""
+    runs: dict[str, tuple[Launch, bool]] = {}
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+    for trial in study.get_trials(deepcopy=False, states=states):
+        record = TrialRecord.of(trial)
+        if record.is_reference or record.duplicate_of is not None or not record.config:
+            continue
+        launch = frozenset(_value(name, value) for name, value in _launch_of(record.config))
+        key = record.launch_id or f"trial {trial.number}"
+        if key not in runs or record.candidate is not None:
+            runs[key] = (launch, record.candidate is not None)
+    return list(runs.values())
 
 
 def _launch_of(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple((name, config[name]) for name in LAUNCH_PARAMS if name in config)
-
-
-def _launches_run(study: optuna.Study) -> list[tuple[tuple[str, Any], ...]]:
-    """The launch-time values of every launch the study ran or is running (the reference's
-    apart): a second worker does not start the step the first one is measuring."""
-    runs: dict[str, tuple[tuple[str, Any], ...]] = {}
-    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
-    for trial in study.get_trials(deepcopy=False, states=states):
-        record = TrialRecord.of(trial)
-        if record.is_reference or record.launch_id is None or not record.config:
-            continue
-        runs.setdefault(record.launch_id, _launch_of(record.config))
-    return list(runs.values())
 
 
 def _incumbent_launch(study: optuna.Study) -> dict[str, Any] | None:

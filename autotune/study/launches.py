@@ -49,6 +49,8 @@ class LaunchScheduler:
         self.contenders_on_session = 0  # its trials that were not stopped by racing
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
+        # The backend a launch step pinned for the next trial (the budget's start-up guess).
+        self.pinned_backend: str | None = None
         self.pool = GpuPool(plan.gpus) if plan.gpus else None
         self.lease: GpuLease | None = None
 
@@ -139,10 +141,20 @@ class LaunchScheduler:
             }
         elif not keep:
             self.fixed = None
+        self.steer(study)
+
+    def steer(self, study: optuna.Study) -> None:
+        """Point the study's sampler at the next proposal: on the launch that is kept, else a
+        step from the incumbent's launch while steps are left, else TPE unrestricted. Run
+        after every trial, and once when a process joins (a resumed study, another worker)."""
         pinned = self.fixed
-        chosen = chosen_launches(study) if pinned is None else 0
-        if pinned is None and chosen < self.settings.random_launches:
-            pinned = next_launch(self.plan.space, study, index=chosen)
+        self.pinned_backend = None
+        if pinned is None:
+            chosen = chosen_launches(study)
+            if chosen < self.settings.random_launches:
+                pinned = next_launch(self.plan.space, study, index=chosen)
+                backend = (pinned or {}).get("backend")
+                self.pinned_backend = backend if isinstance(backend, str) else None
         if pinned is None:
             study.sampler = self.base_sampler
         else:

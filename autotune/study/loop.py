@@ -255,16 +255,32 @@ class _AfterTrial:
             study.stop()
 
     def fits(self, study: optuna.Study) -> bool:
+        launches = self.launches
         return budget_allows(
-            study, self.plan, self.budget, self.progress, keeps_launch=self.launches.keeps_launch()
+            study,
+            self.plan,
+            self.budget,
+            self.progress,
+            keeps_launch=launches.keeps_launch(),
+            pinned_backend=launches.pinned_backend,
         )
 
 
 def budget_allows(
-    study: optuna.Study, plan: StudyPlan, budget: Budget, progress: Progress, *, keeps_launch: bool
+    study: optuna.Study,
+    plan: StudyPlan,
+    budget: Budget,
+    progress: Progress,
+    *,
+    keeps_launch: bool,
+    pinned_backend: str | None = None,
 ) -> bool:
-    """Whether the next trial fits in the budget; says so when it does not."""
-    backends = None if keeps_launch else _launch_backends(plan)
+    """Whether the next trial fits in the budget; says so when it does not. A new launch
+    costs the start-up of `pinned_backend` when a launch step chose it, else of the slowest
+    backend the sampler may choose."""
+    backends = (
+        None if keeps_launch else {pinned_backend} if pinned_backend else _launch_backends(plan)
+    )
     if budget.fits(study, launch_backends=backends):
         return True
     left = budget.remaining(study) or 0.0
@@ -332,6 +348,7 @@ def optimize(
     study, base_sampler = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
     launches = LaunchScheduler(plan, base_sampler)
+    launches.steer(study)  # a resumed study or another worker: a launch step may be due
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
     gate = InterruptGate()

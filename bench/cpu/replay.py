@@ -130,6 +130,11 @@ def _curve(study: optuna.Study, method: str, seed: int) -> dict[str, Any]:
         "trials": len(trials),
         "configurations": len({json.dumps(t.user_attrs["config"], sort_keys=True) for t in tried}),
         "raced": len(raced),
+        "failed": [
+            {"trial": t.number, "config": t.user_attrs.get("config")}
+            for t in trials
+            if t.state == TrialState.FAIL
+        ],
         "launches": _launches(trials),
         "racing_errors": _racing_errors(trials, raced, tried),
         "final_share": curve[-1]["share"] if curve else 0.0,
