@@ -16,8 +16,8 @@ from autotune.measure.timing import RequestTiming
 
 
 class PassesResult(BaseModel):
-    """One trial's passes through a server: its load test and accuracy answers (what
-    autotune.engines.passes measures; the session adds memory and where it ran)."""
+    """One trial's phases on an engine: its load test and accuracy answers (what
+    autotune.engines.phases measures; the session adds memory and where it ran)."""
 
     model_config = ConfigDict(extra="forbid")
 
