@@ -109,12 +109,15 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     assert "stopped by racing" in two.user_attrs["raced_reason"]
     assert f"trial {eight.number}" in two.user_attrs["raced_reason"]
     assert "accuracy" not in two.user_attrs  # no accuracy pass for a trial that cannot win
-    # Quicker to answer than the incumbent (the fake server's pace is per request), yet
-    # never the recommendation: p95 latency only breaks ties between overlapping intervals.
-    assert two.user_attrs["e2e_latency_p95_ms"] <= 1.2 * eight.user_attrs["e2e_latency_p95_ms"]
+    # Its partial latency is kept too (the fake server's pace is per request, so it answers
+    # about as fast as the incumbent: a figure that depends on the machine's load, not
+    # asserted), yet it is never the recommendation: p95 only breaks ties between overlapping
+    # throughput intervals.
+    assert two.user_attrs["e2e_latency_p95_ms"] > 0
     # The run's lines and `best` count it once, as raced, never as failed or screened out.
     assert "stopped by racing" in err and "failed" not in err.split("trials:")[-1]
     assert best.returncode == 0, best_err[-2000:]
+    assert json.loads(best_out)["recommended"]["trial"] == eight.number
     counts = json.loads(best_out)["trials"]
     assert (counts["raced"], counts["measured"], counts["failed"]) == (1, 2, 0)
     assert counts["counted"] == counts["total"] == 3

@@ -296,6 +296,9 @@ def failures_text(study: optuna.Study) -> str:
     """Why each trial of a study without a completed one ended, one line each."""
     lines = [f"study '{study.study_name}': no trial completed"]
     for trial in study.get_trials(deepcopy=False):
-        reason = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
-        lines.append(f"  trial {trial.number} {trial.state.name}: {reason}")
+        failed = failure_of(study, trial)
+        reason = failed.get("failure_reason") or trial.state.name.lower()
+        # A launch that did not start is PRUNED for the sampler's sake; it failed all the same.
+        state = "FAIL" if failed.get("failure_kind") else trial.state.name
+        lines.append(f"  trial {trial.number} {state}: {reason}")
     return "\n".join(lines)

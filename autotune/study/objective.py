@@ -36,7 +36,7 @@ from autotune.space import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
-from autotune.study.counting import is_surplus
+from autotune.study.counting import FAILURE_WORDS, is_surplus
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
@@ -184,23 +184,27 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
         time.sleep(TWIN_POLL_S)
 
 
-def fail_trial(trial: optuna.Trial, failure: TrialFailure, artifacts: ArtifactRecorder) -> NoReturn:
-    """Record why the trial failed, and raise: FAIL, or PRUNED for out of memory.
+def fail_trial(
+    trial: optuna.Trial, failure: TrialFailure, artifacts: ArtifactRecorder, *, started: bool = True
+) -> NoReturn:
+    """Record why the trial failed, and raise: FAIL, or PRUNED for out of memory or a launch
+    that did not start (`started` False).
 
-    Optuna's TPE learns nothing from a failed trial. An out-of-memory trial is PRUNED with
-    its memory constraint violated instead, so the sampler counts its region as infeasible
-    and stops proposing it; `failure_kind: oom` keeps it a failure everywhere autotune reports
-    it (and it never counts towards --trials).
+    TPE learns nothing from a failed trial: it proposed a launch that cannot start until five
+    failures in a row ended the study (bench/cpu/replay.py). Such a trial is PRUNED instead,
+    which TPE ranks below every completed one, with a constraint violated (memory, or
+    deployable); `failure_kind` keeps it a failure wherever autotune reports it.
     """
     trial.set_user_attr("failure_kind", failure.kind)
     trial.set_user_attr("failure_reason", failure.reason)
     trial.set_user_attr("log_tail", failure.log_tail[-4000:])
     artifacts.log_tail(trial, failure.log_tail)
-    if failure.kind != "oom":
+    if failure.kind != "oom" and started:
         raise failure
-    constraints = {**dict.fromkeys(CONSTRAINT_NAMES, 0.0), "memory": OOM_VIOLATION}
-    record_constraints(trial, {**constraints, DEPLOYABLE: 0.0})
-    raise optuna.TrialPruned(f"out of memory: {failure.reason}")
+    constraints = {**dict.fromkeys(CONSTRAINT_NAMES, 0.0), DEPLOYABLE: 0.0}
+    violated = "memory" if failure.kind == "oom" else DEPLOYABLE
+    record_constraints(trial, {**constraints, violated: OOM_VIOLATION})
+    raise optuna.TrialPruned(f"{FAILURE_WORDS.get(failure.kind, failure.kind)}: {failure.reason}")
 
 
 @dataclass(frozen=True)
@@ -453,17 +457,11 @@ class Objective:
             if reference is None and not proposal.is_reference:
                 reference = await_reference(trial.study, space)
         except TrialFailure as failure:
-            fail_trial(trial, failure, self.artifacts)
+            fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
-            config,
-            result,
-            session.startup_s,
-            session.launch_id,
-            measure_accuracy,
-            reference,
-            cached,
-            rival,
-        )
+            config, result, session.startup_s, session.launch_id, measure_accuracy, reference,
+            cached, rival,
+        )  # fmt: skip
 
     def _record(
         self, trial: optuna.Trial, verdict: _Verdict, time_s: dict[str, float]

@@ -28,7 +28,7 @@ from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.counting import SURPLUS, counts_towards_target
+from autotune.study.counting import FAILURE_WORDS, SURPLUS, counts_towards_target
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.timeshare import PARTS, part_seconds
 
@@ -46,9 +46,12 @@ def trial_figures(trial: FrozenTrial) -> str:
         reason = failed.failure_reason or trial.state.name.lower()
         if failed.raced_reason:
             return failed.raced_reason
-        if failed.failure_kind == "oom":
-            # Recorded as PRUNED so that the sampler learns from it; a failure all the same.
-            return f"FAIL (out of memory; the sampler now avoids this region): {reason}"
+        kind = failed.failure_kind
+        if kind == "oom" or (kind is not None and trial.state == TrialState.PRUNED):
+            # Out of memory, or a launch that did not start: recorded as PRUNED so that the
+            # sampler learns from it (objective.fail_trial); a failure all the same.
+            words = FAILURE_WORDS.get(kind, kind)
+            return f"FAIL ({words}; the sampler now avoids this region): {reason}"
         return f"{trial.state.name}: {reason}"
     a = TrialRecord.of(trial)
     ci = a.figure("throughput_ci_rel")

@@ -133,7 +133,7 @@ def _curve(study: optuna.Study, method: str, seed: int) -> dict[str, Any]:
         "failed": [
             {"trial": t.number, "config": t.user_attrs.get("config")}
             for t in trials
-            if t.state == TrialState.FAIL
+            if t.state == TrialState.FAIL or t.user_attrs.get("failure_kind")
         ],
         "launches": _launches(trials),
         "racing_errors": _racing_errors(trials, raced, tried),
