@@ -18,7 +18,7 @@ from test_server_runner import autotune
 
 from autotune.measure.convergence import RACED, LoadSnapshot, RaceBound, SteadyRule
 from autotune.measure.steady import BIN_S
-from autotune.study.racing import report_running_rate
+from autotune.study.live import LiveEstimate
 
 
 def steady_load(rate_per_s: float, seconds: float, *, noise: float = 0.1) -> LoadSnapshot:
@@ -53,13 +53,41 @@ def test_a_load_whose_interval_lies_below_the_incumbents_is_raced() -> None:
     assert rule(RaceBound(104.0, spread_rel=0.06)).reason_to_stop(slow) is None
 
 
-def test_intermediate_values_carry_the_running_rate_in_single_objective_studies() -> None:
-    study = optuna.create_study()
-    trial = study.ask()
-    report_running_rate(trial, [{"elapsed_s": 5.0, "tokens_per_s": 10.0}, {"elapsed_s": 10.2}])
-    assert study.trials[0].intermediate_values == {5: 10.0}
-    both = optuna.create_study(directions=["maximize", "minimize"])
-    report_running_rate(both.ask(), [{"elapsed_s": 5.0, "tokens_per_s": 10.0}])  # no error
+def test_the_running_estimate_is_written_while_the_trial_measures(tmp_path: Path) -> None:
+    """Posted from the load's event loop, written by a thread: the running trial carries its
+    latest estimate; a single-objective study gets Optuna intermediate values (one a step,
+    the stop entry after a look in the same second included); a storage that refuses the
+    write costs the figure, never the caller."""
+    storage = f"sqlite:///{tmp_path}/live.db"
+    one = optuna.create_study(study_name="one", storage=storage)
+    trial = one.ask()
+    shown: list[dict] = []
+    live = LiveEstimate(trial, shown.append)
+    live.post({"elapsed_s": 2.0, "completed": 3})  # no rate yet: nothing to show or write
+    live.post({"elapsed_s": 5.2, "tokens_per_s": 10.0, "ci_rel": 0.2, "batches": 4})
+    live.post({"elapsed_s": 5.9, "tokens_per_s": 11.0, "ci_rel": 0.1, "stop": "raced"})
+    live.close()
+    stored = optuna.load_study(study_name="one", storage=storage).trials[0]
+    assert stored.state == TrialState.RUNNING
+    assert stored.intermediate_values == {5: 10.0, 6: 11.0}
+    assert stored.user_attrs["running_estimate"]["tokens_per_s"] == 11.0
+    assert stored.user_attrs["running_estimate"]["stop"] == "raced"
+    assert [entry["tokens_per_s"] for entry in shown] == [10.0, 11.0]
+    # Two objectives: Optuna keeps no intermediate values, the attribute is written all the same.
+    both = optuna.create_study(study_name="both", storage=storage, directions=["maximize"] * 2)
+    live = LiveEstimate(both.ask(), shown.append)
+    live.post({"elapsed_s": 5.0, "tokens_per_s": 10.0})
+    live.close()
+    stored = optuna.load_study(study_name="both", storage=storage).trials[0]
+    assert stored.user_attrs["running_estimate"]["tokens_per_s"] == 10.0
+    assert stored.intermediate_values == {}
+    # A finished trial refuses writes: dropped and counted, the caller goes on.
+    finished = one.ask()
+    one.tell(finished, 1.0)
+    live = LiveEstimate(finished, shown.append)
+    live.post({"elapsed_s": 5.0, "tokens_per_s": 10.0})
+    live.close()
+    assert live.dropped == 1
 
 
 def test_a_short_or_unsettled_load_is_never_raced() -> None:
@@ -75,17 +103,17 @@ def test_a_short_or_unsettled_load_is_never_raced() -> None:
 def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_target(
     tmp_path: Path,
 ) -> None:
-    """Reference at 1 in flight, then 8 in flight (the incumbent, 8x the rate on a server
-    whose pace is its chunk delay), then 2 in flight: a quarter of the incumbent's rate. Each
-    load may run 90 s: only racing ends the loser's early."""
+    """Reference at 1 in flight, then the named candidate at 8 in flight (the incumbent, 8x
+    the rate on a server whose pace is its chunk delay), then the study's own step to 2 in
+    flight: a quarter of the incumbent's rate. Each load may run 90 s: only racing ends the
+    loser's early. Named candidates are measured whole, so the loser is the sampled trial."""
     # A target of +-5%, not 3%: on a busy machine the client that streams the answers is
     # starved now and then, and the contender must still reach it well inside 90 s.
     path = quick_space("smoke", tmp_path, max_measure_s=90, max_warmup_s=5, target_ci_rel=0.05)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    data["candidates"] = [
-        {"name": "eight", "config": {"batch_size": 8}},
-        {"name": "two", "config": {"batch_size": 2}},
-    ]
+    data["candidates"] = [{"name": "eight", "config": {"batch_size": 8}}]
+    data["params"]["batch_size"] = {"choices": [2, 8]}
+    data["params"].pop("image_max_side")
     data["trials"] = 3
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     storage = f"sqlite:///{tmp_path}/r.db"
@@ -99,6 +127,8 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     # The contender measured to its target interval, not to a cap.
     assert eight.user_attrs["measure_stop_reason"] == "converged"
     assert eight.user_attrs["throughput_ci_within_rel"] <= 0.05
+    # The study's first proposal was the step from the incumbent to the other concurrency.
+    assert two.user_attrs["step"] == {"lever": "batch_size", "value": 2, "from_trial": 1}
     # The loser stopped within 20 s of measuring, with its partial figure and the reason.
     assert two.state == TrialState.PRUNED
     assert two.user_attrs["measure_stop_reason"] == RACED
@@ -109,6 +139,9 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     assert "stopped by racing" in two.user_attrs["raced_reason"]
     assert f"trial {eight.number}" in two.user_attrs["raced_reason"]
     assert "accuracy" not in two.user_attrs  # no accuracy pass for a trial that cannot win
+    # While they measured, both wrote their running estimate to the storage.
+    assert two.user_attrs["running_estimate"]["stop"] == RACED
+    assert eight.user_attrs["running_estimate"]["stop"] == "converged"
     # Its partial latency is kept too (the fake server's pace is per request, so it answers
     # about as fast as the incumbent: a figure that depends on the machine's load, not
     # asserted), yet it is never the recommendation: p95 only breaks ties between overlapping

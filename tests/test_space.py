@@ -352,3 +352,31 @@ def test_spread_answer_lengths_need_a_mean_and_stay_equal_work(tmp_path: Path) -
     assert abs(sum(drawn) / len(drawn) - 128) < 2
     assert {AnswerLengths(128).next() for _ in range(5)} == {128}
     assert length_bounds(1, 0.9) == (1, 2)
+
+
+def test_the_sampler_is_tpe_with_steps_or_plain_random_search(tmp_path: Path) -> None:
+    from autotune.study.coverage import CoveringSampler
+    from autotune.study.sampler import make_sampler, startup_trials
+
+    tpe = load_space(str(write_space(tmp_path, {**BASE, "budget": "30m"}, "tpe.yaml")))
+    assert tpe.sampler.kind == "tpe" and tpe.sampler.steps
+    assert isinstance(make_sampler(tpe), CoveringSampler)
+    # TPE's start-up from the budget: a quarter of the ~55 s trials it should buy, 4-10.
+    assert startup_trials(tpe) == 8
+    assert startup_trials(tpe.model_copy(update={"budget": 300.0})) == 4
+    assert startup_trials(tpe.model_copy(update={"budget": 7200.0})) == 10
+    assert startup_trials(tpe.model_copy(update={"budget": None, "trials": 12})) == 4
+    random_data = {**BASE, "sampler": {"kind": "random", "steps": False}}
+    random = load_space(str(write_space(tmp_path, random_data, "random.yaml")))
+    assert isinstance(make_sampler(random), optuna.samplers.RandomSampler)
+    assert not random.sampler.steps
+    bad = write_space(tmp_path, {**BASE, "sampler": {"kind": "cmaes"}}, "bad.yaml")
+    with pytest.raises(SpaceError, match=r"sampler.kind: .*'tpe' or 'random'"):
+        load_space(str(bad))
+
+
+def test_launch_steps_keep_their_earlier_name(tmp_path: Path) -> None:
+    old = load_space(str(write_space(tmp_path, {**BASE, "launches": {"random_launches": 1}})))
+    assert old.launches.launch_steps == 1
+    new = write_space(tmp_path, {**BASE, "launches": {"launch_steps": 0}}, "new.yaml")
+    assert load_space(str(new)).launches.launch_steps == 0

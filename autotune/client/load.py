@@ -156,6 +156,7 @@ async def closed_loop_until(
     live: LiveTokens,
     min_warmup_requests: int = 1,
     check_every_s: float = CHECK_EVERY_S,
+    on_estimate: Callable[[dict[str, Any]], None] | None = None,
 ) -> LoadRun:
     """Cycle `workload` with `concurrency` requests in flight until `rule` stops it.
 
@@ -226,7 +227,7 @@ async def closed_loop_until(
             reason = rule.reason_to_stop(snapshot)
             if reason is not None:
                 stop_now(reason)
-            keep_trail(trail, snapshot, rule, reason)
+            keep_trail(trail, snapshot, rule, reason, on_estimate)
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(monitor()))

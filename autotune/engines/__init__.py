@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from autotune.accuracy.screening import hopeless
 from autotune.checkpoints.adapters import Adapter
 from autotune.engines.gpus import Gpu, pinned_env
-from autotune.engines.session import EngineSession, MeasurePlan, PhaseCallback, measure_plan
+from autotune.engines.session import (
+    EngineSession,
+    EstimateCallback,
+    MeasurePlan,
+    PhaseCallback,
+    measure_plan,
+)
 from autotune.evalset.dataset import EvalSet
 from autotune.params import SERVER_BACKENDS, TrialConfig
 from autotune.space import SearchSpace
@@ -100,6 +106,7 @@ def open_session(
 
 __all__ = [
     "EngineSession",
+    "EstimateCallback",
     "MeasurePlan",
     "PhaseCallback",
     "measure_plan",

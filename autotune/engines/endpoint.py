@@ -17,7 +17,12 @@ from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, http_client, list_models, normalize_base_url
 from autotune.engines.phases import Screen
 from autotune.engines.server import drive_passes, load_fields
-from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.engines.session import (
+    EstimateCallback,
+    MeasurePlan,
+    PhaseCallback,
+    new_launch_id,
+)
 from autotune.errors import TrialFailure
 from autotune.export.base import sampling_request
 from autotune.params import TrialConfig
@@ -85,7 +90,12 @@ class EndpointSession:
         return self
 
     def measure(
-        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+        self,
+        config: TrialConfig,
+        plan: MeasurePlan,
+        *,
+        on_phase: PhaseCallback | None = None,
+        on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         model = served_model(self.adapters, served_models(self.base))
         passes = drive_passes(
@@ -98,6 +108,7 @@ class EndpointSession:
             forced_fields=load_fields(None, plan),
             timeout_s=self.trial_timeout_s,
             on_phase=on_phase,
+            on_estimate=on_estimate,
             screen=self.screen,
         )
         return SessionResult(

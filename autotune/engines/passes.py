@@ -16,7 +16,7 @@ from typing import Any
 from autotune.client.chat import ChatClient, http_client
 from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
 from autotune.engines.phases import LoadOutcome, Screen, run_phases
-from autotune.engines.session import MeasurePlan, cycled
+from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
 from autotune.measure.convergence import SteadyRule
 from autotune.measure.repeats import ImageRepeats
 from autotune.params import TrialConfig
@@ -57,7 +57,9 @@ class _ServerDriver:
         replies = await closed_loop(self.chat.send, [self.by_id[i] for i in ids], concurrency)
         return {reply.item_id: reply.text for reply in replies}
 
-    async def load_test(self, rule: SteadyRule, repeats: ImageRepeats) -> LoadOutcome:
+    async def load_test(
+        self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None
+    ) -> LoadOutcome:
         plan, config, by_id = self.plan, self.config, self.by_id
         ids = list(by_id)
         # The load test's client also feeds each streamed chunk to the live series its stop
@@ -86,6 +88,7 @@ class _ServerDriver:
                 rule,
                 live=live,
                 min_warmup_requests=plan.warmup_requests,
+                on_estimate=on_estimate,
             )
         else:
             # An offered load is a fixed schedule of two passes: its length is part of what is
@@ -120,6 +123,7 @@ async def run_passes(
     plan: MeasurePlan,
     forced_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_estimate: EstimateCallback | None = None,
     screen: Screen | None = None,
 ) -> PassesResult:
     """A trial's phases (autotune.engines.phases) through one server.
@@ -139,4 +143,11 @@ async def run_passes(
             image_max_side=config.image_max_side,
         )
         driver = _ServerDriver(same_server, by_id, config, plan, forced_fields)
-        return await run_phases(driver, plan, config.batch_size, screen=screen, on_phase=on_phase)
+        return await run_phases(
+            driver,
+            plan,
+            config.batch_size,
+            screen=screen,
+            on_phase=on_phase,
+            on_estimate=on_estimate,
+        )

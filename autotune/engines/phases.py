@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from autotune.accuracy.screening import ScreeningRequest
-from autotune.engines.session import MeasurePlan, PhaseCallback
+from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallback
 from autotune.measure.convergence import RACED, SteadyRule
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.timing import RequestTiming
@@ -64,8 +64,11 @@ class PhaseDriver(Protocol):
         """Free answers (the trial's own decoding settings) to these eval items."""
         ...
 
-    async def load_test(self, rule: SteadyRule, repeats: ImageRepeats) -> LoadOutcome:
-        """The trial's load until `rule` stops it; `repeats` chooses each request's image."""
+    async def load_test(
+        self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None
+    ) -> LoadOutcome:
+        """The trial's load until `rule` stops it; `repeats` chooses each request's image;
+        `on_estimate` is shown what the rule sees every few seconds."""
         ...
 
 
@@ -76,6 +79,7 @@ async def run_phases(
     *,
     screen: Screen | None,
     on_phase: PhaseCallback | None = None,
+    on_estimate: EstimateCallback | None = None,
 ) -> PassesResult:
     """The trial's phases on `driver`, in order; what each took and what it answered."""
 
@@ -113,7 +117,7 @@ async def run_phases(
 
     phase("load test")
     repeats = ImageRepeats(plan.repeat_image_share, seed=plan.seed)
-    load = await driver.load_test(plan.rule(), repeats)
+    load = await driver.load_test(plan.rule(), repeats, on_estimate)
 
     accuracy_s = 0.0
     if plan.accuracy_ids is not None and load.stop_reason != RACED:

@@ -38,7 +38,12 @@ from autotune.engines.server_process import (
     ServerProcess,
     resolve_program,
 )
-from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.engines.session import (
+    EstimateCallback,
+    MeasurePlan,
+    PhaseCallback,
+    new_launch_id,
+)
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
@@ -64,6 +69,7 @@ def drive_passes(
     plan: MeasurePlan,
     timeout_s: float,
     on_phase: PhaseCallback | None,
+    on_estimate: EstimateCallback | None = None,
     forced_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
@@ -81,6 +87,7 @@ def drive_passes(
             plan=plan,
             forced_fields=forced_fields,
             on_phase=on_phase,
+            on_estimate=on_estimate,
             screen=screen,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
@@ -283,7 +290,12 @@ class ServerSession:
                     raise
 
     def measure(
-        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+        self,
+        config: TrialConfig,
+        plan: MeasurePlan,
+        *,
+        on_phase: PhaseCallback | None = None,
+        on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         server, ready, export, sampler = self.server, self.ready, self.export, self.sampler
         assert server is not None and ready is not None and export is not None
@@ -308,6 +320,7 @@ class ServerSession:
                 forced_fields=load_fields(export.format, plan),
                 timeout_s=self.trial_timeout_s,
                 on_phase=on_phase,
+                on_estimate=on_estimate,
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
                 screen=self.screen,

@@ -24,6 +24,9 @@ from autotune.records import SessionResult
 from autotune.space import SearchSpace
 
 PhaseCallback = Callable[[str], None]
+# Shown the load test's running estimate every few seconds (a stop-rule trail entry: elapsed_s,
+# tokens_per_s, ci_rel, ...). Called on the load's own event loop: it must not block.
+EstimateCallback = Callable[[dict[str, Any]], None]
 
 
 class MeasurePlan(BaseModel):
@@ -116,7 +119,12 @@ class EngineSession(Protocol):
     startup_s: float
 
     def measure(
-        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None
+        self,
+        config: TrialConfig,
+        plan: MeasurePlan,
+        *,
+        on_phase: PhaseCallback | None,
+        on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         """One trial's SessionResult; TrialFailure when it cannot complete."""
 

@@ -9,12 +9,14 @@ a snapshot of the load now and then; the rule stops it once
   TESTED_BATCHES batch means (their autocorrelation tested);
 
 or, racing (a study's incumbent given), once the trial cannot win: its steady rate's interval
-lies wholly below the incumbent's. A study recommends the best rate, and a later objective
-only breaks ties between overlapping intervals (autotune.study.select.recommend), so such a
-trial can no longer be recommended; the study spends its time on the contenders instead, and
-keeps a loser's partial figures with the reason. The interval it is judged on
-comes from at least MIN_BATCHES batch means of a settled rate: a warm-up still climbing never
-stops a trial, and the replay benchmark (bench/cpu/replay.py) counts every stop it got wrong;
+(at RACE_CONFIDENCE, widened by the spread between launches) lies wholly below the
+incumbent's. A study recommends the best rate, and a later objective only breaks ties
+(autotune.study.select.tied: a difference inside its interval), so such a trial can no longer be
+recommended; the study spends its time on the contenders instead, and keeps a loser's partial
+figures with the reason. The interval it is judged on comes from at least MIN_BATCHES batch
+means of a settled rate (widened while they are too few for their correlation to be tested):
+a warm-up still climbing never stops a trial, and the replay benchmark (bench/cpu/replay.py)
+counts every stop it got wrong;
 
 or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all
 (warm-up included), or `max_requests`. A trial stopped by a cap says so; its interval is then
@@ -30,13 +32,15 @@ interval; `max_load_s` and `max_requests` still bound it, so no trial runs longe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from autotune.measure.steady import (
     BIN_S,
+    MAX_LAG1,
     MIN_BATCHES,
     TESTED_BATCHES,
     SteadyState,
@@ -83,23 +87,40 @@ class LoadSnapshot:
         )
 
 
+# A racing trial's interval: its upper end at this confidence must lie below the incumbent's
+# lower end. The rule looks many times a load, the incumbent is the best of many noisy figures
+# (so read high), and a launch's rate swings in waves; the replay benchmark (bench/cpu/replay.py,
+# 20 seeds) raced configurations as fast as their rival at the measuring rule's 95%.
+RACE_CONFIDENCE = 0.99
+# From MIN_BATCHES to TESTED_BATCHES batch means the correlation between them is not tested:
+# their interval is widened as if it were the strongest the batch means allow (MAX_LAG1), so
+# only a wide margin stops a trial that early (an eager launch, four times slower, whose
+# requests make 20-second batches and would not reach TESTED_BATCHES in its measuring cap).
+UNTESTED_WIDENING = math.sqrt((1 + MAX_LAG1) / (1 - MAX_LAG1))
+
+
 @dataclass(frozen=True)
 class RaceBound:
     """The incumbent a trial races: the low end of its throughput interval."""
 
     tokens_per_s_low: float
-    # Figures of two launches differ by this much beyond their own intervals: a trial on
-    # another launch than the incumbent's is judged on its interval widened by it.
+    # Figures of two launches differ by this much beyond their own intervals (a half-width at
+    # the rule's confidence): a racing trial is judged on its interval widened by it.
     spread_rel: float = 0.0
 
-    def beaten(self, estimate: SteadyState) -> bool:
-        """Whether a load whose steady rate is `estimate` has lost to the incumbent."""
-        # MIN_BATCHES, not TESTED_BATCHES: a loser by a wide margin is plain from four batch
-        # means (Student's t with 3 degrees of freedom keeps a narrow one honest), and long
-        # requests make long batches (eager mode at 32 in flight: 19 s each).
+    def beaten(self, estimate: SteadyState, confidence: float) -> bool:
+        """Whether a load whose steady rate is `estimate` (its interval at `confidence`) has
+        lost to the incumbent."""
         if estimate.batches < MIN_BATCHES or not math.isfinite(estimate.ci_rel):
             return False
-        ci_rel = math.hypot(estimate.ci_rel, self.spread_rel)
+        from scipy import stats  # here, not at the top: 0.8 s of import every command paid
+
+        df = estimate.batches - 1
+        widen_t = stats.t.ppf(0.5 + RACE_CONFIDENCE / 2, df) / stats.t.ppf(0.5 + confidence / 2, df)
+        if estimate.batches < TESTED_BATCHES:
+            widen_t *= UNTESTED_WIDENING
+        widen_z = stats.norm.ppf(0.5 + RACE_CONFIDENCE / 2) / stats.norm.ppf(0.5 + confidence / 2)
+        ci_rel = math.hypot(estimate.ci_rel * widen_t, self.spread_rel * widen_z)
         return estimate.tokens_per_s * (1.0 + ci_rel) < self.tokens_per_s_low
 
 
@@ -115,17 +136,22 @@ class SteadyRule:
     race: RaceBound | None = None
 
     def reason_to_stop(self, snapshot: LoadSnapshot) -> str | None:
-        """CONVERGED, MAX_SECONDS or MAX_REQUESTS once the load may end; else None."""
+        """CONVERGED, RACED, MAX_SECONDS or MAX_REQUESTS once the load may end; else None."""
+        cap = None
         if snapshot.completed >= self.max_requests:
-            return MAX_REQUESTS
-        if snapshot.elapsed_s >= self.max_load_s:
-            return MAX_SECONDS
+            cap = MAX_REQUESTS
+        elif snapshot.elapsed_s >= self.max_load_s:
+            cap = MAX_SECONDS
         estimate = snapshot.estimate(self.confidence)
-        if estimate is None or not estimate.settled:
-            return None
-        # Lost is lost, however narrow its interval: a loser needs no accuracy pass either.
-        if self.race is not None and self.race.beaten(estimate):
+        settled = estimate is not None and estimate.settled
+        # Lost is lost, however narrow its interval, and at a cap too: a loser needs no
+        # accuracy pass either.
+        if settled and self.race is not None and self.race.beaten(estimate, self.confidence):
             return RACED
+        if cap is not None:
+            return cap
+        if estimate is None or not settled:
+            return None
         if estimate.batches >= TESTED_BATCHES and estimate.ci_rel <= self.target_ci_rel:
             return CONVERGED
         if estimate.window_s >= self.max_measure_s and math.isfinite(estimate.ci_rel):
@@ -138,10 +164,14 @@ def keep_trail(
     snapshot: LoadSnapshot,
     rule: SteadyRule,
     reason: str | None,
+    on_entry: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Append what `rule` saw to `trail` every TRAIL_EVERY_S of load, and at its stop."""
+    """Append what `rule` saw to `trail` every TRAIL_EVERY_S of load, and at its stop;
+    `on_entry` is shown each entry as it is kept (the trial's running estimate)."""
     if reason is not None or snapshot.elapsed_s >= TRAIL_EVERY_S * (len(trail) + 1):
         trail.append(trail_entry(snapshot, rule, reason))
+        if on_entry is not None:
+            on_entry(dict(trail[-1]))
 
 
 def trail_entry(

@@ -144,6 +144,8 @@ class TrialRecord(_Stored):
     # Stopped by racing (autotune.study.racing): the incumbent it lost to, and why.
     raced_by: int | None = None
     raced_reason: str | None = None
+    # The one-lever step from an incumbent the trial was proposed as (autotune.study.steps).
+    step: dict[str, Any] | None = None
     owner: dict[str, Any] | None = None
     failure_kind: str | None = None
     failure_reason: str | None = None

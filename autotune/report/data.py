@@ -154,7 +154,10 @@ def reference_why(
         elif trial.number in what_ifs:
             why = f"is a what-if: {what_ifs[trial.number]}"
         elif trial.number in ties:
-            why = f"ties with it (the throughput intervals overlap) and has the worse {second}"
+            why = (
+                "ties with it (the throughput difference lies inside its interval) and has "
+                f"the worse {second}"
+            )
         else:
             why = "is off the feasible Pareto front: another trial is as fast with lower latency"
         lines.append(f"trial {trial.number} ({speed} tok/s) {why}")

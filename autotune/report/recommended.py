@@ -31,13 +31,13 @@ from autotune.study.select import tied
 
 def _versus(rec: FrozenTrial, ref: FrozenTrial, key: str, higher_better: bool) -> str:
     """Relative change against the reference, coloured by whether it is an improvement; a
-    throughput whose interval overlaps the reference's is a tie, whatever the points say."""
+    throughput tied with the reference's (select.tied) is a tie, whatever the points say."""
     v, b = finite(TrialRecord.of(rec).figure(key)), finite(TrialRecord.of(ref).figure(key))
     if v is None or b is None or b == 0:
         return "-"
     change = (v - b) / abs(b)
     if key == THROUGHPUT and tied(rec, ref):
-        return f"{change:+.0%} (a tie: the intervals overlap)"
+        return f"{change:+.0%} (a tie: the difference lies inside its interval)"
     better = change > 0 if higher_better else change < 0
     css = "good" if better else "bad" if change else ""
     return f'<span class="{css}">{change:+.0%}</span>'
@@ -144,7 +144,10 @@ def recommended_section(data: ReportData) -> str:
     ties = ""
     if rec.ties:
         tied_with = ", ".join(f"trial {t.number}" for t in rec.ties)
-        ties = f"<p class='note'>Tied on throughput (intervals overlap): {e(tied_with)}.</p>"
+        ties = (
+            "<p class='note'>Tied on throughput (the difference lies inside its interval): "
+            f"{e(tied_with)}.</p>"
+        )
     ref_line = (
         f"<p>Reference: trial {ref.number} — "
         f"{e(params_text(set_values(TrialRecord.of(ref).config)))}</p>"

@@ -284,7 +284,7 @@ def best_text(study: optuna.Study) -> str:
         console.print(f"  measured on {ran_on}", markup=False)
     if rec.ties:
         tied = ", ".join(f"trial {t.number} ({_throughput_cell(t)} tok/s)" for t in rec.ties)
-        console.print(f"  ties (throughput intervals overlap): {tied}")
+        console.print(f"  ties (throughput differences inside their interval): {tied}")
     console.print(
         f"  export: autotune export --study {study.study_name}"
         + (f" --format {target}" if target else "")

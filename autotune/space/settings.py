@@ -10,7 +10,15 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from autotune.errors import did_you_mean
 from autotune.measure.registry import METRICS, Direction
@@ -291,14 +299,30 @@ class Workload(_Strict):
 
 
 class SamplerSettings(_Strict):
-    """Optuna's TPE sampler: how many seeded random trials come before it models the results."""
+    """How the study proposes configurations (autotune.study.loop.make_sampler)."""
 
+    kind: Literal["tpe", "random"] = Field(
+        "tpe",
+        description="tpe: one-lever steps from the incumbent first (steps), then Optuna's "
+        "TPESampler, its start-up covering the big levers (autotune.study.coverage). random: "
+        "Optuna's RandomSampler, every proposal drawn uniformly (a baseline: bench/cpu/replay.py); "
+        "the reference and named candidates still come first, launches are still reused.",
+    )
     n_startup_trials: int | None = Field(
         None,
         ge=1,
         le=MAX_COUNT,
-        description="Random trials first; default: a third of the trials (2-10). At most "
+        description="TPE's random trials first; default: from the budget (a quarter of the "
+        "trials it should buy, 4-10), or a third of --trials (2-10) without one. At most "
         "100,000, the most trials a study runs.",
+    )
+    steps: bool = Field(
+        True,
+        description="Propose one-lever steps from the incumbent before the sampler's own "
+        "proposals (autotune.study.steps): every other level of image side and concurrency on "
+        "the running launch, then launches with one launch parameter changed "
+        "(launches.launch_steps); a step that wins is the next steps' incumbent. false: the "
+        "sampler from the first proposal.",
     )
 
 
@@ -326,14 +350,15 @@ class LaunchSettings(_Strict):
         description="Proposals of already-measured configurations in a row that end a launch "
         "early: the sampler has little left to try on it.",
     )
-    random_launches: int = Field(
-        2,
+    launch_steps: int = Field(
+        3,
         ge=0,
         le=MAX_COUNT,
-        description="Launches the study chooses itself before TPE chooses them: each the "
-        "incumbent's launch with one launch lever changed, the value tried on the fewest "
-        "launches first (autotune.study.launch_cover). TPE learns nothing about a lever until "
-        "launches differ in it, and would keep the first launch forever. 0: TPE from the start.",
+        validation_alias=AliasChoices("launch_steps", "random_launches"),
+        description="Launches the steps may open (sampler.steps): each the incumbent's launch "
+        "with one launch parameter changed and its request-time settings, the value tried on "
+        "the fewest launches first. TPE learns nothing about a launch parameter until launches "
+        "differ in it. 0: no launch steps. `random_launches`, its earlier name, is read too.",
     )
 
 

@@ -66,14 +66,18 @@ class Budget:
         return estimate
 
     def overhead(self, study: optuna.Study) -> float:
-        """The median warm-up + accuracy of a trial: what follows its load test."""
+        """The median warm-up + accuracy of a trial: what follows its load test. Each from
+        the trials that ran it: trials stopped by racing or screening run no accuracy pass,
+        and once most trials are raced a median over all would reserve nothing for the next
+        contender's."""
         records = [TrialRecord.of(t) for t in _finished(study)]
-        parts = [
-            float(r.time_s.get("warmup", 0.0)) + float(r.time_s.get("accuracy", 0.0))
-            for r in records
-            if r.time_s and r.duplicate_of is None
-        ]
-        return statistics.median(parts) if parts else 0.0
+        measured = [r for r in records if r.time_s and r.duplicate_of is None]
+        total = 0.0
+        for part in ("warmup", "accuracy"):
+            seconds = [float(r.time_s.get(part, 0.0)) for r in measured]
+            ran = [s for s in seconds if s > 0]
+            total += statistics.median(ran) if ran else 0.0
+        return total
 
     @staticmethod
     def _startup(trials: list[FrozenTrial], backend: str) -> float:

@@ -3,9 +3,9 @@ report.
 
 A study holds more Optuna trials than it measured: a proposal of a configuration already
 measured is recorded as a repeat (its twin's figures copied, nothing re-run), a trial can fail
-(out of memory, a crash, a timeout, Ctrl-C), screening can prune one, and a worker can step
-back when others reached the target. Only measured and screened trials count towards --trials;
-every reader names the others as what they are.
+(out of memory, a crash, a timeout, Ctrl-C), screening or racing can stop one early, and a
+worker can step back when others reached the target. Only measured, screened and raced trials
+count towards --trials; every reader names the others as what they are.
 """
 
 from __future__ import annotations

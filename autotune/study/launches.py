@@ -2,14 +2,17 @@
 
 Starting an engine (a server, a model load, a compile) costs far more than one measurement,
 so a launch is kept for several trials. After each trial the scheduler tells Optuna what
-comes next: while the launch has trials left (`launches.trials_per_launch`), the study's own
-TPE sampler proposes only request-time settings, through Optuna's PartialFixedSampler with
-the launch-time parameters fixed. Then the next launch is chosen: for the first
-`launches.random_launches` launches the study picks itself, a one-lever step from the
-incumbent's launch (autotune.study.launch_cover), its request-time settings TPE's; after
-them TPE chooses freely. Every trial is an ordinary Optuna trial, so the search stays
-Optuna's. A launch whose first two trials both lost their races is left early
-(RACED_TO_LEAVE).
+comes next, through Optuna's PartialFixedSampler around the study's sampler:
+
+- while the incumbent has an untried one-lever neighbour (autotune.study.steps), that step's
+  levers: request-time steps on the incumbent's launch, then up to `launches.launch_steps`
+  launches with one launch parameter changed;
+- else, while the running launch has trials left (`launches.trials_per_launch`), its
+  launch-time parameters, the sampler proposing request-time settings;
+- else nothing: the sampler chooses freely, a new launch included.
+
+Every trial is an ordinary Optuna trial, so the search stays Optuna's. A launch whose first
+two trials both lost their races is left early (RACED_TO_LEAVE).
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
 one engine at a time) and starts its own. A failed trial ends its launch. Each launch holds
@@ -30,8 +33,8 @@ from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
-from autotune.study.launch_cover import chosen_launches, next_launch
 from autotune.study.plan import StudyPlan
+from autotune.study.steps import Step, chosen_launches, next_step
 
 # Trials on a launch, every one stopped by racing, after which the launch is given up.
 RACED_TO_LEAVE = 2
@@ -49,7 +52,9 @@ class LaunchScheduler:
         self.contenders_on_session = 0  # its trials that were not stopped by racing
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
-        # The backend a launch step pinned for the next trial (the budget's start-up guess).
+        # The step the next proposal is pinned to, and the backend a launch step pinned (the
+        # budget's start-up guess).
+        self.step: Step | None = None
         self.pinned_backend: str | None = None
         self.pool = GpuPool(plan.gpus) if plan.gpus else None
         self.lease: GpuLease | None = None
@@ -144,23 +149,31 @@ class LaunchScheduler:
         self.steer(study)
 
     def steer(self, study: optuna.Study) -> None:
-        """Point the study's sampler at the next proposal: on the launch that is kept, else a
-        step from the incumbent's launch while steps are left, else TPE unrestricted. Run
-        after every trial, and once when a process joins (a resumed study, another worker)."""
-        pinned = self.fixed
-        self.pinned_backend = None
-        if pinned is None:
-            chosen = chosen_launches(study)
-            if chosen < self.settings.random_launches:
-                pinned = next_launch(self.plan.space, study, index=chosen)
-                backend = (pinned or {}).get("backend")
-                self.pinned_backend = backend if isinstance(backend, str) else None
+        """Point the study's sampler at the next proposal: the incumbent's next one-lever step
+        while one is left (autotune.study.steps), else the launch that is kept, else the
+        sampler unrestricted. Run after every trial, and once when a process joins (a
+        resumed study, another worker)."""
+        space = self.plan.space
+        self.step = None
+        if space.sampler.steps:
+            left = chosen_launches(study) < self.settings.launch_steps
+            self.step = next_step(space, study, launch_steps_left=left)
+        pinned = self.fixed if self.step is None else self.step.pinned
+        backend = (pinned or {}).get("backend") if self.step and self.step.new_launch else None
+        self.pinned_backend = backend if isinstance(backend, str) else None
         if pinned is None:
             study.sampler = self.base_sampler
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.sampler = optuna.samplers.PartialFixedSampler(pinned, self.base_sampler)
+
+    def step_of(self, trial: optuna.Trial) -> Step | None:
+        """The step `trial` was proposed as, when the sampler was pinned to one."""
+        step = self.step
+        if step is None or any(trial.params.get(k) != v for k, v in step.pinned.items()):
+            return None
+        return step
 
     def _fixable(self, trial: FrozenTrial) -> bool:
         """Whether fixing this trial's parameters pins its whole launch: not so for a reference

@@ -22,13 +22,13 @@ from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.counting import counted_trials, trial_counts
-from autotune.study.coverage import CoveringSampler
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.progress import SURPLUS, Progress
 from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
+from autotune.study.sampler import make_sampler
 from autotune.study.select import reference_trial
 from autotune.study.storage import (
     StorageUnavailable,
@@ -66,15 +66,7 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        startup = space.sampler.n_startup_trials or max(2, min(10, space.trials // 3))
-        tpe = optuna.samplers.TPESampler(
-            seed=space.seed,
-            multivariate=True,
-            group=True,  # conditional parameters (sampling only when do_sample, ...)
-            n_startup_trials=startup,
-        )
-        # Its start-up covers the levers that move throughput most (autotune.study.coverage).
-        sampler = CoveringSampler(tpe, startup=startup, seed=space.seed)
+        sampler = make_sampler(space)
         study = optuna.create_study(
             study_name=plan.study_name,
             storage=storage,

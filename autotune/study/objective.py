@@ -16,14 +16,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.floor import infeasible_because
-from autotune.accuracy.paired import PairedComparison, compare
 from autotune.accuracy.reuse import (
     accuracy_key,
     find_reusable,
     screening_request,
     stored_accuracy,
 )
-from autotune.accuracy.scoring import AccuracyReport
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
@@ -32,18 +30,20 @@ from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.stored import TrialRecord
-from autotune.space import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
 from autotune.study.counting import FAILURE_WORDS, is_surplus
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
+from autotune.study.live import LiveEstimate
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import SURPLUS, Progress
-from autotune.study.racing import Incumbent, incumbent, record_raced, report_running_rate, spread_of
+from autotune.study.racing import Incumbent, incumbent, record_raced
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
+from autotune.study.verdicts import constraint_values, judge, record_constraints
 
 # A load test is never cut below this many seconds by the budget: it still measures its
 # minimum number of requests, this only stops it asking for more.
@@ -53,135 +53,6 @@ OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
 _RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
                    "candidate", "gpus", "gpu_share")  # fmt: skip
-
-
-def constraint_values(
-    space: SearchSpace,
-    m: Measurement,
-    paired: PairedComparison | None,
-    *,
-    same_answers: bool = False,
-) -> dict[str, float]:
-    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order.
-
-    `same_answers`: every answer is the reference's, word for word; such a trial loses no
-    accuracy whatever a small set's interval would allow, so it is never infeasible on it.
-    """
-    c = space.constraints
-    values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
-    if c.accuracy.enabled and m.accuracy is not None:
-        if c.accuracy.mode == "absolute":
-            values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
-        elif same_answers:
-            values["accuracy"] = -c.accuracy.max_drop
-        elif paired is not None:
-            diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
-            values["accuracy"] = -c.accuracy.max_drop - diff
-    if c.memory_budget_mib is not None and "peak_memory_mib" in m.figures:
-        values["memory"] = m.figures["peak_memory_mib"] - c.memory_budget_mib
-    if c.latency_slo_ms is not None and "e2e_latency_p95_ms" in m.figures:
-        values["latency"] = m.figures["e2e_latency_p95_ms"] - c.latency_slo_ms
-    return values
-
-
-def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
-    """Constraint values for the sampler (Optuna's set_constraint) and for our own readers.
-
-    "deployable" (0 or 1) is given to the sampler too, so TPE learns where configurations
-    that reproduce on the deploy target lie; feasibility reads the other three only.
-    """
-    trial.set_user_attr("constraints", values)
-    for name, value in values.items():
-        trial.set_constraint(name, value)
-
-
-def judge(accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace) -> PairedComparison:
-    """Compare a candidate's answers with the reference's, item by item."""
-    ref_accuracy = stored_accuracy(reference)
-    return compare(
-        accuracy.item_scores,
-        ref_accuracy.item_scores,
-        candidate_passed=accuracy.item_passed,
-        reference_passed=ref_accuracy.item_passed,
-        confidence=space.constraints.accuracy.confidence,
-    )
-
-
-# Attributes that describe a trial's own run, not its configuration's figures.
-_NOT_INHERITED = frozenset(
-    {
-        "is_reference",
-        "candidate",
-        "sample_outputs_artifact",
-        "accuracy_reused_from",
-        "answers_computed",
-        "time_s",
-        "launch_id",
-        "launch_started",
-        "gpus",
-        "gpu_share",
-        # A repeat of a recovered trial was proposed again, not recovered: it would otherwise
-        # count as a second recovery of the same results.
-        "recovered_from_trial",
-    }
-)
-
-
-# How often a trial looks whether the same configuration or the reference, running in another
-# worker, is done: one study read a second is nothing next to a trial.
-TWIN_POLL_S = 1.0
-
-
-def identical_trial(
-    study: optuna.Study, config: TrialConfig, *, number: int, timeout_s: float = 0.0
-) -> FrozenTrial | None:
-    """A completed trial of the same configuration. One that another worker is running is
-    waited for (up to `timeout_s`): measuring it twice at once would cost a GPU the trial's
-    time for figures the study already gets."""
-    wanted = config.model_dump()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        running = False
-        for other in study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
-        ):
-            record = TrialRecord.of(other)
-            if other.number == number or record.config != wanted:
-                continue
-            if other.state == TrialState.COMPLETE and record.constraints is not None:
-                return other
-            running = running or other.state == TrialState.RUNNING
-        if not running or time.monotonic() > deadline:
-            return None
-        time.sleep(TWIN_POLL_S)
-
-
-def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
-    """The completed reference; waits while another process (a shared study) still runs it.
-
-    Without it a relative floor cannot be judged, and a candidate must never pass unjudged.
-    """
-    accuracy = space.constraints.accuracy
-    needs_reference = accuracy.enabled and accuracy.mode == "relative"
-    deadline = time.monotonic() + space.trial_timeout_s
-    while True:
-        reference = reference_trial(study)
-        if reference is not None or not needs_reference:
-            return reference
-        pending = [
-            t
-            for t in study.get_trials(
-                deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
-            )
-            if TrialRecord.of(t).is_reference
-        ]
-        if not pending or time.monotonic() > deadline:
-            raise TrialFailure(
-                "no completed reference trial to compare with (it failed or is missing); "
-                "run the study again to retry the reference",
-                kind="no-reference",
-            )
-        time.sleep(TWIN_POLL_S)
 
 
 def fail_trial(
@@ -212,7 +83,7 @@ class _Proposal:
     config: TrialConfig
     output_key: str
     is_reference: bool
-    twin_possible: bool  # a sampled configuration may repeat one already measured
+    sampled: bool  # the sampler's (not the reference or a named candidate): it may repeat one
 
 
 @dataclass(frozen=True)
@@ -284,28 +155,6 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     return _Verdict(m, attrs, constraints, values)
 
 
-def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> list[float]:
-    """The sampler proposed a configuration already measured: record it, don't re-run it.
-
-    GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
-    came from, and the trial does not count towards --trials.
-    """
-    for key, value in twin.user_attrs.items():
-        if key not in _NOT_INHERITED:
-            trial.set_user_attr(key, value)
-    trial.set_user_attr("duplicate_of", twin.number)
-    trial.set_user_attr("answers_computed", 0)
-    twin_record = TrialRecord.of(twin)
-    constraints = dict(twin_record.constraints or {})
-    if twin_record.is_reference and twin_record.item_passed:
-        # The reference's twin is still a candidate: judged like every other one (a zero
-        # difference), not left without a comparison.
-        paired = judge(stored_accuracy(twin), twin, space)
-        trial.set_user_attr("paired_vs_reference", paired.to_dict())
-    record_constraints(trial, constraints)
-    return list(twin.values)
-
-
 class Objective:
     """What study.optimize calls for each trial."""
 
@@ -365,7 +214,7 @@ class Objective:
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
         proposal = self._propose(trial)
-        if proposal.twin_possible:
+        if proposal.sampled:
             waited = time.perf_counter()
             twin = identical_trial(
                 trial.study,
@@ -374,6 +223,8 @@ class Objective:
                 timeout_s=self.plan.space.trial_timeout_s,
             )
             time_s["twin_wait"] = time.perf_counter() - waited
+            if twin is not None and twin.state == TrialState.PRUNED:
+                copy_raced_twin(trial, twin)
             if twin is not None:
                 return copy_twin(trial, twin, self.plan.space)
         run = self._measure(trial, proposal, time_s)
@@ -385,7 +236,6 @@ class Objective:
             )  # fmt: skip
             time_s.update(m.time_s)
             record_raced(trial, m, run.rival, run.launch_id, run.result.stop_rule_trail)
-        report_running_rate(trial, run.result.stop_rule_trail)
         verdict = judge_run(self.plan, run, time_s)
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
@@ -416,9 +266,9 @@ class Objective:
         trial.set_user_attr("config", config.model_dump())
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
-        return _Proposal(
-            config, output_key, is_reference, twin_possible=not (is_reference or candidate)
-        )
+        if (step := self.launches.step_of(trial)) is not None:
+            trial.set_user_attr("step", step.describe())
+        return _Proposal(config, output_key, is_reference, sampled=not (is_reference or candidate))
 
     def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
         """The load test (and accuracy pass, unless an earlier trial's answers are reused) on
@@ -429,13 +279,15 @@ class Objective:
         cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         rival = None
-        if space.workload.racing and not proposal.is_reference:
-            rival = incumbent(trial.study, spread_rel=spread_of(space))
         ids = [item.id for item in plan.evalset.items]
         try:
             session, launched = self.launches.session_for(config, self.progress.phase)
             trial.set_user_attr("launch_id", session.launch_id)
             trial.set_user_attr("launch_started", launched)
+            # The reference and the named candidates are measured whole: every trial is judged
+            # against the one, and the others are what the user asked to see.
+            if proposal.sampled:
+                rival = incumbent(trial.study, space, launch_id=session.launch_id)
             if self.launches.gpus:
                 trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
                 trial.set_user_attr("gpu_share", self.launches.gpu_share)
@@ -453,7 +305,13 @@ class Objective:
                 max_seconds=self._measure_seconds(trial.study),
                 race=None if rival is None else rival.bound,
             )
-            result = session.measure(config, measure, on_phase=self.progress.phase)
+            live = LiveEstimate(trial, self.progress.estimate)
+            try:
+                result = session.measure(
+                    config, measure, on_phase=self.progress.phase, on_estimate=live.post
+                )
+            finally:
+                live.close()  # nothing is written to the trial once it is told
             if reference is None and not proposal.is_reference:
                 reference = await_reference(trial.study, space)
         except TrialFailure as failure:

@@ -32,6 +32,9 @@ from autotune.study.counting import FAILURE_WORDS, SURPLUS, counts_towards_targe
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.timeshare import PARTS, part_seconds
 
+# A log shows the running estimate at most this often (a terminal's bar, as it comes).
+PLAIN_ESTIMATE_EVERY_S = 30.0
+
 __all__ = ["SURPLUS", "Progress", "best_so_far", "time_line", "trial_figures"]
 
 
@@ -151,6 +154,7 @@ class Progress:
         self.task: TaskID | None = None
         self.current = ""
         self.trial_started_at = 0.0
+        self.next_plain_estimate_s = PLAIN_ESTIMATE_EVERY_S
 
     def __enter__(self) -> Progress:
         return self
@@ -200,6 +204,7 @@ class Progress:
     def trial_started(self, number: int, config: TrialConfig) -> None:
         self.trial_started_at = time.monotonic()
         self.current = f"trial {number}"
+        self.next_plain_estimate_s = PLAIN_ESTIMATE_EVERY_S
         self.phase("starting")
 
     def phase(self, name: str) -> None:
@@ -212,6 +217,21 @@ class Progress:
             return
         self.bar.update(self.task, description=f"{self.current}: {name}")
         self.bar.refresh()
+
+    def estimate(self, entry: dict[str, object]) -> None:
+        """The running trial's estimate so far (autotune.study.live): on the bar as it comes;
+        in a log, a line every PLAIN_ESTIMATE_EVERY_S of load, so a long GPU trial shows
+        where its rate stands without a line every few seconds."""
+        rate, ci, elapsed = entry.get("tokens_per_s"), entry.get("ci_rel"), entry.get("elapsed_s")
+        interval = f" ±{ci:.1%}" if isinstance(ci, float) and math.isfinite(ci) else ""
+        seconds = elapsed if isinstance(elapsed, int | float) else 0.0
+        text = f"load test {seconds:.0f} s: {_fmt(rate, '.1f')}{interval} tok/s so far"
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description=f"{self.current}: {text}")
+            self.bar.refresh()
+        elif not self.quiet and self.current and seconds >= self.next_plain_estimate_s:
+            self.next_plain_estimate_s = seconds + PLAIN_ESTIMATE_EVERY_S
+            self._print(f"  {self.current}: {text}")
 
     def trial_finished(
         self, study: optuna.Study, trial: FrozenTrial, *, counted: int | None = None

@@ -2,7 +2,7 @@
 
 The incumbent is the trial the study would recommend now (autotune.study.select.recommend),
 when it meets every constraint. The recommendation is the best throughput, a later
-objective (p95 latency, say) breaking ties between overlapping intervals only; so a trial
+objective (p95 latency, say) breaking ties only (autotune.study.select.tied); so a trial
 whose throughput interval lies wholly below the incumbent's can no longer be recommended.
 The stop rule (autotune.measure.convergence) ends such a load as soon as that is known; the
 trial is then PRUNED, with its partial figures and the reason, and never reaches the
@@ -12,6 +12,7 @@ study whose first objective is not throughput is not raced at all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -34,20 +35,35 @@ class Incumbent:
     tokens_per_s: float
     bound: RaceBound
 
-    def reason(self, tokens_per_s: float | None, ci_rel: float | None) -> str:
-        figure = "-" if tokens_per_s is None else f"{tokens_per_s:.1f}"
-        interval = "" if ci_rel is None else f" ±{ci_rel:.1%}"
+    def reason(self, decided_on: dict[str, Any]) -> str:
+        """Why a trial lost, from the stop rule's estimate it was judged on (`decided_on`: the
+        trail's last entry), which can differ a little from its recorded figure (the whole
+        load's, summarised once it stopped)."""
+        rate, ci_rel = decided_on.get("tokens_per_s"), decided_on.get("ci_rel")
+        elapsed = decided_on.get("elapsed_s")
+        figure = f"{rate:.1f}" if isinstance(rate, int | float) else "-"
+        interval = f" ±{ci_rel:.1%}" if isinstance(ci_rel, float) and math.isfinite(ci_rel) else ""
+        after = f" after {elapsed:.0f} s of load" if isinstance(elapsed, int | float) else ""
         return (
-            f"stopped by racing: {figure}{interval} tok/s lies below trial {self.number}'s "
-            f"{self.tokens_per_s:.1f} tok/s (interval from {self.bound.tokens_per_s_low:.1f})"
+            f"stopped by racing{after}: {figure}{interval} tok/s lies below trial "
+            f"{self.number}'s {self.tokens_per_s:.1f} tok/s (interval from "
+            f"{self.bound.tokens_per_s_low:.1f})"
         )
 
 
-def incumbent(study: optuna.Study, *, spread_rel: float) -> Incumbent | None:
-    """The trial to race, or None: the study ranks by something else first, or no feasible
-    trial with a throughput interval has finished yet."""
+def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Incumbent | None:
+    """The trial a sampled trial on launch `launch_id` races, or None: racing is off, the
+    study ranks by something else first, or no feasible trial with a throughput interval has
+    finished.
+
+    It is the top of the feasible front (the best throughput), not the recommendation: a
+    trial tied with the top may be recommended for its latency (autotune.study.select), so
+    only a trial whose interval lies below the top's is out of the running. On the top's own
+    launch the two load tests' own intervals are compared, as `select.tied` compares them;
+    on another, the top's recorded interval and the trial's, both widened by the spread
+    between launches."""
     names = objective_names(study)
-    if not names or names[0] != THROUGHPUT:
+    if not space.workload.racing or not names or names[0] != THROUGHPUT:
         return None
     try:
         best = recommend(study)
@@ -55,13 +71,17 @@ def incumbent(study: optuna.Study, *, spread_rel: float) -> Incumbent | None:
         return None
     if not best.feasible or not is_feasible(best.trial):
         return None
-    interval = throughput_interval(best.trial)
-    if interval is None:
+    top = max([best.trial, *best.ties], key=lambda t: (t.values[0], -t.number))
+    same_launch = TrialRecord.of(top).launch_id == launch_id
+    interval = throughput_interval(top, same_launch=same_launch)
+    if interval is None:  # too short for an interval: it ties with every trial
         return None
     return Incumbent(
-        number=best.trial.number,
-        tokens_per_s=TrialRecord.of(best.trial).figure(THROUGHPUT) or 0.0,
-        bound=RaceBound(tokens_per_s_low=interval[0], spread_rel=spread_rel),
+        number=top.number,
+        tokens_per_s=TrialRecord.of(top).figure(THROUGHPUT) or 0.0,
+        bound=RaceBound(
+            tokens_per_s_low=interval[0], spread_rel=0.0 if same_launch else spread_of(space)
+        ),
     )
 
 
@@ -72,20 +92,12 @@ def spread_of(space: SearchSpace) -> float:
     return with_launch_spread(0.0, workload.launch_spread_rel, workload.ci_confidence)
 
 
-def report_running_rate(trial: optuna.Trial, trail: list[dict[str, Any]]) -> None:
-    """The load's running rate as Optuna intermediate values (step: seconds into the load),
-    for optuna-dashboard's intermediate-value plot. Optuna takes them from single-objective
-    studies only."""
-    if len(trial.study.directions) != 1:
-        return
-    for entry in trail:
-        rate, elapsed = entry.get("tokens_per_s"), entry.get("elapsed_s")
-        if isinstance(rate, int | float) and isinstance(elapsed, int | float):
-            trial.report(float(rate), step=int(elapsed))
-
-
 def record_raced(
-    trial: optuna.Trial, m: Measurement, rival: Incumbent, launch_id: str, trail: list[Any]
+    trial: optuna.Trial,
+    m: Measurement,
+    rival: Incumbent,
+    launch_id: str,
+    trail: list[dict[str, Any]],
 ) -> NoReturn:
     """PRUNED, with the figures measured until the race was lost and the reason: the sampler
     learns the region is worse, and the study's time goes to the contenders."""
@@ -93,8 +105,7 @@ def record_raced(
     for key, value in m.user_attrs().items():
         if key != "time_s":
             trial.set_user_attr(key, value)
-    reason = rival.reason(m.figures.get(THROUGHPUT), m.figures.get("throughput_ci_rel"))
+    reason = rival.reason(trail[-1] if trail else {})
     trial.set_user_attr("raced_by", rival.number)
     trial.set_user_attr("raced_reason", reason)
-    report_running_rate(trial, trail)
     raise optuna.TrialPruned(reason)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import replay_surface as surface
 
-from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallback, new_launch_id
 from autotune.measure.convergence import LoadSnapshot, first_round_end, keep_trail
 from autotune.measure.steady import token_series
 from autotune.measure.timing import RequestTiming
@@ -55,6 +55,10 @@ class ReplaySession:
         self.clock = clock
         self.rng = rng
         self.offset = float(rng.normal(1.0, surface.LAUNCH_SD))  # this launch's own level
+        # Its rate swings in waves of prefill and decode: a phase that turns once a period,
+        # drifting at random (replay_surface.WAVE_*).
+        self.wave_phase = float(rng.uniform(0.0, 2 * np.pi))
+        self.wave_period_s = float(rng.uniform(*surface.WAVE_PERIOD_S))
         self.startup_s = surface.startup_s(launch.model_dump())
         clock.advance(self.startup_s)
 
@@ -65,11 +69,18 @@ class ReplaySession:
         pass
 
     def measure(
-        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+        self,
+        config: TrialConfig,
+        plan: MeasurePlan,
+        *,
+        on_phase: PhaseCallback | None = None,
+        on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         values = config.model_dump()
         rate = surface.tokens_per_s(values) * self.offset
-        timings, stop, trail, min_warmup, stopped_at = self._load(config.batch_size, rate, plan)
+        timings, stop, trail, min_warmup, stopped_at = self._load(
+            config.batch_size, rate, plan, on_estimate
+        )
         load_s = max((t.end for t in timings), default=0.0)  # the requests in flight drain
         self.clock.advance(load_s + RECORDING_S)
         return SessionResult(
@@ -93,8 +104,15 @@ class ReplaySession:
             return env | {"runner": "inprocess"}
         return env | {"runner": "server", "server_format": self.launch.backend}
 
+    def _swing(self, seconds: float) -> float:
+        """The launch's pace after `seconds` more, between -1 and 1: its wave's phase turns
+        at its period and drifts by a random walk (WAVE_DRIFT radians per root second)."""
+        drift = surface.WAVE_DRIFT * np.sqrt(seconds) * float(self.rng.standard_normal())
+        self.wave_phase += 2 * np.pi * seconds / self.wave_period_s + drift
+        return float(np.sin(self.wave_phase))
+
     def _load(
-        self, batch: int, rate: float, plan: MeasurePlan
+        self, batch: int, rate: float, plan: MeasurePlan, on_estimate: EstimateCallback | None
     ) -> tuple[list[RequestTiming], str, list[dict[str, Any]], float, float]:
         """Closed-loop lanes until the plan's rule stops the load (times from its start)."""
         lengths = plan.answer_lengths()
@@ -107,6 +125,7 @@ class ReplaySession:
         now, started, min_warmup = 0.0, 0, 0.0
         while stop is None:
             now += CHECK_EVERY_S
+            pace = 1.0 + surface.WAVE_AMPLITUDE * self._swing(CHECK_EVERY_S)
             for lane in range(batch):
                 while lanes[lane] < now and started < plan.max_requests:
                     tokens = lengths.next() if lengths is not None else mean_tokens
@@ -115,7 +134,7 @@ class ReplaySession:
                     noise = float(
                         self.rng.lognormal(-(surface.REQUEST_CV**2) / 2, surface.REQUEST_CV)
                     )
-                    e2e = per_request_s * tokens / mean_tokens * noise * slow
+                    e2e = per_request_s * tokens / mean_tokens * noise * slow / pace
                     start = lanes[lane]
                     first = start + e2e * (0.05 + 0.42 * batch / 64)  # TTFT: ~47% at 64
                     timings.append(RequestTiming(start, first, start + e2e, start + e2e, tokens))
@@ -138,5 +157,5 @@ class ReplaySession:
                 ends_s=ends,
             )
             stop = rule.reason_to_stop(snapshot)
-            keep_trail(trail, snapshot, rule, stop)
+            keep_trail(trail, snapshot, rule, stop, on_estimate)
         return sorted(timings, key=lambda t: t.end), stop, trail, min_warmup, now

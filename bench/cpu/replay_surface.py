@@ -13,8 +13,10 @@ surface is a model of the same shape, fitted to those points by hand:
   times a tail factor that grows with the batch (1.07 at 1, 1.35 at 64), which reproduces
   the measured p95s within about 10%;
 - the noise of a measurement: each request's length in time varies by a lognormal factor
-  (CV 12%), each launch is offset by a normal factor (SD 3%: bench/results/
-  h200-issue17-spread-2026-12-01.md measured 2.6%), and a load starts at 60% of its rate for
+  (CV 12%); each launch's pace swings in waves of prefill and decode (a sine of 8-12 s whose
+  phase drifts, its amplitude fitted to the H200's 5-second windows and measuring times:
+  WAVE_*); each launch is offset by a normal factor (SD 3%: bench/results/
+  h200-issue17-spread-2026-12-01.md measured 2.6%); and a load starts at 60% of its rate for
   its first round of requests (the warm-up the stop rule cuts);
 - start-up: 15 s for the transformers reference, 60 s for LMDeploy with CUDA graphs, 45 s
   without (measured 48-91 s and 45-65 s).
@@ -43,6 +45,16 @@ REFERENCE_TPS = 32.0  # transformers, batch 1 (30.6-40.1 measured)
 REFERENCE_P95_S = 4.7
 
 REQUEST_CV = 0.12
+# A launch's rate swings in waves of prefill and decode: on the H200, at concurrency 64, 5-second
+# windows of streamed tokens scatter with CV 9% and a negative lag-1 autocorrelation (-0.6 and
+# -0.1 on two launches: a wave of about 10 s), and two launches agree within 1.7% over 75 s
+# (../shared/data/h200-turn3/h200-stream-probe.json). The replay's wave: a sine of this
+# amplitude and a period drawn per launch, its phase drifting at random. At 0.18 the replay's
+# 5-second windows at 64 in flight scatter with CV 7% (lag-1 -0.46), and its load tests there
+# converge in 66-151 s (median 97 s; the H200 took 54-123 s): noisier than the GPU, not less.
+WAVE_AMPLITUDE = 0.18
+WAVE_PERIOD_S = (8.0, 12.0)
+WAVE_DRIFT = 0.5
 LAUNCH_SD = 0.03
 WARMUP_RATE_SHARE = 0.6
 STARTUP_S = {"transformers": 15.0, "lmdeploy-graphs": 60.0, "lmdeploy-eager": 45.0}

@@ -20,7 +20,12 @@ from autotune.checkpoints.adapters import Adapter
 from autotune.engines.inprocess.worker import LaunchRequest, MeasureCommand
 from autotune.engines.process import ManagedProcess
 from autotune.engines.scratch import make_scratch
-from autotune.engines.session import MeasurePlan, PhaseCallback, new_launch_id
+from autotune.engines.session import (
+    EstimateCallback,
+    MeasurePlan,
+    PhaseCallback,
+    new_launch_id,
+)
 from autotune.engines.threads import ThreadChoice
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
@@ -96,7 +101,12 @@ class WorkerSession:
         return self
 
     def measure(
-        self, config: TrialConfig, plan: MeasurePlan, *, on_phase: PhaseCallback | None = None
+        self,
+        config: TrialConfig,
+        plan: MeasurePlan,
+        *,
+        on_phase: PhaseCallback | None = None,
+        on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         command = MeasureCommand(config=config, plan=plan)
         try:
@@ -105,7 +115,7 @@ class WorkerSession:
             self._idle = False
             stdin.write(json.dumps({"measure": command.model_dump(mode="json")}) + "\n")
             stdin.flush()
-            raw = self._follow("result", self.trial_timeout_s, on_phase)
+            raw = self._follow("result", self.trial_timeout_s, on_phase, on_estimate)
             self._idle = True
         except BrokenPipeError:
             self.close()
@@ -162,7 +172,11 @@ class WorkerSession:
         self._events.put(None)  # end of stream: the worker exited
 
     def _follow(
-        self, wanted: str, timeout_s: float, on_phase: PhaseCallback | None
+        self,
+        wanted: str,
+        timeout_s: float,
+        on_phase: PhaseCallback | None,
+        on_estimate: EstimateCallback | None = None,
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -185,6 +199,9 @@ class WorkerSession:
             if "phase" in event:
                 if on_phase is not None:
                     on_phase(event["phase"])
+            elif "estimate" in event:
+                if on_estimate is not None:
+                    on_estimate(dict(event["estimate"]))
             elif "error" in event:
                 raise TrialFailure(
                     event["error"]["reason"], kind=event["error"]["kind"], log_tail=self.log_tail()

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from autotune.accuracy.screening import hopeless
 from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
-from autotune.engines.session import MeasurePlan, cycled
+from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
 from autotune.measure.convergence import LoadSnapshot, SteadyRule, first_round_end, keep_trail
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
@@ -118,6 +118,7 @@ class Worker:
                 config.batch_size,
                 screen=functools.partial(hopeless, self.evalset),
                 on_phase=lambda name: events.send(phase=name),
+                on_estimate=lambda entry: events.send(estimate=entry),
             )
         )
         if engine.device == "cuda":
@@ -162,7 +163,9 @@ class _BatchDriver:
                 answers[completion.item_id] = completion.text
         return answers
 
-    async def load_test(self, rule: SteadyRule, repeats: ImageRepeats) -> LoadOutcome:
+    async def load_test(
+        self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None
+    ) -> LoadOutcome:
         engine, clock, worker = self.engine, self.clock, self.worker
         groups = _batches(self.workload, self.config.batch_size)
         timings: list[Any] = []
@@ -197,7 +200,7 @@ class _BatchDriver:
                 ends_s=[end - load_start for end in ends],
             )
             stop = rule.reason_to_stop(snapshot)
-            keep_trail(trail, snapshot, rule, stop)
+            keep_trail(trail, snapshot, rule, stop, on_estimate)
         load_stop = clock.now()
         self.busy = _waited(clock, waited_before, wall_start)
         return LoadOutcome(

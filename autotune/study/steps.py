@@ -1,0 +1,204 @@
+"""One-lever steps from the incumbent: the study's first proposals, before the sampler's own.
+
+A few parameters move a serving configuration's throughput several-fold (image side,
+concurrency, CUDA graphs, the KV cache share), and a study of 30 minutes buys 25-40 trials.
+TPE's random start-up spends them blindly, and random draws leave whole levels of a lever
+unseen. So while the incumbent (the trial the study would recommend now) has an untried
+neighbour, the next proposal is one: the incumbent with one lever changed.
+
+- Request-time steps first: every other level of image side and concurrency, on the
+  incumbent's launch (no start-up to pay; a loser costs the seconds racing needs to stop it).
+  Within a lever the levels farthest from the incumbent's come first, so that the ends of its
+  range bracket it: on the H200 the best side (512) lies at the far end from full size.
+- Then launch steps (`launches.launch_steps` of them): the incumbent with one launch parameter
+  changed and its request-time levels, so that the new launch is compared on equal terms; the
+  value tried on the fewest launches first.
+- A step that wins becomes the incumbent the next steps start from (coordinate ascent); when
+  the incumbent has no untried neighbour left, the sampler proposes (TPE, whose model then
+  holds every level of every lever).
+
+Only the levers are pinned; the parameters that barely move the rate (decoding settings, the
+repetition penalty) stay the sampler's. Steps are read from the storage (which lever values
+the study's trials ran, running ones included), so a resumed study and a second worker
+continue them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.errors import StudyError
+from autotune.params import LAUNCH_PARAMS
+from autotune.records.stored import TrialRecord
+from autotune.space import SearchSpace
+from autotune.space.sampling import contains, searched
+from autotune.study.select import is_feasible, recommend
+
+# The request-time levers: what moves throughput most without a new launch.
+REQUEST_LEVERS = ("image_max_side", "batch_size")
+STEPPED = (*LAUNCH_PARAMS, *REQUEST_LEVERS)
+ON_ANY_LAUNCH = ("backend", *REQUEST_LEVERS)
+
+Lever = tuple[str, Any]
+_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next proposal's pinned levers, and where they come from."""
+
+    pinned: dict[str, Any]  # Optuna parameter names and values
+    lever: str
+    value: Any
+    from_trial: int
+    new_launch: bool
+
+    def describe(self) -> dict[str, Any]:
+        """What the trial records as `step`."""
+        return {"lever": self.lever, "value": self.value, "from_trial": self.from_trial}
+
+
+def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: bool) -> Step | None:
+    """The incumbent's next untried one-lever neighbour; None when there is none (or no
+    feasible incumbent yet): the sampler proposes then."""
+    base_trial = _incumbent(study)
+    if base_trial is None:
+        return None
+    base = TrialRecord.of(base_trial).config
+    if not base or _pinned(space, base, LAUNCH_PARAMS) is None:
+        return None  # a launch the space cannot pin (the reference's engine): nothing to step
+    trials = study.get_trials(deepcopy=False, states=_STATES)
+    configs = [TrialRecord.of(t).config for t in trials if TrialRecord.of(t).config]
+    tried = {_key(config, STEPPED) for config in configs}
+    # A request-time level tried on any launch of the engine is not stepped to again: launch
+    # parameters scale the rate much alike across them, and an incumbent that moved to an
+    # equal launch (fp16 for bf16, by noise) would otherwise sweep its levels a second time.
+    tried_requests = {_key(config, ON_ANY_LAUNCH) for config in configs}
+    order = random.Random(f"{space.seed}:step:{len(tried)}")
+    for lever, value in _request_steps(space, base, order) + (
+        _launch_steps(space, base, trials, order) if launch_steps_left else []
+    ):
+        config = {**base, lever: value}
+        pinned = _pinned(space, config, STEPPED)
+        if pinned is None or _key(config, STEPPED) in tried:
+            continue
+        if lever in REQUEST_LEVERS and _key(config, ON_ANY_LAUNCH) in tried_requests:
+            continue
+        return Step(pinned, lever, value, base_trial.number, lever in LAUNCH_PARAMS)
+    return None
+
+
+def _incumbent(study: optuna.Study) -> FrozenTrial | None:
+    try:
+        best = recommend(study)
+    except StudyError:  # nothing completed, or nothing deployable yet
+        return None
+    return best.trial if best.feasible and is_feasible(best.trial) else None
+
+
+def _request_steps(space: SearchSpace, base: dict[str, Any], order: random.Random) -> list[Lever]:
+    """Every other level of each request lever, farthest from the base's first; the levers
+    taken in turn (the farthest of each, then the next of each), ties in a seeded order."""
+    ranked: list[tuple[int, float, Lever]] = []
+    for lever in REQUEST_LEVERS:
+        levels = _levels(space, base, lever)
+        if levels is None:
+            continue
+        by_size = sorted({*levels, base[lever]}, key=_size)
+        here = by_size.index(base[lever])
+        others = sorted(
+            (v for v in levels if not _same(v, base[lever])),
+            key=lambda v: -abs(by_size.index(v) - here),
+        )
+        ranked += [(turn, order.random(), (lever, v)) for turn, v in enumerate(others)]
+    return [lever for *_, lever in sorted(ranked, key=lambda r: r[:2])]
+
+
+def _launch_steps(
+    space: SearchSpace, base: dict[str, Any], trials: list[FrozenTrial], order: random.Random
+) -> list[Lever]:
+    """Every other value of each launch parameter, the value tried on the fewest launches
+    first, ties in a seeded order."""
+    launches: dict[str, frozenset[Lever]] = {}
+    for trial in trials:
+        record = TrialRecord.of(trial)
+        if record.config and not record.is_reference:
+            key = record.launch_id or f"trial {trial.number}"  # not started: one of its own
+            launches[key] = frozenset(_value(n, record.config.get(n)) for n in LAUNCH_PARAMS)
+    seen = Counter(value for launch in launches.values() for value in launch)
+    steps = [
+        (seen[_value(name, value)], order.random(), (name, value))
+        for name in LAUNCH_PARAMS
+        for value in _levels(space, base, name) or []
+        if not _same(value, base.get(name))
+    ]
+    return [lever for *_, lever in sorted(steps, key=lambda s: s[:2])]
+
+
+def _levels(space: SearchSpace, base: dict[str, Any], name: str) -> list[Any] | None:
+    """The searched choices of `name` around `base`; None when it is not a searched choice."""
+    found = searched(space, name, base)
+    if found is None or found[1].choices is None or name not in base:
+        return None
+    return list(found[1].choices)
+
+
+def _pinned(space: SearchSpace, config: dict[str, Any], names: tuple[str, ...]) -> dict | None:
+    """The Optuna names and values that pin `names` of `config`; None when one that is
+    searched cannot take its value (a named candidate's value outside the search)."""
+    pinned: dict[str, Any] = {}
+    for name in names:
+        found = searched(space, name, config)
+        if found is None or name not in config:
+            continue
+        if not contains(found[1], config[name]):
+            return None
+        pinned[found[0]] = config[name]
+    return pinned
+
+
+def _size(value: Any) -> float:
+    """A level's place on its lever: no image cap is the largest side."""
+    if value is None:
+        return math.inf
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _key(config: dict[str, Any], names: tuple[str, ...]) -> frozenset[Lever]:
+    return frozenset(_value(name, config.get(name)) for name in names)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return _value("", a) == _value("", b)
+
+
+def _value(name: str, value: Any) -> Lever:
+    """A lever value as compared here: 1 and 1.0 alike (a space file's choice and a stored
+    configuration), True apart from 1."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return name, float(value)
+    return name, repr(value)
+
+
+def chosen_launches(study: optuna.Study) -> int:
+    """Launches the study chose itself: the distinct launch-time values it ran, other than
+    the reference's and the named candidates'. Counted from the storage, so a resumed study,
+    a relaunch after it, or a second worker agrees."""
+    runs: dict[str, tuple[frozenset[Lever], bool]] = {}
+    for trial in study.get_trials(deepcopy=False, states=_STATES):
+        record = TrialRecord.of(trial)
+        if record.is_reference or record.duplicate_of is not None or not record.config:
+            continue
+        launch = frozenset(_value(n, record.config.get(n)) for n in LAUNCH_PARAMS)
+        key = record.launch_id or f"trial {trial.number}"
+        if key not in runs or record.candidate is not None:
+            runs[key] = (launch, record.candidate is not None)
+    candidates = {launch for launch, candidate in runs.values() if candidate}
+    return len({launch for launch, candidate in runs.values() if launch not in candidates})

@@ -1,0 +1,66 @@
+"""How a measured trial is judged: its constraint values and its answers against the
+reference's, item by item."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.accuracy.paired import PairedComparison, compare
+from autotune.accuracy.reuse import stored_accuracy
+from autotune.accuracy.scoring import AccuracyReport
+from autotune.engines.measurement import Measurement
+from autotune.space import SearchSpace
+from autotune.study.select import CONSTRAINT_NAMES
+
+
+def constraint_values(
+    space: SearchSpace,
+    m: Measurement,
+    paired: PairedComparison | None,
+    *,
+    same_answers: bool = False,
+) -> dict[str, float]:
+    """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order.
+
+    `same_answers`: every answer is the reference's, word for word; such a trial loses no
+    accuracy whatever a small set's interval would allow, so it is never infeasible on it.
+    """
+    c = space.constraints
+    values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
+    if c.accuracy.enabled and m.accuracy is not None:
+        if c.accuracy.mode == "absolute":
+            values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
+        elif same_answers:
+            values["accuracy"] = -c.accuracy.max_drop
+        elif paired is not None:
+            diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
+            values["accuracy"] = -c.accuracy.max_drop - diff
+    if c.memory_budget_mib is not None and "peak_memory_mib" in m.figures:
+        values["memory"] = m.figures["peak_memory_mib"] - c.memory_budget_mib
+    if c.latency_slo_ms is not None and "e2e_latency_p95_ms" in m.figures:
+        values["latency"] = m.figures["e2e_latency_p95_ms"] - c.latency_slo_ms
+    return values
+
+
+def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
+    """Constraint values for the sampler (Optuna's set_constraint) and for our own readers.
+
+    "deployable" (0 or 1) is given to the sampler too, so TPE learns where configurations
+    that reproduce on the deploy target lie; feasibility reads the other three only.
+    """
+    trial.set_user_attr("constraints", values)
+    for name, value in values.items():
+        trial.set_constraint(name, value)
+
+
+def judge(accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace) -> PairedComparison:
+    """Compare a candidate's answers with the reference's, item by item."""
+    ref_accuracy = stored_accuracy(reference)
+    return compare(
+        accuracy.item_scores,
+        ref_accuracy.item_scores,
+        candidate_passed=accuracy.item_passed,
+        reference_passed=ref_accuracy.item_passed,
+        confidence=space.constraints.accuracy.confidence,
+    )
