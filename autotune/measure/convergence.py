@@ -92,7 +92,7 @@ class LoadSnapshot:
 # (so read high), and a launch's rate swings in waves; the replay benchmark (bench/cpu/replay.py,
 # 20 seeds) raced configurations as fast as their rival at the measuring rule's 95%.
 RACE_CONFIDENCE = 0.99
-# From MIN_BATCHES to TESTED_BATCHES batch means the correlation between them is not tested:
+# Below TESTED_BATCHES batch means (before merging) their correlation is not tested:
 # their interval is widened as if it were the strongest the batch means allow (MAX_LAG1), so
 # only a wide margin stops a trial that early (an eager launch, four times slower, whose
 # requests make 20-second batches and would not reach TESTED_BATCHES in its measuring cap).
@@ -117,7 +117,7 @@ class RaceBound:
 
         df = estimate.batches - 1
         widen_t = stats.t.ppf(0.5 + RACE_CONFIDENCE / 2, df) / stats.t.ppf(0.5 + confidence / 2, df)
-        if estimate.batches < TESTED_BATCHES:
+        if not estimate.correlation_tested:
             widen_t *= UNTESTED_WIDENING
         widen_z = stats.norm.ppf(0.5 + RACE_CONFIDENCE / 2) / stats.norm.ppf(0.5 + confidence / 2)
         ci_rel = math.hypot(estimate.ci_rel * widen_t, self.spread_rel * widen_z)

@@ -151,6 +151,9 @@ class BatchMeans:
     batch_s: float  # their mean length
     lag1: float
     ci_rel: float  # half-width over the mean; inf with fewer than MIN_BATCHES batches
+    # Whether there were enough batch means (TESTED_BATCHES, before merging) to test their
+    # correlation, so that the interval accounts for it.
+    correlation_tested: bool = False
 
 
 def _variance_of_mean(rates: np.ndarray, lag1: float) -> float:
@@ -218,7 +221,8 @@ def batch_means(
         quantile = float(stats.t.ppf(0.5 + confidence / 2, df=n - 1))
         ci_rel = quantile * math.sqrt(variance) / mean
     batch_s = float(np.diff(edges).mean()) * bin_s if n else 0.0
-    return BatchMeans(tuple(float(r) for r in rates), batch_s, lag1, ci_rel)
+    tested = len(first) >= TESTED_BATCHES
+    return BatchMeans(tuple(float(r) for r in rates), batch_s, lag1, ci_rel, tested)
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,7 @@ class SteadyState:
     batch_s: float
     lag1: float  # of the batch means the interval uses
     settled: bool  # MSER's cut lies in the first half of the run: the rate has settled
+    correlation_tested: bool = False  # BatchMeans.correlation_tested
 
     @property
     def ci_low(self) -> float:
@@ -302,6 +307,7 @@ def steady_state(
         batch_s=means.batch_s,
         lag1=means.lag1,
         settled=settled,
+        correlation_tested=means.correlation_tested,
     )
 
 

@@ -143,7 +143,10 @@ def reference_why(
         return [f"no other measured trial was faster ({len(measured) - 1} measured besides it)"]
     what_ifs = {t.number: why for t, why in rec.what_ifs}
     ties = {t.number for t in rec.ties}
+    front = {t.number for t in rec.front}
     names = objective_names(study)
+    ranks_throughput = bool(names) and names[0] == throughput
+    top = max(rec.front, key=lambda t: t.values[0], default=None) if ranks_throughput else None
     second = names[1] if len(names) > 1 else "next objective"
     lines = []
     for trial in faster:
@@ -157,6 +160,13 @@ def reference_why(
             why = (
                 "ties with it (the throughput difference lies inside its interval) and has "
                 f"the worse {second}"
+            )
+        elif trial.number in front and top is not None:
+            # Ties are a difference test, which is not transitive: a trial can lie between
+            # the top and the recommendation tied with it, and tie with neither.
+            why = (
+                f"is slower than trial {top.number}, the fastest, beyond their interval, while "
+                f"the recommendation ties with trial {top.number} and has the better {second}"
             )
         else:
             why = "is off the feasible Pareto front: another trial is as fast with lower latency"

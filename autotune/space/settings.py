@@ -305,8 +305,9 @@ class SamplerSettings(_Strict):
         "tpe",
         description="tpe: one-lever steps from the incumbent first (steps), then Optuna's "
         "TPESampler, its start-up covering the big levers (autotune.study.coverage). random: "
-        "Optuna's RandomSampler, every proposal drawn uniformly (a baseline: bench/cpu/replay.py); "
-        "the reference and named candidates still come first, launches are still reused.",
+        "Optuna's RandomSampler, its proposals drawn uniformly (random search, with `steps: "
+        "false`: the baseline of bench/cpu/replay.py); the reference and named candidates still "
+        "come first, launches are still reused.",
     )
     n_startup_trials: int | None = Field(
         None,

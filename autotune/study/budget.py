@@ -65,15 +65,15 @@ class Budget:
             estimate += max(self._startup(trials, backend) for backend in launch_backends)
         return estimate
 
-    def overhead(self, study: optuna.Study) -> float:
+    def overhead(self, study: optuna.Study, *, accuracy: bool = True) -> float:
         """The median warm-up + accuracy of a trial: what follows its load test. Each from
         the trials that ran it: trials stopped by racing or screening run no accuracy pass,
         and once most trials are raced a median over all would reserve nothing for the next
-        contender's."""
+        contender's. `accuracy`: False when the next trial reuses earlier answers."""
         records = [TrialRecord.of(t) for t in _finished(study)]
         measured = [r for r in records if r.time_s and r.duplicate_of is None]
         total = 0.0
-        for part in ("warmup", "accuracy"):
+        for part in ("warmup", "accuracy") if accuracy else ("warmup",):
             seconds = [float(r.time_s.get(part, 0.0)) for r in measured]
             ran = [s for s in seconds if s > 0]
             total += statistics.median(ran) if ran else 0.0

@@ -52,6 +52,8 @@ class LaunchScheduler:
         self.contenders_on_session = 0  # its trials that were not stopped by racing
         self.repeats_in_a_row = 0
         self.fixed: dict[str, object] | None = None
+        # The running launch's parameters as Optuna names them (None before its first trial).
+        self.session_params: dict[str, object] | None = None
         # The step the next proposal is pinned to, and the backend a launch step pinned (the
         # budget's start-up guess).
         self.step: Step | None = None
@@ -85,6 +87,10 @@ class LaunchScheduler:
             self.trials_on_session += 1
             return current, False
         self.close()
+        # A new launch: what was kept of the one before (its parameters, its trial count)
+        # must not outlive it, or the sampler would be pinned back to it after the steps.
+        self.fixed = None
+        self.session_params = None
         plan = self.plan
         if self.pool is not None:
             self.lease = self.pool.acquire(config.tensor_parallel, on_wait=on_phase)
@@ -111,8 +117,16 @@ class LaunchScheduler:
         return self.session, True
 
     def keeps_launch(self) -> bool:
-        """Whether the next trial is to run on the launch that is up."""
-        return self.fixed is not None
+        """Whether the next trial runs on the launch that is up (the budget then counts no
+        start-up for it): a request-time step on it, or the launch kept for the sampler."""
+        if self.step is None:
+            return self.fixed is not None
+        running = self.session_params
+        return running is not None and all(
+            running.get(key) == value
+            for key, value in self.step.pinned.items()
+            if base_param(key) in LAUNCH_PARAMS
+        )
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Fix the next proposal's launch parameters to this trial's, or free them."""
@@ -126,6 +140,8 @@ class LaunchScheduler:
             and record.launch_id in (session.launch_id, None)
             and trial.state in (TrialState.COMPLETE, TrialState.PRUNED)
         )
+        if on_this_launch:
+            self.session_params = _launch_params(trial)
         if on_this_launch and record.raced_by is None:
             self.contenders_on_session += 1
         # A launch whose trials all lost their races by now is a launch to leave: its
@@ -139,11 +155,7 @@ class LaunchScheduler:
             and (self.fixed is not None or self._fixable(trial))
         )
         if keep and self.fixed is None:
-            self.fixed = {
-                key: value
-                for key, value in trial.params.items()
-                if base_param(key) in LAUNCH_PARAMS
-            }
+            self.fixed = _launch_params(trial)
         elif not keep:
             self.fixed = None
         self.steer(study)
@@ -194,3 +206,8 @@ class LaunchScheduler:
         if self.lease is not None:  # after the engine is down: its memory is free again
             self.lease.release()
         self.lease = None
+
+
+def _launch_params(trial: FrozenTrial) -> dict[str, object]:
+    """The trial's launch-time parameters, by their Optuna names."""
+    return {key: value for key, value in trial.params.items() if base_param(key) in LAUNCH_PARAMS}

@@ -41,6 +41,7 @@ class LiveEstimate:
         self.dropped = 0  # writes the storage refused
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def post(self, entry: dict[str, Any]) -> None:
         kept = {key: entry[key] for key in KEPT if key in entry}
@@ -54,15 +55,17 @@ class LiveEstimate:
 
     def close(self) -> None:
         """Wait for the writes posted so far (up to CLOSE_TIMEOUT_S), then stop the thread:
-        nothing may be written once the trial is told."""
+        nothing may be written once the trial is told. A write still stuck in a locked
+        storage after that is its last: the thread writes nothing more."""
         if self._thread is None:
             return
         self._queue.put(None)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
+        self._closed.set()
         self._thread = None
 
     def _write(self) -> None:
-        while (entry := self._queue.get()) is not None:
+        while (entry := self._queue.get()) is not None and not self._closed.is_set():
             try:
                 self.trial.set_user_attr("running_estimate", entry)
                 if self.single_objective:

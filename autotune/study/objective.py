@@ -302,7 +302,7 @@ class Objective:
                 screening=None
                 if cached or plan.dummy_weights
                 else screening_request(space, plan.evalset, reference),
-                max_seconds=self._measure_seconds(trial.study),
+                max_seconds=self._measure_seconds(trial.study, accuracy=measure_accuracy),
                 race=None if rival is None else rival.bound,
             )
             live = LiveEstimate(trial, self.progress.estimate)
@@ -345,10 +345,10 @@ class Objective:
             )
         return verdict.values
 
-    def _measure_seconds(self, study: optuna.Study) -> float | None:
+    def _measure_seconds(self, study: optuna.Study, *, accuracy: bool) -> float | None:
         """How long the load test may run so the trial ends inside the budget."""
         left = self.budget.remaining(study)
         if left is None:
             return None
         used = time.perf_counter() - self.started  # this trial's start-up, so far
-        return max(MIN_MEASURE_S, left - used - self.budget.overhead(study))
+        return max(MIN_MEASURE_S, left - used - self.budget.overhead(study, accuracy=accuracy))

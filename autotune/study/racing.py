@@ -1,13 +1,14 @@
-"""Racing: a trial that cannot beat the study's incumbent stops measuring at once.
+"""Racing: a trial that cannot beat the study's best stops measuring at once.
 
-The incumbent is the trial the study would recommend now (autotune.study.select.recommend),
-when it meets every constraint. The recommendation is the best throughput, a later
-objective (p95 latency, say) breaking ties only (autotune.study.select.tied); so a trial
-whose throughput interval lies wholly below the incumbent's can no longer be recommended.
-The stop rule (autotune.measure.convergence) ends such a load as soon as that is known; the
-trial is then PRUNED, with its partial figures and the reason, and never reaches the
-accuracy pass. The reference is never raced (every other trial is judged against it), and a
-study whose first objective is not throughput is not raced at all.
+The trial it races is the top of the feasible front: the best throughput among the trials
+that meet every constraint. The recommendation is the best throughput, a later objective
+(p95 latency, say) breaking ties only (autotune.study.select.tied), so a trial whose
+throughput interval lies wholly below the top's can no longer be recommended. The stop rule
+(autotune.measure.convergence) ends such a load as soon as that is known; the trial is then
+PRUNED, with its partial figures and the reason, and never reaches the accuracy pass. The
+reference (every other trial is judged against it) and the named candidates (what the user
+asked to see) are never raced, and a study whose first objective is not throughput is not
+raced at all.
 """
 
 from __future__ import annotations

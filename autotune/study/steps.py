@@ -18,9 +18,11 @@ neighbour, the next proposal is one: the incumbent with one lever changed.
   holds every level of every lever).
 
 Only the levers are pinned; the parameters that barely move the rate (decoding settings, the
-repetition penalty) stay the sampler's. Steps are read from the storage (which lever values
-the study's trials ran, running ones included), so a resumed study and a second worker
-continue them.
+repetition penalty) stay the sampler's. A pair of image side and concurrency is stepped to
+once per engine, whichever launch ran it, so the steps end: at most sides x concurrencies
+per engine, and `launches.launch_steps` launches. Steps are read from the storage (which
+lever values the study's trials ran, running ones included), so a resumed study and a second
+worker continue them.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.params import LAUNCH_PARAMS
+from autotune.params import LAUNCH_PARAMS, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
+from autotune.study.counting import SURPLUS
 from autotune.study.select import is_feasible, recommend
 
 # The request-time levers: what moves throughput most without a new launch.
@@ -47,6 +50,9 @@ STEPPED = (*LAUNCH_PARAMS, *REQUEST_LEVERS)
 ON_ANY_LAUNCH = ("backend", *REQUEST_LEVERS)
 
 Lever = tuple[str, Any]
+# Failures that say nothing of the configuration: the trial never measured it.
+NOT_RUN_KINDS = frozenset({"interrupted", "orphaned", SURPLUS})
+_OUTSIDE = object()
 _STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
 
 
@@ -74,25 +80,40 @@ def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: boo
     base = TrialRecord.of(base_trial).config
     if not base or _pinned(space, base, LAUNCH_PARAMS) is None:
         return None  # a launch the space cannot pin (the reference's engine): nothing to step
-    trials = study.get_trials(deepcopy=False, states=_STATES)
-    configs = [TrialRecord.of(t).config for t in trials if TrialRecord.of(t).config]
-    tried = {_key(config, STEPPED) for config in configs}
-    # A request-time level tried on any launch of the engine is not stepped to again: launch
-    # parameters scale the rate much alike across them, and an incumbent that moved to an
-    # equal launch (fp16 for bf16, by noise) would otherwise sweep its levels a second time.
-    tried_requests = {_key(config, ON_ANY_LAUNCH) for config in configs}
+    trials = [t for t in study.get_trials(deepcopy=False, states=_STATES) if _ran(t)]
+    tried = [_key(TrialRecord.of(t).config, STEPPED) for t in trials]
     order = random.Random(f"{space.seed}:step:{len(tried)}")
     for lever, value in _request_steps(space, base, order) + (
         _launch_steps(space, base, trials, order) if launch_steps_left else []
     ):
-        config = {**base, lever: value}
-        pinned = _pinned(space, config, STEPPED)
-        if pinned is None or _key(config, STEPPED) in tried:
+        pinned = _pinned(space, {**base, lever: value}, STEPPED)
+        if pinned is None:
             continue
-        if lever in REQUEST_LEVERS and _key(config, ON_ANY_LAUNCH) in tried_requests:
+        # Compared on what the step pins only: a trial's stored configuration holds values
+        # its engine cannot vary at their neutral value (autotune.params), not the step's.
+        wanted = {_value(base_param(name), v) for name, v in pinned.items()}
+        if not any(item[0] == "backend" for item in wanted):  # not searched: the base's
+            wanted.add(_value("backend", base.get("backend")))
+        if lever in REQUEST_LEVERS:
+            # A request-time level tried on any launch of the engine is not stepped to again:
+            # launch parameters scale the rate much alike, and an incumbent that moved to an
+            # equal launch (fp16 for bf16, by noise) would sweep its levels a second time.
+            wanted = {item for item in wanted if item[0] in ON_ANY_LAUNCH}
+        if any(wanted <= key for key in tried):
             continue
         return Step(pinned, lever, value, base_trial.number, lever in LAUNCH_PARAMS)
     return None
+
+
+def _ran(trial: FrozenTrial) -> bool:
+    """Whether a trial tried its configuration: not one interrupted, orphaned by a crash or
+    stepped back before it measured (its step is proposed again), nor a repeat."""
+    record = TrialRecord.of(trial)
+    return (
+        bool(record.config)
+        and record.duplicate_of is None
+        and record.failure_kind not in NOT_RUN_KINDS
+    )
 
 
 def _incumbent(study: optuna.Study) -> FrozenTrial | None:
@@ -129,7 +150,7 @@ def _launch_steps(
     launches: dict[str, frozenset[Lever]] = {}
     for trial in trials:
         record = TrialRecord.of(trial)
-        if record.config and not record.is_reference:
+        if not record.is_reference:
             key = record.launch_id or f"trial {trial.number}"  # not started: one of its own
             launches[key] = frozenset(_value(n, record.config.get(n)) for n in LAUNCH_PARAMS)
     seen = Counter(value for launch in launches.values() for value in launch)
@@ -151,16 +172,20 @@ def _levels(space: SearchSpace, base: dict[str, Any], name: str) -> list[Any] | 
 
 
 def _pinned(space: SearchSpace, config: dict[str, Any], names: tuple[str, ...]) -> dict | None:
-    """The Optuna names and values that pin `names` of `config`; None when one that is
-    searched cannot take its value (a named candidate's value outside the search)."""
+    """The Optuna names and values that pin `names` of `config`, each value as the space
+    spells it (a stored 1.0 for a choice written 1); None when one that is searched cannot
+    take its value (a named candidate's value outside the search)."""
     pinned: dict[str, Any] = {}
     for name in names:
         found = searched(space, name, config)
         if found is None or name not in config:
             continue
-        if not contains(found[1], config[name]):
+        spec, value = found[1], config[name]
+        if spec.choices is not None:
+            value = next((c for c in spec.choices if _same(c, value)), _OUTSIDE)
+        if value is _OUTSIDE or not contains(spec, value):
             return None
-        pinned[found[0]] = config[name]
+        pinned[found[0]] = value
     return pinned
 
 

@@ -46,10 +46,10 @@ _TWIN_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
 def identical_trial(
     study: optuna.Study, config: TrialConfig, *, number: int, timeout_s: float = 0.0
 ) -> FrozenTrial | None:
-    """A completed trial of the same configuration, or one stopped by racing (the incumbent
-    that beat it can only have improved since). One that another worker is running is
-    waited for (up to `timeout_s`): measuring it twice at once would cost a GPU the trial's
-    time for figures the study already gets."""
+    """A completed trial of the same configuration, or one stopped by racing (the top it lost
+    to is still in the study, and a repeat would only draw another partial figure). One that
+    another worker is running is waited for (up to `timeout_s`): measuring it twice at once
+    would cost a GPU the trial's time for figures the study already gets."""
     wanted = config.model_dump()
     deadline = time.monotonic() + timeout_s
     while True:
