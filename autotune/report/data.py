@@ -145,8 +145,7 @@ def reference_why(
     ties = {t.number for t in rec.ties}
     front = {t.number for t in rec.front}
     names = objective_names(study)
-    ranks_throughput = bool(names) and names[0] == throughput
-    top = max(rec.front, key=lambda t: t.values[0], default=None) if ranks_throughput else None
+    top = rec.top if names and names[0] == throughput else None
     second = names[1] if len(names) > 1 else "next objective"
     lines = []
     for trial in faster:

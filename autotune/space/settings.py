@@ -299,7 +299,7 @@ class Workload(_Strict):
 
 
 class SamplerSettings(_Strict):
-    """How the study proposes configurations (autotune.study.loop.make_sampler)."""
+    """How the study proposes configurations (autotune.study.sampler.make_sampler)."""
 
     kind: Literal["tpe", "random"] = Field(
         "tpe",

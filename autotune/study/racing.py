@@ -70,9 +70,9 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
         best = recommend(study)
     except StudyError:  # nothing completed, or nothing deployable yet
         return None
-    if not best.feasible or not is_feasible(best.trial):
+    top = best.top
+    if top is None or not is_feasible(best.trial):
         return None
-    top = max([best.trial, *best.ties], key=lambda t: (t.values[0], -t.number))
     same_launch = TrialRecord.of(top).launch_id == launch_id
     interval = throughput_interval(top, same_launch=same_launch)
     if interval is None:  # too short for an interval: it ties with every trial

@@ -158,6 +158,9 @@ class Recommendation:
     target: str | None = None
     ties: list[FrozenTrial] = field(default_factory=list)
     what_ifs: list[tuple[FrozenTrial, str]] = field(default_factory=list)
+    # The best of the feasible front on the first objective (None without a feasible trial):
+    # the recommendation, unless a trial tied with it wins on the next objective.
+    top: FrozenTrial | None = None
 
 
 class NoDeployableTrial(StudyError):
@@ -259,6 +262,7 @@ def recommend(study: optuna.Study) -> Recommendation:
             target=target,
             ties=[t for t in [top, *ties] if t is not best],
             what_ifs=what_ifs,
+            top=top,
         )
     least = min(
         candidates,

@@ -152,7 +152,7 @@ def _launch_steps(
         record = TrialRecord.of(trial)
         if not record.is_reference:
             key = record.launch_id or f"trial {trial.number}"  # not started: one of its own
-            launches[key] = frozenset(_value(n, record.config.get(n)) for n in LAUNCH_PARAMS)
+            launches[key] = _key(record.config, LAUNCH_PARAMS)
     seen = Counter(value for launch in launches.values() for value in launch)
     steps = [
         (seen[_value(name, value)], order.random(), (name, value))
@@ -221,7 +221,7 @@ def chosen_launches(study: optuna.Study) -> int:
         record = TrialRecord.of(trial)
         if record.is_reference or record.duplicate_of is not None or not record.config:
             continue
-        launch = frozenset(_value(n, record.config.get(n)) for n in LAUNCH_PARAMS)
+        launch = _key(record.config, LAUNCH_PARAMS)
         key = record.launch_id or f"trial {trial.number}"
         if key not in runs or record.candidate is not None:
             runs[key] = (launch, record.candidate is not None)

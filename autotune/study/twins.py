@@ -96,17 +96,22 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
         time.sleep(TWIN_POLL_S)
 
 
+def _inherit(trial: optuna.Trial, twin: FrozenTrial) -> None:
+    """The twin's figures on the repeat, and where they came from; nothing was computed."""
+    for key, value in twin.user_attrs.items():
+        if key not in _NOT_INHERITED:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("duplicate_of", twin.number)
+    trial.set_user_attr("answers_computed", 0)
+
+
 def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> list[float]:
     """The sampler proposed a configuration already measured: record it, don't re-run it.
 
     GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
     came from, and the trial does not count towards --trials.
     """
-    for key, value in twin.user_attrs.items():
-        if key not in _NOT_INHERITED:
-            trial.set_user_attr(key, value)
-    trial.set_user_attr("duplicate_of", twin.number)
-    trial.set_user_attr("answers_computed", 0)
+    _inherit(trial, twin)
     twin_record = TrialRecord.of(twin)
     constraints = dict(twin_record.constraints or {})
     if twin_record.is_reference and twin_record.item_passed:
@@ -121,9 +126,5 @@ def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> lis
 def copy_raced_twin(trial: optuna.Trial, twin: FrozenTrial) -> NoReturn:
     """The sampler proposed a configuration that lost its race: PRUNED again, with the twin's
     partial figures and reason, not re-run (and not counted, as any repeat)."""
-    for key, value in twin.user_attrs.items():
-        if key not in _NOT_INHERITED:
-            trial.set_user_attr(key, value)
-    trial.set_user_attr("duplicate_of", twin.number)
-    trial.set_user_attr("answers_computed", 0)
+    _inherit(trial, twin)
     raise optuna.TrialPruned(str(TrialRecord.of(twin).raced_reason))

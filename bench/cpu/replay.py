@@ -50,9 +50,9 @@ from autotune.study.loop import run_study
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import Progress
 from autotune.study.select import recommend
+from autotune.study.steps import REQUEST_LEVERS
 
 LAUNCH_LEVERS = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
-REQUEST_LEVERS = ("image_max_side", "batch_size")
 
 REPO = Path(__file__).resolve().parents[2]
 # study: the default space as shipped. random: random search (Optuna's RandomSampler, racing
