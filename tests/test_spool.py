@@ -12,13 +12,16 @@ import pytest
 from autotune.study.failures import failure_of
 from autotune.study.recovery import Spool, recover, spool_payload
 
+CONFIG = {"backend": "transformers"}
+
 
 def _measured_trial(url: str) -> tuple[optuna.Study, Spool]:
     """A study whose trial 0 was measured but whose results the storage never took."""
     study = optuna.create_study(study_name="s", storage=url)
     trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    trial.set_user_attr("config", CONFIG)  # as the objective does before measuring
     spool = Spool(url, "s")
-    spool.write(trial.number, spool_payload(trial, [1.5], {"throughput": 1.5}))
+    spool.write(trial.number, spool_payload(trial, [1.5], {"config": CONFIG, "throughput": 1.5}))
     return study, spool
 
 

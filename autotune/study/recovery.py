@@ -13,13 +13,9 @@ full, in the temporary folder.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
-import json
 import os
 import socket
-import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -31,9 +27,12 @@ import psutil
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
 from autotune.study.failures import failure_of, record_failure
-from autotune.study.storage import STUDIES_DIR, local_file
+from autotune.study.spool import FAILED, Spool, UnsafeSpool
+
+__all__ = ["FAILED", "Spool", "fail_orphaned", "fail_stale", "owner", "recover", "spool_payload"]
 
 # Names this host in trial owners where host names are not unique (containers started from
 # one image can share one), and lets tests play a second host on one machine.
@@ -108,66 +107,6 @@ def fail_stale(study: optuna.Study) -> list[str]:
     ]
 
 
-class Spool:
-    """Measured trials not yet known to be recorded, one JSON file per trial (and, for a
-    trial that failed when the storage refused its end, a note of why)."""
-
-    def __init__(self, storage_url: str, study_name: str) -> None:
-        stored = local_file(storage_url)
-        beside = stored.parent if stored is not None else STUDIES_DIR
-        key = hashlib.sha256(f"{storage_url}\0{study_name}".encode()).hexdigest()[:12]
-        self.folders = [
-            beside / f"{study_name}-spool",
-            Path(tempfile.gettempdir()) / f"autotune-spool-{os.getuid()}" / f"{study_name}-{key}",
-        ]
-
-    def write(self, number: int, payload: dict[str, Any], *, prefix: str = "trial") -> Path | None:
-        """Keep a trial's results; the path, or None when no folder can take them."""
-        text = json.dumps(payload)
-        for folder in self.folders:
-            path = folder / f"{prefix}-{number}.json"
-            partial = path.with_suffix(".partial")
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                partial.write_text(text, encoding="utf-8")
-                os.replace(partial, path)
-                return path
-            except OSError:
-                with contextlib.suppress(OSError):
-                    partial.unlink()
-        return None
-
-    def note_failure(self, trial: optuna.Trial, kind: str, reason: str) -> None:
-        """Why `trial` ended, for the next run to record (the storage refused it now)."""
-        started = trial.datetime_start
-        note = {"number": trial.number, "kind": kind, "reason": reason}
-        if started is not None:
-            note["started"] = started.isoformat()
-        self.write(trial.number, note, prefix=FAILED)
-
-    def where(self, number: int) -> Path | None:
-        for folder in self.folders:
-            path = folder / f"trial-{number}.json"
-            if path.is_file():
-                return path
-        return None
-
-    def remove(self, number: int) -> None:
-        for folder in self.folders:
-            with contextlib.suppress(OSError):
-                (folder / f"trial-{number}.json").unlink()
-
-    def pending(self, prefix: str = "trial") -> list[Path]:
-        """The spooled files (of measured trials; FAILED: the failure notes)."""
-        return [
-            path
-            for folder in self.folders
-            for path in (sorted(folder.glob(f"{prefix}-*.json")) if folder.is_dir() else [])
-        ]
-
-
-# The name of a failure note in the spool: failed-<number>.json.
-FAILED = "failed"
 # A spool file that holds no measurement is set aside under its name with this suffix.
 UNREADABLE_SUFFIX = ".unreadable"
 
@@ -202,16 +141,41 @@ def spool_payload(
     }
 
 
-def _same_trial(original: FrozenTrial | None, started: datetime | None) -> bool:
-    """Whether a spooled payload belongs to `original`: a measured trial always exists in the
-    storage (it is created before it is measured), and it started when the payload says (a
-    payload from before that was recorded has no start, and is taken as it is)."""
+# The states of a trial whose measured results the storage may have refused: it was started,
+# and its end was either never written or written as a failure.
+_REFUSED_STATES = (TrialState.RUNNING, TrialState.FAIL)
+
+
+def _not_its_trial(
+    original: FrozenTrial | None, number: int, started: datetime | None
+) -> str | None:
+    """Why a spooled file is not about `original`, the study's trial of its number (None when
+    it is): a measured trial always exists in the storage (it is created before it is
+    measured), started when the file says, and was not completed."""
     if original is None:
-        return False
-    if started is None or original.datetime_start is None:
-        return True
+        return f"this study has no trial {number}"
+    if original.state not in _REFUSED_STATES:
+        return f"trial {number} is {original.state.name}, not a trial left unfinished"
+    if started is None:
+        return "it records no start time"
     # Within a second: a storage may keep the instant at a coarser precision.
-    return abs((original.datetime_start - started).total_seconds()) < 1
+    if original.datetime_start is None or (
+        abs((original.datetime_start - started).total_seconds()) >= 1
+    ):
+        return f"trial {number} started at {original.datetime_start}, not at {started}"
+    return None
+
+
+def _not_this_study(original: FrozenTrial | None, spooled: SpooledTrial) -> str | None:
+    """Why a spooled measurement is not one of this study's started trials, or None."""
+    why = _not_its_trial(original, spooled.number, spooled.started)
+    if why is not None or original is None:
+        return why
+    if original.params != spooled.params or original.user_attrs.get(
+        "config"
+    ) != spooled.user_attrs.get("config"):
+        return f"its configuration is not the one trial {spooled.number} measured"
+    return None
 
 
 _Read = TypeVar("_Read")
@@ -220,10 +184,12 @@ _Read = TypeVar("_Read")
 _BAD_TRIAL = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 
 
-def _spooled_trial(path: Path, *, objectives: int) -> tuple[SpooledTrial, FrozenTrial]:
+def _spooled_trial(
+    path: Path, *, read: Callable[[Path], str], objectives: int
+) -> tuple[SpooledTrial, FrozenTrial]:
     """The spooled trial at `path` and the completed trial to record; ValueError saying why
     when it holds no measurement of this study."""
-    spooled = SpooledTrial.read(path.read_text(encoding="utf-8"))
+    spooled = SpooledTrial.read(read(path))
     if path.name != f"trial-{spooled.number}.json":
         raise ValueError(f"number: {spooled.number} in the file of another trial")
     if len(spooled.values) != objectives:
@@ -231,7 +197,7 @@ def _spooled_trial(path: Path, *, objectives: int) -> tuple[SpooledTrial, Frozen
     attrs = dict(spooled.user_attrs)
     constraints = attrs.get("constraints") or {}
     try:
-        return spooled, optuna.trial.create_trial(
+        frozen = optuna.trial.create_trial(
             state=TrialState.COMPLETE,
             values=spooled.values,
             params=spooled.params,
@@ -241,6 +207,11 @@ def _spooled_trial(path: Path, *, objectives: int) -> tuple[SpooledTrial, Frozen
         )
     except _BAD_TRIAL as exc:
         raise ValueError(f"params: {type(exc).__name__}: {exc}") from None
+    # Checked as `best` reads a stored trial: what it could not read is not recorded.
+    problem = unreadable_because(frozen, objectives)
+    if problem is not None:
+        raise ValueError(problem)
+    return spooled, frozen
 
 
 def _read_each(
@@ -254,6 +225,9 @@ def _read_each(
         except ValueError as exc:
             notes.append(set_aside(path, str(exc)))
             continue
+        except UnsafeSpool as exc:
+            notes.append(str(exc))
+            continue
         except OSError as exc:
             notes.append(f"cannot read the spool file {path}: {exc.strerror or exc}")
             continue
@@ -263,9 +237,9 @@ def _read_each(
 def recover(study: optuna.Study, spool: Spool) -> list[str]:
     """Record the spooled results the storage never took, and the reasons of trials that
     failed when it refused them; one line for each, and for each file set aside."""
-    notes = []
+    notes = spool.refused()
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    read = functools.partial(_spooled_trial, objectives=len(study.directions))
+    read = functools.partial(_spooled_trial, read=spool.read, objectives=len(study.directions))
     # A trial's results can sit in both spool folders (kept beside the study, then again in
     # the temporary folder when that disk filled): recorded once, the other copy dropped.
     recorded_now: set[int] = set()
@@ -277,13 +251,14 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
         ):
             path.unlink(missing_ok=True)  # recorded after all
             continue
-        if not _same_trial(original, spooled.started):
-            # Left by an earlier study of this name at this path (deleted since): not this
-            # study's results.
+        why = _not_this_study(original, spooled)
+        if why is not None:
+            # Left by an earlier study of this name at this path (deleted since), or forged:
+            # not results this study measured.
             path.unlink(missing_ok=True)
             notes.append(
                 f"discarded the spooled results of a trial {number} that is not this study's "
-                "(an earlier study of the same name at the same path)"
+                f"({why}): nothing recorded"
             )
             continue
         study.add_trial(frozen)
@@ -317,8 +292,8 @@ def _record_reason(study: optuna.Study, trial: FrozenTrial | None, kind: str, re
     return False
 
 
-def _failure_note(path: Path) -> FailureNote:
-    note: FailureNote = FailureNote.read(path.read_text(encoding="utf-8"))
+def _failure_note(path: Path, *, read: Callable[[Path], str]) -> FailureNote:
+    note: FailureNote = FailureNote.read(read(path))
     return note
 
 
@@ -326,13 +301,14 @@ def _recover_reasons(study: optuna.Study, spool: Spool) -> list[str]:
     """Record the failure notes of trials that ended while the storage refused writes."""
     notes = []
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    for path, note in _read_each(spool.pending(FAILED), _failure_note, notes):
+    read = functools.partial(_failure_note, read=spool.read)
+    for path, note in _read_each(spool.pending(FAILED), read, notes):
         original = trials.get(note.number)
         # A trial still RUNNING is fail_orphaned's (or its live owner's) to end.
         failed = original is not None and original.state == TrialState.FAIL
         if (
             failed
-            and _same_trial(original, note.started)
+            and _not_its_trial(original, note.number, note.started) is None
             and _record_reason(study, original, note.kind, note.reason)
         ):
             notes.append(f"trial {note.number} failed: {note.reason}")
