@@ -40,7 +40,17 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
         click.echo(json_text({**best_json(study), "unreadable": _unreadable(study)}))
     else:
         click.echo(best_text(study))
+    _warn_impossible_repeats(study)
     _exit_if_unreadable(study)
+
+
+def _warn_impossible_repeats(study: Any) -> None:
+    """One line for each stored duplicate_of that does not hold (the trial is ranked on its
+    own figures: autotune.records.repeats)."""
+    from autotune.records.repeats import impossible_repeats
+
+    for line in impossible_repeats(study.get_trials(deepcopy=False)):
+        click.echo(f"warning: study '{study.study_name}', {one_line(line)}", err=True)
 
 
 def _unreadable(study: Any) -> dict[str, str]:
@@ -233,4 +243,5 @@ def report(study_name: str | None, storage: str | None, out_path: str) -> None:
     study = load_study(study_name, storage)
     path = write_report(study.study_name, storage, out=out_path)
     click.echo(f"report written to {path}")
+    _warn_impossible_repeats(study)
     _exit_if_unreadable(study)

@@ -18,6 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import AutotuneError
 from autotune.export import Export
 from autotune.params import PARAM_NAMES, base_param
+from autotune.records.repeats import impossible_repeats
+from autotune.records.repeats import measured as measured_trials
+from autotune.records.repeats import repeats as valid_repeats
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.study.counting import TrialCounts, trial_counts
 from autotune.study.exports import export_trial
@@ -79,6 +82,8 @@ class ReportData:
     complete: list[FrozenTrial]  # completed and measured: a repeated proposal is not one
     counts: TrialCounts
     repeats: list[FrozenTrial]  # proposals of a measured configuration, figures copied
+    # One line for each stored duplicate_of that does not hold (autotune.records.repeats).
+    impossible_repeats: list[str]
     recommendation: Recommendation | None  # None: no trial reproduces on the deploy target
     no_recommendation: str
     what_ifs: list[tuple[FrozenTrial, str]]
@@ -338,7 +343,7 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
     """Everything the report shows, read once. `artifact_store` may be None (no artifacts)."""
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    complete = [t for t in done if TrialRecord.of(t).duplicate_of is None]
+    complete = measured_trials(done, trials)
     rec: Recommendation | None
     try:
         rec, no_rec, what_ifs = recommend(study), "", []
@@ -358,7 +363,8 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         trials=trials,
         complete=complete,
         counts=trial_counts(study, trials),
-        repeats=[t for t in done if TrialRecord.of(t).duplicate_of is not None],
+        repeats=valid_repeats(done, trials),
+        impossible_repeats=impossible_repeats(trials),
         recommendation=rec,
         no_recommendation=no_rec,
         what_ifs=what_ifs,

@@ -168,15 +168,18 @@ def infeasible_section(data: ReportData) -> str:
 
 
 def repeats_note(data: ReportData) -> str:
-    """The repeated proposals, named once: each is the trial it repeats."""
+    """The repeated proposals, named once: each is the trial it repeats; and each stored
+    claim of one that does not hold."""
+    impossible = "".join(f"<p class='note'>{e(line)}</p>" for line in data.impossible_repeats)
     if not data.repeats:
-        return ""
+        return impossible
     pairs = ", ".join(
         f"trial {t.number} repeated trial {TrialRecord.of(t).duplicate_of}" for t in data.repeats
     )
     return (
         f"<p class='note'>Repeated proposals (the sampler proposed a configuration already "
         f"measured; nothing was re-run, and they appear nowhere else here): {e(pairs)}.</p>"
+        + impossible
     )
 
 

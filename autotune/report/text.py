@@ -13,6 +13,8 @@ from rich.table import Table
 
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
+from autotune.records.repeats import impossible_repeats
+from autotune.records.repeats import measured as measured_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import (
     changed_params,
@@ -88,6 +90,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "time": study_time_share(study).to_dict(),
         "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
         "floor_warning": StudyRecord.of(study).floor_warning,
+        "impossible_repeats": impossible_repeats(study.get_trials(deepcopy=False)),
     }
     ref = reference_trial(study)
     try:
@@ -276,7 +279,7 @@ def best_text(study: optuna.Study) -> str:
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:
         console.print("  the reference itself is recommended; each faster trial and why not:")
-        measured = [t for t in _complete(study) if TrialRecord.of(t).duplicate_of is None]
+        measured = measured_trials(_complete(study), study.get_trials(deepcopy=False))
         for line in reference_why(study, rec, measured, _infeasible(study)):
             console.print(f"    {line}", markup=False)
     ran_on = describe(TrialRecord.of(rec.trial).gpus)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records.repeats import is_repeat
 from autotune.records.stored import TrialRecord
 from autotune.study.select import is_feasible
 from autotune.study.storage import failure_of
@@ -142,7 +143,7 @@ class TrialCounts:
             )
             parts.append(f"{self.failed} failed ({which}; not counted)")
         if self.not_run:
-            parts.append(f"{self.not_run} not run (other workers reached the target)")
+            parts.append(f"{self.not_run} not run (target reached by other workers, or requeued)")
         if self.unfinished:
             parts.append(f"{self.unfinished} running or waiting")
         return f"{_plural(self.total, 'trial')}: " + ", ".join(parts)
@@ -158,11 +159,13 @@ def trial_counts(study: optuna.Study, trials: list[FrozenTrial] | None = None) -
     groups = dict.fromkeys(("measured", "infeasible", "screened", "raced", "repeats", "not_run"), 0)
     unfinished = 0
     failures: list[Failure] = []
-    for trial in study.get_trials(deepcopy=False) if trials is None else trials:
+    every = study.get_trials(deepcopy=False)
+    by_number = {t.number: t for t in every}
+    for trial in every if trials is None else trials:
         record = TrialRecord.of(trial)
         if not trial.state.is_finished():
             unfinished += 1
-        elif record.duplicate_of is not None:
+        elif is_repeat(trial, by_number):
             groups["repeats"] += 1
         elif record.failure_kind == SURPLUS:
             groups["not_run"] += 1

@@ -21,6 +21,7 @@ from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
 from autotune.measure.equal_work import UNEQUAL_WORK
 from autotune.records.readable import completed_unreadable, is_stand_in, unreadable_line
+from autotune.records.repeats import measured as measured_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 
 # The constraints that decide feasibility. Trials also carry a "deployable" constraint for the
@@ -51,10 +52,11 @@ def objective_names(study: optuna.Study) -> list[str]:
 
 def infeasible_trials(study: optuna.Study, complete: list[FrozenTrial]) -> dict[int, list[str]]:
     """Of completed trials: every measured (not copied) infeasible one and why, by number."""
+    every = study.get_trials(deepcopy=False)
     return {
         t.number: reasons
-        for t in complete
-        if TrialRecord.of(t).duplicate_of is None and (reasons := infeasibility(study, t))
+        for t in measured_trials(complete, every)
+        if (reasons := infeasibility(study, t))
     }
 
 
@@ -216,8 +218,9 @@ def recommend(study: optuna.Study) -> Recommendation:
     if not complete:
         raise StudyError(f"study '{study.study_name}' has no completed trial yet")
     target = deploy_target(study)
-    # A repeated proposal carries its twin's figures: the twin alone stands for them.
-    measured = [t for t in complete if TrialRecord.of(t).duplicate_of is None]
+    # A repeated proposal carries its twin's figures: the twin alone stands for them (a
+    # repeat that names no such twin stands for its own: autotune.records.repeats).
+    measured = measured_trials(complete, study.get_trials(deepcopy=False))
     equal, unequal = split_equal_work(measured)
     candidates, what_ifs = split_deployable(study, equal)
     what_ifs = unequal + what_ifs
