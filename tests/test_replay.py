@@ -65,7 +65,7 @@ def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path:
         times = [point["t_s"] for point in run["curve"]]
         assert times == sorted(times) and times[-1] <= 20 * 60 + 300  # one trial past at most
         assert all(0.0 <= point["share"] <= 1.0 for point in run["curve"])
-        # Both measure the reference and the two named candidates first.
+        # Both measure the reference and a named candidate first (random search both).
         assert 0 < run["prefix_s"] < times[-1]
     # Racing stopped losers in the study, and never one that was as good as its rival.
     assert runs["study"]["raced"] >= 1 and runs["study"]["racing_errors"] == []
@@ -76,7 +76,12 @@ def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path:
     # incumbent's request-time levels.
     proposals = {p["trial"]: p for p in runs["study"]["proposals"]}
     steps = [p for p in proposals.values() if p["step"] is not None]
-    assert steps and steps[0]["trial"] == 3, steps[:2]
+    # The steps start as soon as the first named candidate has a figure; the second waits
+    # until a step has beaten the first (or the steps leave its launch), and is raced then.
+    assert steps and steps[0]["trial"] == 2, steps[:2]
+    second = next(p for p in proposals.values() if p["candidate"] and p["trial"] > 1)
+    assert any(p["step"] and p["trial"] < second["trial"] for p in proposals.values())
+    assert second["raced_by"] is not None, second  # as fast as the first: far below the best
     for proposal in steps:
         base = proposals[proposal["step"]["from_trial"]]["levers"]
         changed = {k for k, v in proposal["levers"].items() if v != base[k]}

@@ -24,6 +24,7 @@ from autotune.report.data import (
     what_ifs_title,
     why_no_tpot,
 )
+from autotune.report.ratio import versus_reference
 from autotune.study.counting import trial_counts
 from autotune.study.select import (
     CONSTRAINT_NAMES,
@@ -105,10 +106,12 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
             "ties": [],
             "what_ifs": [_what_if(t, why) for t, why in exc.what_ifs],
         }
+    ratio = versus_reference(rec.trial, ref)  # the "x the reference" figure, with its interval
     return {
         **data,
         "feasible_found": rec.feasible,
         "recommended": trial_summary(rec.trial, ref),
+        "versus_reference": ratio.to_dict() if ratio is not None else None,
         "reason": rec.reason,
         "pareto_front": [trial_summary(t, ref) for t in rec.front],
         "ties": [t.number for t in rec.ties],
@@ -260,7 +263,12 @@ def best_text(study: optuna.Study) -> str:
         print_table(console, title, named, rec.trial.number if rec is not None else None)
         for trial in named:
             if trial.state != TrialState.COMPLETE:
-                why = failure_of(study, trial).get("failure_reason") or trial.state.name.lower()
+                record = TrialRecord.of(trial)  # a candidate may be raced like any trial
+                why = (
+                    failure_of(study, trial).get("failure_reason")
+                    or record.raced_reason
+                    or trial.state.name.lower()
+                )
                 label = TrialRecord.of(trial).candidate or "reference"
                 console.print(f"  trial {trial.number} ({label}): {why}", markup=False)
     counts = trial_counts(study)
@@ -277,6 +285,8 @@ def best_text(study: optuna.Study) -> str:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
+    if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
+        console.print(f"  throughput: {ratio.words()}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:
         console.print("  the reference itself is recommended; each faster trial and why not:")
         measured = measured_trials(_complete(study), study.get_trials(deepcopy=False))

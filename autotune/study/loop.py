@@ -21,6 +21,7 @@ from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
+from autotune.study.candidate_order import candidates_now, later_candidates_due
 from autotune.study.counting import counted_trials, trial_counts
 from autotune.study.interrupts import InterruptGate
 from autotune.study.launches import LaunchScheduler
@@ -139,7 +140,9 @@ def _values(distribution: optuna.distributions.BaseDistribution) -> str:
     return f"{low}..{high}"
 
 
-def _ensure_reference(study: optuna.Study, plan: StudyPlan, room: int) -> str | None:
+def _ensure_reference(
+    study: optuna.Study, plan: StudyPlan, room: int, *, candidates: int | None = None
+) -> str | None:
     """Enqueue the reference, unless measured or queued already, then as many named candidates
     as the run has `room` for (its trials left): each waiting trial is a database row, and an
     --enqueue file of 20,000 of them took minutes to queue for a run of one trial. What is
@@ -154,6 +157,8 @@ def _ensure_reference(study: optuna.Study, plan: StudyPlan, room: int) -> str | 
     # failed is not retried by itself; the sampler goes on.
     done = {c for t in trials if (c := TrialRecord.of(t).candidate)}
     left = [candidate for candidate in plan.space.candidates if candidate.name not in done]
+    # `candidates`: at most this many now; the others wait for the steps (candidate_order).
+    left = left if candidates is None else left[:candidates]
     for candidate in left[: max(0, room)]:
         config = plan.space.candidate_config(candidate.name)
         study.enqueue_trial(
@@ -209,6 +214,7 @@ class _AfterTrial:
         self.spool = spool
         self.repeats = 0
         self.failures = 0
+        self.held_back = candidates_now(plan) is not None  # autotune.study.candidate_order
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # The storage holds the finished trial now: its spooled copy is no longer needed.
@@ -216,6 +222,11 @@ class _AfterTrial:
         counted = counted_trials(study)
         self.progress.trial_finished(study, trial, counted=counted)
         self.launches.after_trial(study, trial)
+        if self.held_back and later_candidates_due(study, self.launches.step):
+            self.held_back = False
+            room = self.target - counted_trials(study, include_running=True)
+            if (unqueued := _ensure_reference(study, self.plan, room=room)) is not None:
+                self.progress.note(unqueued)
         record = TrialRecord.of(trial)
         self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
         kind = record.failure_kind
@@ -322,7 +333,7 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         study, plan, budget, progress, keeps_launch=False
     ):
         return None
-    unqueued = _ensure_reference(study, plan, room=target - done)
+    unqueued = _ensure_reference(study, plan, room=target - done, candidates=candidates_now(plan))
     if unqueued is not None:
         progress.note(unqueued)
     return study

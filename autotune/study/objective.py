@@ -41,6 +41,7 @@ from autotune.study.plan import StudyPlan
 from autotune.study.progress import SURPLUS, Progress
 from autotune.study.racing import Incumbent, incumbent, record_raced
 from autotune.study.recovery import Spool, owner, spool_payload
+from autotune.study.reference_load import only_a_baseline, reference_plan
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.verdicts import constraint_values, judge, record_constraints
@@ -284,9 +285,9 @@ class Objective:
             session, launched = self.launches.session_for(config, self.progress.phase)
             trial.set_user_attr("launch_id", session.launch_id)
             trial.set_user_attr("launch_started", launched)
-            # The reference and the named candidates are measured whole: every trial is judged
-            # against the one, and the others are what the user asked to see.
-            if proposal.sampled:
+            # The reference is never raced: every trial is judged against it. A named
+            # candidate that can no longer tie the front is raced like any trial.
+            if not proposal.is_reference:
                 rival = incumbent(trial.study, space, launch_id=session.launch_id)
             if self.launches.gpus:
                 trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
@@ -305,6 +306,8 @@ class Objective:
                 max_seconds=self._measure_seconds(trial.study, accuracy=measure_accuracy),
                 race=None if rival is None else rival.bound,
             )
+            if proposal.is_reference and only_a_baseline(space, config, endpoint=plan.endpoint):
+                measure = reference_plan(measure)
             live = LiveEstimate(trial, self.progress.estimate)
             try:
                 result = session.measure(

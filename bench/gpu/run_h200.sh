@@ -48,6 +48,11 @@
 #                                              # $I29_BUDGET (15m; 22m, 30m in later calls)
 #   bash bench/gpu/run_h200.sh issue29-c       # call 3: verify, then a grid around the
 #                                              # recommendation's launch until the call ends
+#   bash bench/gpu/run_h200.sh issue42-a       # issue 42, call 1 (~9.5 min): setup shown, a
+#                                              # default study of $I42_BUDGET (8m) from scratch
+#   bash bench/gpu/run_h200.sh issue42-b       # call 2, at once: the recommendation's launch,
+#                                              # 64 in flight x every searched image side
+#   bash bench/gpu/run_h200.sh issue42-c       # call 3: verify --tolerance 0.05, then `best`
 #   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
@@ -312,6 +317,32 @@ i29_grid() {  # verify, then the recommendation's launch over concurrency x imag
     2>&1 | tee "$OUT/grid.log" | grep -v "^  "
 }
 
+# Issue 42: a default study of $I42_BUDGET (8m) of trial time from scratch in call 1; call 2,
+# at once: the recommendation's launch at 64 in flight over every image side the space
+# searches (one fresh launch, grid.py); call 3: verify --tolerance 0.05. Same machine, same
+# study database (kept in /tmp/issue42, returned in $OUT each call). Reuses the issue-29 calls.
+I42_GRID_REQUEST='{"batch_size": [64], "image_max_side": [512, 768, 1024, null]}'
+i42_use() { I29_KEEP=/tmp/issue42; I29_STUDY=h200-i42; I29_DB="sqlite:///$OUT/h200-i42.db"; }
+
+i42_grid() {  # the recommendation's launch over every searched image side at 64 in flight
+  local started=$SECONDS launch
+  i29_restore
+  autotune best --study "$I29_STUDY" --storage "$I29_DB" --json >"$OUT/best.json" 2>&1
+  launch=$(python3 -c "import json; c = json.load(open('$OUT/best.json'))['recommended']['config']; print(json.dumps({k: c[k] for k in ('backend', 'dtype', 'compile_mode', 'kv_cache_fraction')}))")
+  echo "grid launch: $launch"
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --name grid \
+    --min-launch-s 100 --deadline-s $(( ${I42_CALL_S:-580} - (SECONDS - started) )) \
+    --launch "$launch" --request "$I42_GRID_REQUEST" 2>&1 | tee "$OUT/grid.log" | grep -v "^  "
+  cp "$OUT/grid.json" "$I29_KEEP/" 2>/dev/null
+}
+
+i42_verify() {
+  i29_restore
+  cp "$I29_KEEP/grid.json" "$OUT/" 2>/dev/null
+  STUDY=$I29_STUDY DB=$I29_DB verify
+  autotune best --study "$I29_STUDY" --storage "$I29_DB" 2>&1 | tee "$OUT/best.txt" | grep -v "^[│┃┏┡└ ]"
+}
+
 case "$MODE" in
   setup) setup ;;
   issue12) setup >/dev/null; issue12 ;;
@@ -327,6 +358,9 @@ case "$MODE" in
   issue29-a) i29_started=$SECONDS; setup; i29_study "${I29_BUDGET:-7m}" "$i29_started" ;;
   issue29-b) i29_started=$SECONDS; setup >/dev/null; i29_study "${I29_BUDGET:-15m}" "$i29_started" ;;
   issue29-c) setup >/dev/null; i29_grid ;;
+  issue42-a) i42_started=$SECONDS; i42_use; setup; I29_CALL_S=${I42_CALL_S:-570} i29_study "${I42_BUDGET:-8m}" "$i42_started" ;;
+  issue42-b) i42_use; setup >/dev/null; i42_grid ;;
+  issue42-c) i42_use; setup >/dev/null; i42_verify ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;
