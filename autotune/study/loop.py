@@ -16,10 +16,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
-from autotune.params import base_param
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.space.sampling import distribution, fixed_params, reference_params
 from autotune.study.budget import Budget
 from autotune.study.candidate_order import candidates_now, later_candidates_due
 from autotune.study.counting import counted_trials, trial_counts
@@ -28,7 +26,9 @@ from autotune.study.launches import LaunchScheduler
 from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.progress import SURPLUS, Progress
+from autotune.study.queueing import queue_reference_and_candidates
 from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
+from autotune.study.resume import COMPARISON_BASIS, await_setup, check_resumable, comparison_basis
 from autotune.study.sampler import make_sampler
 from autotune.study.select import reference_trial
 from autotune.study.storage import (
@@ -65,17 +65,25 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
     # Failed trials are reported by our progress lines; Optuna's own warning would add a
     # traceback for every contained failure.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    basis = comparison_basis(plan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = make_sampler(space)
-        study = optuna.create_study(
-            study_name=plan.study_name,
-            storage=storage,
-            directions=space.directions(),
-            sampler=sampler,
-            load_if_exists=True,
-        )
-    _check_resumable(study, plan)
+        try:
+            study = optuna.create_study(
+                study_name=plan.study_name,
+                storage=storage,
+                directions=space.directions(),
+                sampler=sampler,
+            )
+            # First, so a run that resumes the study a moment later compares with it.
+            study.set_user_attr(COMPARISON_BASIS, basis)
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
+            await_setup(study)
+    check_resumable(study, plan, basis)
+    if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
+        study.set_user_attr(COMPARISON_BASIS, basis)
     if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
         for key, value in study_attrs(plan).items():
             study.set_user_attr(key, value)
@@ -84,93 +92,6 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in space.objectives])
     return study, sampler
-
-
-def _check_resumable(study: optuna.Study, plan: StudyPlan) -> None:
-    record = StudyRecord.of(study)  # a study from a newer autotune stops here, in one line
-    if "objective_metrics" not in record.model_fields_set:
-        return
-    stored = record.objective_metrics
-    wanted = [o.metric for o in plan.space.objectives]
-    if stored != wanted:
-        raise StudyError(
-            f"study '{plan.study_name}' optimises {stored}, not {wanted}; "
-            "use another --study name for a different space"
-        )
-    if record.endpoint != plan.endpoint:
-        where = record.endpoint or "servers autotune starts itself"
-        raise StudyError(
-            f"study '{plan.study_name}' measured {where}; resume it the same way, or use "
-            "another --study name"
-        )
-    _check_same_distributions(study, plan)
-    if record.dummy_weights != plan.dummy_weights:
-        how = "with" if record.dummy_weights else "without"
-        raise StudyError(
-            f"study '{plan.study_name}' was run {how} --dummy-weights; resume it the same way, "
-            "or use another --study name"
-        )
-
-
-def _check_same_distributions(study: optuna.Study, plan: StudyPlan) -> None:
-    """Optuna refuses a parameter searched over other values than the study's; say it before
-    a trial fails on it (an engine not installed here, fewer GPUs for tensor_parallel)."""
-    stored: dict[str, optuna.distributions.BaseDistribution] = {}
-    for trial in study.get_trials(deepcopy=False):
-        stored.update(trial.distributions)
-    for name, before in stored.items():
-        if base_param(name) not in plan.space.params:
-            continue
-        now = distribution(plan.space, name)
-        try:
-            optuna.distributions.check_distribution_compatibility(before, now)
-        except ValueError:
-            raise StudyError(
-                f"study '{plan.study_name}' searched {name} over {_values(before)}, this run "
-                f"can only search {_values(now)} (a choice whose engine is not installed, or that "
-                "needs more GPUs than --gpus gives, is dropped); resume it where the same "
-                "values can run, or use another --study name"
-            ) from None
-
-
-def _values(distribution: optuna.distributions.BaseDistribution) -> str:
-    if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-        return "[" + ", ".join(str(choice) for choice in distribution.choices) + "]"
-    low, high = getattr(distribution, "low", "?"), getattr(distribution, "high", "?")
-    return f"{low}..{high}"
-
-
-def _ensure_reference(
-    study: optuna.Study, plan: StudyPlan, room: int, *, candidates: int | None = None
-) -> str | None:
-    """Enqueue the reference, unless measured or queued already, then as many named candidates
-    as the run has `room` for (its trials left): each waiting trial is a database row, and an
-    --enqueue file of 20,000 of them took minutes to queue for a run of one trial. What is
-    not queued waits for a later run; the line that says so, or None."""
-    trials = study.get_trials(deepcopy=False)
-    pending = [t for t in trials if t.state == TrialState.WAITING]
-    if reference_trial(study) is None and not any(TrialRecord.of(t).is_reference for t in pending):
-        study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
-        room -= 1
-    room -= len(pending)
-    # Queued, running (maybe in another process) or finished: not again. A candidate that
-    # failed is not retried by itself; the sampler goes on.
-    done = {c for t in trials if (c := TrialRecord.of(t).candidate)}
-    left = [candidate for candidate in plan.space.candidates if candidate.name not in done]
-    # `candidates`: at most this many now; the others wait for the steps (candidate_order).
-    left = left if candidates is None else left[:candidates]
-    for candidate in left[: max(0, room)]:
-        config = plan.space.candidate_config(candidate.name)
-        study.enqueue_trial(
-            fixed_params(plan.space, config), user_attrs={"candidate": candidate.name}
-        )
-    waiting = len(left) - max(0, room)
-    if waiting <= 0:
-        return None
-    return (
-        f"{waiting} of {len(plan.space.candidates)} named candidates not queued: this run has "
-        "no trials left for them; a later run with more --trials measures them"
-    )
 
 
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
@@ -225,8 +146,8 @@ class _AfterTrial:
         if self.held_back and later_candidates_due(study, self.launches.step):
             self.held_back = False
             room = self.target - counted_trials(study, include_running=True)
-            if (unqueued := _ensure_reference(study, self.plan, room=room)) is not None:
-                self.progress.note(unqueued)
+            for note in queue_reference_and_candidates(study, self.plan, room=room):
+                self.progress.note(note)
         record = TrialRecord.of(trial)
         self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
         kind = record.failure_kind
@@ -333,9 +254,9 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         study, plan, budget, progress, keeps_launch=False
     ):
         return None
-    unqueued = _ensure_reference(study, plan, room=target - done, candidates=candidates_now(plan))
-    if unqueued is not None:
-        progress.note(unqueued)
+    first = candidates_now(plan)
+    for note in queue_reference_and_candidates(study, plan, room=target - done, candidates=first):
+        progress.note(note)
     return study
 
 

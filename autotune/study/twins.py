@@ -71,7 +71,10 @@ def identical_trial(
 def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
     """The completed reference; waits while another process (a shared study) still runs it.
 
-    Without it a relative floor cannot be judged, and a candidate must never pass unjudged.
+    Without it a relative floor cannot be judged, and a candidate must never pass unjudged. A
+    reference that is only queued is not waited for: this process would run it after this
+    trial (the run queues it first, autotune.study.queueing, so that takes two runs queueing
+    at once); a named candidate failed so is queued again by the next run.
     """
     accuracy = space.constraints.accuracy
     needs_reference = accuracy.enabled and accuracy.mode == "relative"
@@ -82,9 +85,7 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
             return reference
         pending = [
             t
-            for t in study.get_trials(
-                deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)
-            )
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if TrialRecord.of(t).is_reference
         ]
         if not pending or time.monotonic() > deadline:

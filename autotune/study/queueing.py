@@ -1,0 +1,147 @@
+"""What a run queues before its trials: the reference first, then the named candidates, once.
+
+Every trial is judged against the reference, so a study without a completed reference measures
+it before any other trial. Optuna hands out waiting trials oldest first: a reference queued
+again after an interrupted run would sit behind the named candidates that run had queued, and
+each of them would wait for it and fail (issue 39). Those are ended as "not run" and queued
+again behind the reference, as Optuna's own RetryFailedTrialCallback queues a copy of a
+failed trial.
+
+Several processes may queue at once (two `autotune run` on one study, a rerun beside a running
+one). Each checks the storage after it has queued: a waiting copy of a reference or a candidate
+that is already queued, running or measured is ended "not run", so the study holds one of each.
+A waiting trial is first claimed the way Optuna starts one (WAITING to RUNNING, which only one
+process can do), so a trial another process has started is never touched.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.records.stored import TrialRecord
+from autotune.space.sampling import fixed_params, reference_params
+from autotune.study.counting import SURPLUS
+from autotune.study.failures import failure_of
+from autotune.study.plan import StudyPlan
+from autotune.study.recovery import owner
+
+REFERENCE = "reference"
+# What a trial ended "not run" had been queued as (its is_reference and candidate are cleared,
+# so that no reader takes it for a reference or a candidate that failed).
+QUEUED_AS = "queued_as"
+# Failures that say nothing of the configuration: it was never measured to its end, and a
+# named candidate that ended so is queued again by the next run.
+NOT_MEASURED = frozenset({"interrupted", "orphaned", "lost", "no-reference", SURPLUS})
+_HELD = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def queue_key(trial: FrozenTrial) -> str | None:
+    """'reference', 'candidate:<name>', or None for a trial the sampler proposes."""
+    record = TrialRecord.of(trial)
+    if record.is_reference:
+        return REFERENCE
+    return f"candidate:{record.candidate}" if record.candidate else None
+
+
+def _holds(study: optuna.Study, trial: FrozenTrial) -> bool:
+    """Whether `trial` stands for its reference or candidate: queued, running or measured. A
+    failed reference is measured again; a candidate only when it failed without being
+    measured (interrupted, its process gone)."""
+    if trial.state in _HELD:
+        return trial.state != TrialState.PRUNED or queue_key(trial) != REFERENCE
+    if trial.state != TrialState.FAIL or queue_key(trial) == REFERENCE:
+        return False
+    kind = failure_of(study, trial).get("failure_kind")
+    return kind not in NOT_MEASURED
+
+
+def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
+    """End the waiting `trial` "not run" with `reason`; False when another process started it
+    first (it runs there)."""
+    storage = study._storage
+    if not storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING):
+        return False
+    attrs = {
+        "owner": owner(),  # a run killed right here leaves an orphan the next run fails
+        QUEUED_AS: queue_key(trial),
+        "is_reference": None,
+        "candidate": None,
+        "failure_kind": SURPLUS,
+        "failure_reason": reason,
+    }
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial._trial_id, key, value)
+    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    return True
+
+
+def _reference_first(study: optuna.Study, plan: StudyPlan) -> list[str]:
+    """Queue the reference unless it is measured, running or queued, and end the waiting
+    trials queued before it "not run" (the caller queues the candidates again behind it)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(
+        queue_key(t) == REFERENCE and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
+        for t in trials
+    ):
+        return []  # measured, or measured now by another process: the others wait for it
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    queued = next((t for t in waiting if queue_key(t) == REFERENCE), None)
+    ahead = [t for t in waiting if queued is None or t.number < queued.number]
+    reason = (
+        "queued before the reference, which every trial is judged against: queued again behind it"
+    )
+    notes = [f"trial {t.number} not run: {reason}" for t in ahead if _retire(study, t, reason)]
+    if queued is None:
+        study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
+    return notes
+
+
+def _retire_copies(study: optuna.Study) -> list[str]:
+    """End "not run" each waiting trial whose reference or candidate an earlier trial holds
+    (another process queued it at the same moment as this one)."""
+    first: dict[str, int] = {}
+    notes = []
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        key = queue_key(trial)
+        if key is None or not _holds(study, trial):
+            continue
+        if key not in first:
+            first[key] = trial.number
+        elif trial.state == TrialState.WAITING:
+            reason = f"queued twice, by two runs at the same time: trial {first[key]} is it"
+            if _retire(study, trial, reason):
+                notes.append(f"trial {trial.number} not run: {reason}")
+    return notes
+
+
+def queue_reference_and_candidates(
+    study: optuna.Study, plan: StudyPlan, room: int, *, candidates: int | None = None
+) -> list[str]:
+    """The reference first (unless measured, running or queued), then as many named
+    candidates not held yet as the run has `room` for (its trials left): each waiting trial
+    is a database row, and an --enqueue file of 20,000 of them took minutes to queue for a
+    run of one trial. What is not queued waits for a later run. `candidates`: at most this
+    many now (the others wait for the steps: autotune.study.candidate_order). The lines to
+    show."""
+    notes = _reference_first(study, plan)
+    trials = study.get_trials(deepcopy=False)
+    room -= sum(1 for t in trials if t.state == TrialState.WAITING)
+    # A candidate that failed by itself is not retried; the sampler goes on.
+    held = {key for t in trials if (key := queue_key(t)) and _holds(study, t)}
+    space = plan.space
+    left = [c for c in space.candidates if f"candidate:{c.name}" not in held]
+    left = left if candidates is None else left[:candidates]
+    for candidate in left[: max(0, room)]:
+        study.enqueue_trial(
+            fixed_params(space, space.candidate_config(candidate.name)),
+            user_attrs={"candidate": candidate.name},
+        )
+    notes += _retire_copies(study)
+    waiting = len(left) - max(0, room)
+    if waiting > 0:
+        notes.append(
+            f"{waiting} of {len(space.candidates)} named candidates not queued: this run has "
+            "no trials left for them; a later run with more --trials measures them"
+        )
+    return notes

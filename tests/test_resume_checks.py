@@ -1,0 +1,147 @@
+"""A resume checks what its comparisons rest on (autotune.study.resume): the evaluation set
+(name, items, images), the reference, the accuracy floor and the searched parameters.
+
+The study is created by the code `autotune run` creates it with; each resume is the real
+command line, which must refuse in one line naming what changed, exit non-zero and write
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from small_space import autotune_cli, small_evalset, small_space
+
+from autotune.errors import StudyError
+from autotune.space import load_space
+from autotune.study.loop import open_study
+from autotune.study.plan import StudyPlan, plan_study, study_attrs
+from autotune.study.resume import COMPARISON_BASIS, comparison_basis
+
+PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None, 128]}}
+
+
+def make_plan(space: Path, db: Path, evalset: Path | None = None) -> StudyPlan:
+    return plan_study(
+        load_space(str(space)),
+        study_name="r",
+        storage_url=f"sqlite:///{db}",
+        evalset=str(evalset) if evalset else None,
+    )
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def edit_space(space: Path, change: dict[str, Any]) -> None:
+    data = yaml.safe_load(space.read_text(encoding="utf-8"))
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    space.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def drop_first_item(evalset: Path) -> None:
+    items = evalset / "items.jsonl"
+    lines = items.read_text(encoding="utf-8").splitlines(keepends=True)
+    items.write_text("".join(lines[1:]), encoding="utf-8")
+
+
+def repaint_first_image(evalset: Path) -> None:
+    first = sorted((evalset / "images").iterdir())[0]
+    shutil.copy(sorted((evalset / "images").iterdir())[-1], first)
+
+
+# (what is changed, how, the words the refusal must say)
+CHANGES = [
+    ("evalset-name", None, "another evaluation set (evalset -> other)"),
+    ("items", drop_first_item, "its items"),
+    ("images", repaint_first_image, "its images changed"),
+    ("reference", {"reference": {"batch_size": 2}}, "another reference (batch_size"),
+    ("max_drop", {"constraints": {"accuracy": {"max_drop": 0.2}}}, "max_drop (default) -> 0.2"),
+    ("test", {"constraints": {"accuracy": {"test": "point"}}}, 'test (default) -> "point"'),
+    ("floor-mode", {"constraints": {"accuracy": {"mode": "absolute", "min": 0.5}}}, "floor"),
+    ("choices", {"params": {**PARAMS, "batch_size": {"choices": [1, 2, 4]}}}, "batch_size"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "words"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_a_resume_with_a_changed_basis_is_refused_by_name(
+    tmp_path: Path, name: str, change: Any, words: str
+) -> None:
+    space = small_space(tmp_path, name="r", params=PARAMS)
+    evalset = small_evalset(tmp_path)
+    db = tmp_path / "r.db"
+    study, _ = open_study(make_plan(space, db, evalset))
+    before = (digest(db), dict(study.user_attrs))
+    extra: list[str] = ["--evalset", str(evalset)]
+    if name == "evalset-name":
+        extra = ["--evalset", str(shutil.copytree(evalset, tmp_path / "other"))]
+    elif callable(change):
+        change(evalset)
+    else:
+        edit_space(space, change)
+    ran = autotune_cli(
+        "run", "--space", str(space), "--study", "r", "--storage", f"sqlite:///{db}", *extra,
+        cwd=tmp_path,
+    )  # fmt: skip
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode != 0 and len(lines) == 1, ran.stderr
+    assert words in lines[0] and "--study NEW_NAME" in lines[0], lines[0]
+    assert lines[0].startswith("error: study 'r' was made with "), lines[0]
+    assert digest(db) == before[0]  # nothing written
+    reread = optuna.load_study(study_name="r", storage=f"sqlite:///{db}")
+    assert reread.user_attrs == before[1] and not reread.trials
+
+
+def test_the_same_run_resumes_and_a_study_without_a_stored_basis_records_it(
+    tmp_path: Path,
+) -> None:
+    space = small_space(tmp_path, name="r", params=PARAMS)
+    plan = make_plan(space, tmp_path / "r.db")
+    study, _ = open_study(plan)
+    assert study.user_attrs[COMPARISON_BASIS] == comparison_basis(plan)
+    open_study(plan)  # the same command again
+    # A study stored before the basis was: resumed as before, the basis recorded then.
+    old = optuna.create_study(study_name="r", storage=f"sqlite:///{tmp_path}/old.db")
+    for key, value in study_attrs(plan).items():
+        old.set_user_attr(key, value)
+    resumed, _ = open_study(make_plan(space, tmp_path / "old.db"))
+    assert resumed.user_attrs[COMPARISON_BASIS] == comparison_basis(plan)
+
+
+def test_a_run_that_opens_a_study_another_run_is_creating_waits_for_its_basis(
+    tmp_path: Path,
+) -> None:
+    """Two runs on one new study with other choices for a parameter: the one that did not
+    create it waits for the creator's basis and is refused, instead of taking the half-made
+    study for its own."""
+    db = tmp_path / "r.db"
+    creator = make_plan(small_space(tmp_path, name="r", params=PARAMS), db)
+    (tmp_path / "other").mkdir()
+    wider = {**PARAMS, "batch_size": {"choices": [1, 2, 4]}}
+    other = make_plan(small_space(tmp_path / "other", name="r", params=wider), db)
+    half_made = optuna.create_study(study_name="r", storage=f"sqlite:///{db}")
+
+    def store_basis() -> None:
+        time.sleep(1.0)
+        half_made.set_user_attr(COMPARISON_BASIS, comparison_basis(creator))
+
+    writer = threading.Thread(target=store_basis)
+    writer.start()
+    try:
+        with pytest.raises(StudyError, match=r"other searched parameters \(batch_size"):
+            open_study(other)
+    finally:
+        writer.join()
