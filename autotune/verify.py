@@ -92,6 +92,9 @@ class VerifyResult:
     log_tail: str = ""
     rule: str = TWO_SIDED
     tolerance: float = DEFAULT_TOLERANCE
+    # Which clock timed the recorded figures and which timed this relaunch's.
+    recorded_clock: str = ""
+    measured_clock: str = ""
 
     @property
     def passed(self) -> bool:
@@ -288,6 +291,11 @@ def verify_trial(
         result.failure = f"{failure.kind}: {failure.reason}"
         result.log_tail = failure.log_tail
         return result
+    result.recorded_clock = clock_of(trial_record.environment)
+    result.measured_clock = clock_of(m.environment)
+    unlike = clock_note(trial.number, result.recorded_clock, result.measured_clock)
+    if unlike is not None:
+        result.notes.append(unlike)
     result.command = m.environment.get("server_command", "")
     command_exact = m.environment.get("export_exact", "true") == "true"
     result.exact = command_exact and check.deployable
@@ -303,6 +311,34 @@ def verify_trial(
         )
     result.checks = compare(trial, m, space, tolerance, one_sided=one_sided)
     return result
+
+
+# Trials recorded before trials named their clock were all timed on the wall clock.
+UNNAMED_CLOCK = "wall clock"
+
+
+def clock_of(environment: dict[str, Any]) -> str:
+    """The clock a measurement's environment names (autotune.engines.inprocess.clock for the
+    in-process engine, autotune.engines.server for a server)."""
+    return str(environment.get("clock") or UNNAMED_CLOCK)
+
+
+def on_core(clock: str) -> bool:
+    return clock.startswith("on-core")
+
+
+def clock_note(number: int, recorded: str, measured: str) -> str | None:
+    """What to say when the trial and its relaunch were not timed on the same kind of clock:
+    a server relaunch is timed on the wall clock, and an in-process trial on a CPU on the
+    on-core clock, which leaves out the time its engine waited for a core."""
+    if on_core(recorded) == on_core(measured):
+        return None
+    return (
+        f"trial {number} was timed on the {recorded}, this relaunch on the {measured}: not the "
+        "same terms (the on-core clock leaves out the time the engine waited for a core, so on "
+        "a busy machine the two differ; a trial measured through the deploy command is timed "
+        "as its relaunch is)"
+    )
 
 
 def measured_in_process(trial: FrozenTrial) -> bool:
@@ -322,6 +358,12 @@ def verify_text(result: VerifyResult) -> str:
     if result.command:
         # One unwrapped line, so it can be copied back into a shell.
         console.print(f"  relaunched: {result.command}", markup=False, soft_wrap=True)
+    if result.recorded_clock or result.measured_clock:
+        console.print(
+            f"  clocks: recorded on the {result.recorded_clock or '-'}; relaunch measured on "
+            f"the {result.measured_clock or '-'}",
+            soft_wrap=True,
+        )
     for note in result.notes:
         console.print(f"  note: {note}")
     if result.failure is not None:

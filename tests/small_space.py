@@ -52,6 +52,9 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     # The smoke space's named candidates would take trials these tests count for their own
     # parameters; a test that wants candidates passes them.
     data.pop("candidates", None)
+    # The loop measured in-process (no server start-up per study): the smoke space itself
+    # measures through `swift deploy`, which tests/test_first_run.py runs as a user does.
+    data["reference"] = {**data["reference"], "backend": "transformers", "compile_mode": "none"}
     data.update(overrides)
     path = tmp_path / f"{data.get('name', 'small')}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

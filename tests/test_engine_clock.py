@@ -67,7 +67,10 @@ def test_on_idle_cores_the_two_clocks_agree_and_the_wall_clock_stays_for_the_res
     clock = engine_clock("cpu", 1)
     wall0, on_core0 = time.perf_counter(), clock.now()
     time.sleep(0.2)  # sleeping is not waiting for a core: it counts
-    assert clock.now() - on_core0 == pytest.approx(time.perf_counter() - wall0, abs=0.05)
+    on_core_s, wall_s = clock.now() - on_core0, time.perf_counter() - wall0
+    # The sleep counts whole; only the wait for a core after it (none on idle cores, any
+    # amount beside busy ones) is left out.
+    assert 0.2 <= on_core_s <= wall_s
     for device, threads, why in [("cpu", 2, "2 torch threads"), ("cuda", 1, "GPU engine")]:
         other = engine_clock(device, threads)
         assert not other.on_core and why in other.reason

@@ -114,8 +114,9 @@ def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Pa
         path.write_text(text, encoding="utf-8")
         started = time.monotonic()
         enqueued = with_enqueued(space, str(path))
-        # Generous: 3-10 s here on two shared cores; the bound only catches a hang.
-        assert time.monotonic() - started < 120, suffix
+        # 3-10 s here on two shared cores; the bound only catches a hang (the quadratic
+        # reading took far longer), never a busy machine: speed is bench/'s to measure.
+        assert time.monotonic() - started < 600, suffix
         assert [c.name for c in enqueued.candidates[:2]] == ["c0\u2028x", "c1\u2028x"]
         assert enqueued.candidate_config("c19999\u2028x").image_max_side == 64 + 19999 % 200
     plan = plan_study(enqueued, storage_url=f"sqlite:///{tmp_path}/many.db")

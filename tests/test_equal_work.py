@@ -84,7 +84,11 @@ def endpoint_study(tmp_path: Path, name: str, port: int) -> tuple[str, str]:
     )  # fmt: skip
     data = yaml.safe_load(space.read_text(encoding="utf-8"))
     # A deploy target whose requests can force a length (ms-swift's cannot: refused with it).
-    space.write_text(yaml.safe_dump({**data, "deploy": "lmdeploy"}), encoding="utf-8")
+    # The reference's engine as the smoke space had it before it measured through swift.
+    reference = {**data["reference"], "backend": "transformers", "compile_mode": "none"}
+    space.write_text(
+        yaml.safe_dump({**data, "deploy": "lmdeploy", "reference": reference}), encoding="utf-8"
+    )
     storage = f"sqlite:///{folder}/s.db"
     run = autotune_cli(
         "run", "--space", str(space), "--trials", "2", "--study", name, "--storage", storage,

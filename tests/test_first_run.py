@@ -17,6 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from small_space import autotune_cli
+from step_checks import assert_one_lever_each
 from swift_replay import check_answers
 
 from autotune.evalset.dataset import load_evalset
@@ -109,3 +110,42 @@ def test_the_exported_swift_command_answers_as_the_trial_did(
     check_answers(
         export["command"], [_trial(study, number)], {number: export}, load_evalset("smoke"), workdir
     )
+
+
+def test_every_trial_was_measured_through_swift_deploy_and_each_line_says_what_ran(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    """Issue 40: the recommendation's figure is the deployed command's, so every trial of the
+    first run is measured through `swift deploy`; each progress line names its trial's source
+    and what differs from the reference, and each step changed its own lever only."""
+    workdir, study, _ = first_run
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        environment = trial.user_attrs["environment"]
+        assert environment["runner"] == "server" and environment["server_format"] == "swift"
+        assert environment["clock"].startswith("wall clock")
+    lines = [
+        line
+        for line in (workdir / "run.log").read_text(encoding="utf-8").splitlines()
+        if line.startswith("[")
+    ]
+    assert len(lines) >= 6, lines
+    sources = ("(reference)", "(candidate batch-8: batch_size=8)", "(step ", "(sampler: ")
+    for line in lines:
+        assert any(f"] trial {n} {s}" in line for n in range(20) for s in sources), line
+    assert_one_lever_each(study)
+
+
+def test_verify_relaunches_the_recommendation_on_the_same_clock(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    """`autotune verify` on the first run, with the real `swift deploy`: it names the clock
+    of each side, the same one. --tolerance 1.0: this test is about what is compared, not
+    about this machine's load (bench/cpu/first_run_verify.py measures the verdicts)."""
+    workdir, _, best = first_run
+    code, out, err = autotune("verify", "--json", "--tolerance", "1.0", cwd=workdir)
+    report = json.loads(out)
+    assert code == 0 and report["passed"], (report["failure"], report["checks"], err[-2000:])
+    assert report["trial"] == best["recommended"]["trial"]
+    assert report["recorded_clock"] == report["measured_clock"]
+    assert report["measured_clock"].startswith("wall clock")
+    assert "swift deploy --model " in report["command"]

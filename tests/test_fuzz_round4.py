@@ -398,7 +398,6 @@ def test_generated_enqueue_files_are_refused_in_one_line(tmp_path: Path) -> None
     before = snapshot(tmp_path)
     failures = []
     for description, path in paths:
-        started = time.monotonic()
         try:
             with deadline(CASE_TIMEOUT_S):
                 with_enqueued(space, str(path))
@@ -410,8 +409,6 @@ def test_generated_enqueue_files_are_refused_in_one_line(tmp_path: Path) -> None
             failures.append(f"{description} ({path.name}): raised {type(exc).__name__}: {exc}")
         else:
             failures.append(f"{description} ({path.name}): accepted")
-        if time.monotonic() - started > CASE_TIMEOUT_S:
-            failures.append(f"{description}: took {time.monotonic() - started:.0f} s")
     assert snapshot(tmp_path) == before, "a refused file wrote something"
     assert not failures, f"{len(failures)} of {len(paths)} cases:\n" + "\n".join(failures[:30])
 

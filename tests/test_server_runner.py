@@ -302,7 +302,9 @@ def test_never_healthy_times_out_and_is_killed(kind: str, tmp_path: Path) -> Non
         )
     assert info.value.kind == "timeout"
     assert "within 2 s" in info.value.reason
-    assert time.monotonic() - started < 2.0 + 12  # time-out plus the SIGTERM grace at most
+    # Stopped at its time-out, not after the 600 s it would sleep: the event, not the speed
+    # (a busy machine stretches the time-out plus the SIGTERM grace, never to 300 s).
+    assert time.monotonic() - started < 300
     assert not leftovers(marker)
 
 

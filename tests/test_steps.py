@@ -11,6 +11,8 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState, create_trial
+from small_space import run_study, small_space
+from step_checks import assert_one_lever_each
 
 import autotune.study.steps as steps
 from autotune.params import TrialConfig
@@ -101,3 +103,57 @@ def test_an_interrupted_step_is_proposed_again(space, monkeypatch) -> None:
         "config": config(**{first.lever: first.value}), "failure_kind": "interrupted"})  # fmt: skip
     again = next_after(space, monkeypatch, base, cut)
     assert (again.lever, again.value) == (first.lever, first.value)
+
+
+def test_a_step_copies_every_other_value_from_its_incumbent_decoding_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: the step "image_max_side 64 from trial 1" also turned sampling on. Every
+    value but the step's lever is the incumbent's, the sampling settings of a sampling
+    incumbent too."""
+    data = {**SPACE, "params": {
+        **SPACE["params"],
+        "temperature": {"low": 0.2, "high": 1.0, "when": {"do_sample": [True]}},
+        "top_k": {"choices": [5, 20, 50], "when": {"do_sample": [True]}},
+        "repetition_penalty": {"choices": [1.0, 1.05]},
+    }}  # fmt: skip
+    path = tmp_path / "decoding.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    space = load_space(str(path))
+    for decoding in (
+        {"do_sample": False, "repetition_penalty": 1.05},
+        {"do_sample": True, "temperature": 0.98, "top_k": 50, "repetition_penalty": 1.0},
+    ):
+        base = trial(0, **decoding)
+        step = next_after(space, monkeypatch, base)
+        want = {**base.user_attrs["config"], step.lever: step.value}
+        for name, value in step.pinned.items():
+            assert want[name] == value, (name, value, want)
+        searched_now = {"backend", "kv_cache_fraction", *REQUEST_NAMES, *decoding}
+        assert set(step.pinned) == searched_now, step.pinned
+        assert step.also == ()
+
+
+REQUEST_NAMES = ("image_max_side", "batch_size", "do_sample", "repetition_penalty")
+
+
+@pytest.mark.slow
+def test_each_step_of_an_in_process_study_changes_its_lever_only(tmp_path: Path) -> None:
+    """The in-process path end to end (the server path: tests/test_smoke_study.py): the
+    incumbent, a batch of 2 with the repetition penalty on, is stepped from with its penalty
+    and decoding kept."""
+    path = small_space(
+        tmp_path,
+        trials=4,
+        candidates=[{"name": "two", "config": {"batch_size": 2, "repetition_penalty": 1.05}}],
+        params={
+            "image_max_side": {"choices": [None, 128]},
+            "batch_size": {"choices": [1, 2, 4]},
+            "do_sample": {"choices": [False, True]},
+            "temperature": {"low": 0.2, "high": 1.0, "when": {"do_sample": [True]}},
+            "repetition_penalty": {"choices": [1.0, 1.05]},
+        },
+    )
+    result, study = run_study(path, study="s", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert assert_one_lever_each(study) >= 1, [t.user_attrs.get("step") for t in study.trials]

@@ -192,3 +192,20 @@ def test_a_server_slower_than_recorded_is_a_miss_either_way(servers: dict[str, s
         code, text = _verify(servers, "slow", *extra)
         assert code == 1, text
         assert f"{P50} above its band" in text and "worse than recorded" in text
+
+
+def test_verify_names_each_side_s_clock_and_says_when_they_differ() -> None:
+    """Issue 40: a trial timed on the on-core clock and a relaunch on the wall clock are not
+    the same terms; verify says which clock each side used, and says so when they differ."""
+    from autotune.verify import VerifyResult, clock_note, verify_text
+
+    on_core = "on-core clock (wall time less the engine thread's run-queue wait)"
+    wall = "wall clock (the client times each request over HTTP)"
+    assert clock_note(3, wall, wall) is None
+    assert clock_note(3, on_core, on_core) is None
+    note = clock_note(3, on_core, wall)
+    assert note is not None and "not the same terms" in note and "trial 3" in note
+    result = VerifyResult("s", 3, "swift server", "swift deploy ...", True, [note],
+                          recorded_clock=on_core, measured_clock=wall)  # fmt: skip
+    text = verify_text(result)
+    assert f"clocks: recorded on the {on_core}; relaunch measured on the {wall}" in text

@@ -16,7 +16,7 @@ import httpx
 from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, http_client, list_models, normalize_base_url
 from autotune.engines.phases import Screen
-from autotune.engines.server import drive_passes, load_fields
+from autotune.engines.server import SERVER_CLOCK, drive_passes, load_fields
 from autotune.engines.session import (
     EstimateCallback,
     MeasurePlan,
@@ -115,7 +115,12 @@ class EndpointSession:
             **dict(passes),
             peak_memory_mib=math.nan,
             memory_source="unavailable (endpoint)",
-            environment={"runner": "endpoint", "endpoint": self.base, "served_model": model},
+            environment={
+                "runner": "endpoint",
+                "clock": SERVER_CLOCK,
+                "endpoint": self.base,
+                "served_model": model,
+            },
         )
 
     def alive(self) -> bool:

@@ -52,6 +52,10 @@ from autotune.records import PassesResult, Prompt, SessionResult
 
 Render = Callable[[TrialConfig, int | None], Export]
 
+# How a server trial is timed: by the client, on the wall clock, so whatever slows the server
+# down (its HTTP work, other processes on its cores) is in its figures, as for its users.
+SERVER_CLOCK = "wall clock (the client times each request over HTTP)"
+
 
 def chat_prompts(evalset: EvalSet) -> list[Prompt]:
     """Every item as a prompt, in the order load tests cycle (EvalSet.balanced_ids)."""
@@ -334,6 +338,7 @@ class ServerSession:
         peak_mib, memory_source = sampler.window_peak()
         environment = {
             "runner": "server",
+            "clock": SERVER_CLOCK,
             "device": "cuda" if memory_source.startswith("nvml") else "cpu",
             "server_format": export.format,
             "server_command": export.command,

@@ -26,6 +26,7 @@ from autotune.report.data import (
 )
 from autotune.report.ratio import versus_reference
 from autotune.study.counting import trial_counts
+from autotune.study.provenance import provenance, reference_config
 from autotune.study.select import (
     CONSTRAINT_NAMES,
     UNEQUAL_PREFIX,
@@ -285,6 +286,8 @@ def best_text(study: optuna.Study) -> str:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
+    reference = reference_config(study.get_trials(deepcopy=False))
+    console.print(f"  what ran: {provenance(TrialRecord.of(rec.trial), reference)}", markup=False)
     if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
         console.print(f"  throughput: {ratio.words()}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:

@@ -43,6 +43,7 @@ from autotune.study.racing import Incumbent, incumbent, record_raced
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.reference_load import only_a_baseline, reference_plan
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+from autotune.study.timeshare import timed
 from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.verdicts import constraint_values, judge, record_constraints
 
@@ -214,7 +215,8 @@ class Objective:
             trial.set_user_attr("time_s", time_s)
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
-        proposal = self._propose(trial)
+        with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.timeshare
+            proposal = self._propose(trial)
         if proposal.sampled:
             waited = time.perf_counter()
             twin = identical_trial(
@@ -276,8 +278,9 @@ class Objective:
         the launch the scheduler gives; a failure fails this trial alone."""
         plan, space, config = self.plan, self.plan.space, proposal.config
         # Another worker may still be measuring the reference: measure now, judge after.
-        reference = None if proposal.is_reference else reference_trial(trial.study)
-        cached = find_reusable(trial.study, proposal.output_key)
+        with timed(time_s, "study_reads"):
+            reference = None if proposal.is_reference else reference_trial(trial.study)
+            cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         rival = None
         ids = [item.id for item in plan.evalset.items]
@@ -288,7 +291,8 @@ class Objective:
             # The reference is never raced: every trial is judged against it. A named
             # candidate that can no longer tie the front is raced like any trial.
             if not proposal.is_reference:
-                rival = incumbent(trial.study, space, launch_id=session.launch_id)
+                with timed(time_s, "study_reads"):
+                    rival = incumbent(trial.study, space, launch_id=session.launch_id)
             if self.launches.gpus:
                 trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
                 trial.set_user_attr("gpu_share", self.launches.gpu_share)
@@ -310,9 +314,10 @@ class Objective:
                 measure = reference_plan(measure)
             live = LiveEstimate(trial, self.progress.estimate)
             try:
-                result = session.measure(
-                    config, measure, on_phase=self.progress.phase, on_estimate=live.post
-                )
+                with timed(time_s, "engine_call"):
+                    result = session.measure(
+                        config, measure, on_phase=self.progress.phase, on_estimate=live.post
+                    )
             finally:
                 live.close()  # nothing is written to the trial once it is told
             if reference is None and not proposal.is_reference:

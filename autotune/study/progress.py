@@ -29,6 +29,7 @@ from rich.progress import Progress as RichProgress
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.study.counting import FAILURE_WORDS, SURPLUS, counts_towards_target
+from autotune.study.provenance import provenance, reference_config
 from autotune.study.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.timeshare import PARTS, part_seconds
 
@@ -155,6 +156,8 @@ class Progress:
         self.current = ""
         self.trial_started_at = 0.0
         self.next_plain_estimate_s = PLAIN_ESTIMATE_EVERY_S
+        # The reference's configuration, once the study has one: each line names what differs.
+        self.reference: dict[str, object] | None = None
 
     def __enter__(self) -> Progress:
         return self
@@ -246,9 +249,9 @@ class Progress:
             return
         seconds = time.monotonic() - self.trial_started_at
         best = best_so_far(study)
-        tag = " (reference)" if record.is_reference else ""
-        if record.candidate:
-            tag = f" (candidate {record.candidate})"
+        if self.reference is None:
+            self.reference = reference_config(study.get_trials(deepcopy=False))
+        tag = f" ({provenance(record, self.reference)})"
         if record.duplicate_of is not None:
             tag = f" (same configuration as trial {record.duplicate_of}, not re-run)"
         prefix = f"[{self.done}/{self.total}]" if counts else _uncounted_prefix(record)

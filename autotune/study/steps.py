@@ -17,12 +17,14 @@ neighbour, the next proposal is one: the incumbent with one lever changed.
   the incumbent has no untried neighbour left, the sampler proposes (TPE, whose model then
   holds every level of every lever).
 
-Only the levers are pinned; the parameters that barely move the rate (decoding settings, the
-repetition penalty) stay the sampler's. A pair of image side and concurrency is stepped to
-once per engine, whichever launch ran it, so the steps end: at most sides x concurrencies
-per engine, and `launches.launch_steps` launches. Steps are read from the storage (which
-lever values the study's trials ran, running ones included), so a resumed study and a second
-worker continue them.
+A step changes its lever alone: every other searched value (decoding settings and the
+repetition penalty included) is copied from the incumbent, so what the step measures is that
+lever's effect. A value of the incumbent the search cannot take (a named candidate's value
+outside its choices) is left to the sampler, and the step names it (`Step.also`). A pair of
+image side and concurrency is stepped to once per engine, whichever launch ran it, so the
+steps end: at most sides x concurrencies per engine, and `launches.launch_steps` launches.
+Steps are read from the storage (which lever values the study's trials ran, running ones
+included), so a resumed study and a second worker continue them.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.params import LAUNCH_PARAMS, base_param
+from autotune.params import LAUNCH_PARAMS, PARAM_NAMES, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
@@ -65,10 +67,14 @@ class Step:
     value: Any
     from_trial: int
     new_launch: bool
+    # Searched parameters the incumbent's values could not pin (outside the search): the
+    # sampler draws them, so the step changes them too, and says so.
+    also: tuple[str, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """What the trial records as `step`."""
-        return {"lever": self.lever, "value": self.value, "from_trial": self.from_trial}
+        described = {"lever": self.lever, "value": self.value, "from_trial": self.from_trial}
+        return described | ({"also": list(self.also)} if self.also else {})
 
 
 def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: bool) -> Step | None:
@@ -86,7 +92,8 @@ def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: boo
     for lever, value in _request_steps(space, base, order) + (
         _launch_steps(space, base, trials, order) if launch_steps_left else []
     ):
-        pinned = _pinned(space, {**base, lever: value}, STEPPED)
+        moved = {**base, lever: value}
+        pinned = _pinned(space, moved, STEPPED)
         if pinned is None:
             continue
         # Compared on what the step pins only: a trial's stored configuration holds values
@@ -101,8 +108,26 @@ def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: boo
             wanted = {item for item in wanted if item[0] in ON_ANY_LAUNCH}
         if any(wanted <= key for key in tried):
             continue
-        return Step(pinned, lever, value, base_trial.number, lever in LAUNCH_PARAMS)
+        # Every other searched value copied from the incumbent, decoding included.
+        rest, also = _copied(space, moved)
+        return Step(rest | pinned, lever, value, base_trial.number, lever in LAUNCH_PARAMS, also)
     return None
+
+
+def _copied(space: SearchSpace, config: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The Optuna names and values that pin each searched parameter of `config` besides the
+    levers, and the names of those whose value the search cannot take (left to the sampler)."""
+    pinned: dict[str, Any] = {}
+    unpinned: list[str] = []
+    for name in PARAM_NAMES:
+        if name in STEPPED:
+            continue
+        one = _pinned(space, config, (name,))
+        if one is None:
+            unpinned.append(name)
+        else:
+            pinned |= one
+    return pinned, tuple(unpinned)
 
 
 def _ran(trial: FrozenTrial) -> bool:

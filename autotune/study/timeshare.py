@@ -8,6 +8,9 @@ time. Summed over the study, the shares say how much of the trial time bought me
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import optuna
@@ -15,12 +18,35 @@ from optuna.trial import FrozenTrial
 
 from autotune.records.stored import TrialRecord
 
-PARTS = ("startup", "warmup", "measuring", "screening", "accuracy", "recording", "waiting")
+PARTS = (
+    "startup",
+    "warmup",
+    "measuring",
+    "screening",
+    "accuracy",
+    "recording",
+    "waiting",
+    "proposal",
+    "study_reads",
+    "hand_off",
+)
 # Waiting is recorded in two parts: for GPUs to free up, for a twin trial measured elsewhere.
 WAITS = ("gpu_wait", "twin_wait")
-# What no part times: the sampler's proposal, reads of the study (the reference, reusable
-# answers), and handing the plan and the result between autotune and its engine process.
-OTHER = "sampler, study reads, process hand-offs"
+# The engine's phases: what is left of the engine call beside them is the hand-off.
+ENGINE_PHASES = ("warmup", "measuring", "screening", "accuracy")
+# What the study process spends around the engine, each timed (autotune.study.objective):
+# the sampler's proposal with the trial's configuration written to the storage; the reads of
+# the study before measuring (the reference, reusable answers, the racing incumbent); and the
+# hand-off: the engine call less its phases (the plan and the result between autotune and its
+# worker process or HTTP client, the live estimate's writes).
+NAMED = {
+    "proposal": "sampler and config writes",
+    "study_reads": "study reads",
+    "hand_off": "engine hand-off",
+}
+# What no part times: the trial's few other storage writes (owner, launch) and the progress
+# line's own reads of the study.
+OTHER = "storage writes, progress lines"
 
 
 @dataclass(frozen=True)
@@ -61,6 +87,7 @@ class TimeShare:
                 ("accuracy", "accuracy"),
                 ("recording", "recording"),
                 ("waiting", "waiting"),
+                *NAMED.items(),
                 ("other", f"other ({OTHER})"),
             )
             # A part no trial spent time in says nothing; measuring always shows.
@@ -74,9 +101,24 @@ class TimeShare:
 def part_seconds(time_s: dict[str, float], part: str) -> float:
     """A part's seconds in one trial's `time_s`; a part it could not time (an endpoint's
     start-up is NaN: autotune did not start it) counts as none."""
+    if part == "hand_off":
+        engine = float(time_s.get("engine_call", 0.0))
+        if not math.isfinite(engine) or engine <= 0:
+            return 0.0
+        return max(0.0, engine - sum(part_seconds(time_s, key) for key in ENGINE_PHASES))
     keys = WAITS if part == "waiting" else (part,)
     values = (float(time_s.get(key, 0.0)) for key in keys)
     return sum(value for value in values if math.isfinite(value))
+
+
+@contextmanager
+def timed(time_s: dict[str, float], part: str) -> Iterator[None]:
+    """Add the block's seconds to `time_s[part]`, whether it ends or raises."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        time_s[part] = time_s.get(part, 0.0) + time.perf_counter() - start
 
 
 def trial_seconds(trial: FrozenTrial) -> float:
