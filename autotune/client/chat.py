@@ -221,8 +221,11 @@ def normalize_base_url(url: str) -> str:
 
 def http_client(concurrency: int) -> httpx.AsyncClient:
     # trust_env=False: a proxy from the environment must never sit between us and the server.
+    # connect 60 s: a server that is up but starved of CPU (2 cores under a load of 10) took
+    # over 10 s to accept 8 connections at once, and the trial failed (issue 40); one that is
+    # gone refuses at once, and a hung one is stopped by trial_timeout_s.
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None),
+        timeout=httpx.Timeout(connect=60.0, read=None, write=60.0, pool=None),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=concurrency),
         trust_env=False,
     )
