@@ -30,10 +30,11 @@ PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None
 
 
 def make_plan(space: Path, db: Path, evalset: Path | None = None) -> StudyPlan:
+    """The plan of `autotune run` into `db`: a SQLite file, or an Optuna journal (.journal)."""
     return plan_study(
         load_space(str(space)),
         study_name="r",
-        storage_url=f"sqlite:///{db}",
+        storage_url=str(db) if db.suffix == ".journal" else f"sqlite:///{db}",
         evalset=str(evalset) if evalset else None,
     )
 
@@ -145,3 +146,18 @@ def test_a_run_that_opens_a_study_another_run_is_creating_waits_for_its_basis(
             open_study(other)
     finally:
         writer.join()
+
+
+def test_a_refused_resume_writes_nothing_to_a_journal_either(tmp_path: Path) -> None:
+    """Creating a study that exists appends a refused record to an Optuna journal: a resume
+    looks the study up instead, and a refused one leaves the file as it was."""
+    space = small_space(tmp_path, name="r", params=PARAMS)
+    journal = tmp_path / "r.journal"
+    open_study(make_plan(space, journal))
+    before = digest(journal)
+    open_study(make_plan(space, journal))  # the same command again: nothing to write either
+    assert digest(journal) == before
+    edit_space(space, {"constraints": {"accuracy": {"max_drop": 0.2}}})
+    with pytest.raises(StudyError, match=r"another accuracy floor \(max_drop \(default\) -> 0.2"):
+        open_study(make_plan(space, journal))
+    assert digest(journal) == before

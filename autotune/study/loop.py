@@ -9,6 +9,7 @@ fit in the budget (autotune.study.budget).
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -69,18 +70,13 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = make_sampler(space)
-        try:
-            study = optuna.create_study(
-                study_name=plan.study_name,
-                storage=storage,
-                directions=space.directions(),
-                sampler=sampler,
-            )
-            # First, so a run that resumes the study a moment later compares with it.
-            study.set_user_attr(COMPARISON_BASIS, basis)
-        except optuna.exceptions.DuplicatedStudyError:
+        # Looked up first: creating a study that exists writes a refused record to a journal,
+        # and a resume that is refused must write nothing.
+        if _exists(storage, plan.study_name):
             study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
             await_setup(study)
+        else:
+            study = _create(plan, storage, sampler, basis)
     check_resumable(study, plan, basis)
     if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
         study.set_user_attr(COMPARISON_BASIS, basis)
@@ -92,6 +88,37 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in space.objectives])
     return study, sampler
+
+
+def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _create(
+    plan: StudyPlan,
+    storage: optuna.storages.BaseStorage,
+    sampler: optuna.samplers.BaseSampler,
+    basis: dict[str, Any],
+) -> optuna.Study:
+    """The new study, its comparison basis stored first, so a run that opens it a moment later
+    compares with it; or, when another run created it first, that run's study."""
+    try:
+        study = optuna.create_study(
+            study_name=plan.study_name,
+            storage=storage,
+            directions=plan.space.directions(),
+            sampler=sampler,
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
+        await_setup(study)
+        return study
+    study.set_user_attr(COMPARISON_BASIS, basis)
+    return study
 
 
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
