@@ -17,7 +17,7 @@ def test_items_needed_grows_with_a_tighter_margin_and_is_largest_at_half() -> No
 
 
 def test_small_sets_are_warned_about_with_what_would_do() -> None:
-    constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.05}})
+    constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.05, "test": "bootstrap"}})
     warning = floor_warning(32, 0.188, constraints)
     assert warning is not None
     assert "32 items" in warning and "about 470 items" in warning and "test: point" in warning
@@ -26,9 +26,50 @@ def test_small_sets_are_warned_about_with_what_would_do() -> None:
     assert floor_warning(32, 0.188, point) is None
 
 
+def test_the_sequential_floor_warns_where_its_set_cannot_pass_a_candidate_that_differs() -> None:
+    constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.02, "confidence": 0.9}})
+    warning = floor_warning(164, 0.8, constraints)  # the bundled ocr-caption set
+    assert warning is not None
+    assert "164 items" in warning and "word for word" in warning
+    assert "autotune evalset needs" in warning
+    assert floor_warning(3000, 0.8, constraints) is None  # the default space's pool
+
+
+@pytest.mark.parametrize(
+    ("decision", "words"),
+    [
+        ("infeasible", "on the same 120 items; the 90% confidence sequence [-0.300, -0.100] "
+         "shows a drop of more than 0.05"),
+        ("undecided", "undecided after 120 items: accuracy 0.700 vs reference 0.700; the 90% "
+         "confidence sequence [-0.060, +0.050] neither excludes nor shows a drop of 0.05"),
+    ],
+)  # fmt: skip
+def test_sequential_reasons_say_what_the_sequence_showed(decision: str, words: str) -> None:
+    constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.05, "confidence": 0.9}})
+    low, high = (-0.3, -0.1) if decision == "infeasible" else (-0.06, 0.05)
+    attrs = {
+        "accuracy": 0.7,
+        "constraints": {"accuracy": 0.01},
+        "paired_vs_reference": {
+            "accuracy_diff": 0.0,
+            "ci_low": low,
+            "ci_high": high,
+            "confidence": 0.9,
+            "n_items": 120,
+            "test": "sequential",
+            "decision": decision,
+        },
+    }
+    (reason,) = infeasible_because(attrs, constraints)
+    assert words in reason
+
+
 def test_reasons_name_the_figure_the_limit_and_the_interval() -> None:
     constraints = Constraints.model_validate(
-        {"accuracy": {"max_drop": 0.05, "confidence": 0.9}, "memory_budget_mib": 4096}
+        {
+            "accuracy": {"max_drop": 0.05, "confidence": 0.9, "test": "bootstrap"},
+            "memory_budget_mib": 4096,
+        }
     )
     attrs = {
         "accuracy": 0.188,

@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 from small_space import MODEL, run_study, small_evalset, small_space
 
 from autotune.accuracy.reuse import screening_ids
-from autotune.accuracy.screening import ScreeningRequest
+from autotune.accuracy.staged import FloorRequest
 from autotune.engines.inprocess.session import WorkerSession
 from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
@@ -45,13 +45,14 @@ def test_trials_that_differ_only_in_batch_size_reuse_the_answers(tmp_path: Path)
 
 
 def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
-    evalset = load_evalset(str(small_evalset(tmp_path)))
-    ids = [item.id for item in evalset.items]
-    subset = screening_ids(evalset, 6)
-    # A reference that answered everything right, and a trial at image max side 64, where the
-    # bundled reader reads nothing: the subset alone shows with confidence that the floor is
-    # missed.
-    config = TrialConfig(dtype="float32", max_new_tokens=8, image_max_side=64)
+    evalset = load_evalset(str(small_evalset(tmp_path, n_text=10, n_shapes=2)))
+    order = evalset.decision_order()
+    subset = screening_ids(evalset, 8)
+    assert subset == order[:8]
+    # A reference that answered everything right, and a trial at image max side 32, where the
+    # bundled reader reads nothing: the floor's first look, on the subset alone, already shows
+    # a drop of more than 0.05.
+    config = TrialConfig(dtype="float32", max_new_tokens=8, image_max_side=32)
     plan = MeasurePlan(
         warmup_requests=1,
         workload_requests=8,
@@ -61,12 +62,13 @@ def test_screening_stops_before_the_load_test(tmp_path: Path) -> None:
         max_load_s=60,
         target_ci_rel=0.03,
         confidence=0.95,
-        accuracy_ids=ids,
-        screening=ScreeningRequest(
-            ids=subset,
-            reference_scores=dict.fromkeys(ids, 1.0),
-            reference_passed=dict.fromkeys(ids, True),
-            max_drop=0.05,
+        accuracy_ids=order,
+        floor=FloorRequest(
+            order=order,
+            stages=[8, len(order)],
+            screening_items=8,
+            reference_scores=dict.fromkeys(order, 1.0),
+            margin=-0.05,
             confidence=0.95,
         ),
     )

@@ -63,6 +63,7 @@ from tools.train_data import (
     MAX_SIDE_MIX,
     NO_CELL_LABEL,
     PROBE_CLASSES,
+    PROBE_SLOTS,
     READER_MIN_PIXELS,
     TEXT_SHARE,
     Example,
@@ -208,13 +209,16 @@ class GlyphProbe(torch.nn.Module):
         model.model.visual.register_forward_hook(keep)
 
     def loss(self, labels: torch.Tensor) -> torch.Tensor:
+        """labels: [vision tokens, PROBE_SLOTS], a class per slot (train_data._object_cells)."""
         if self.tokens is None:
             raise RuntimeError("the glyph probe saw no vision forward pass")
-        logits = self.read_out(self.tokens.float())
+        logits = self.read_out(self.tokens.float()).view(len(labels), PROBE_SLOTS, -1)
         self.tokens = None
         if not bool((labels != NO_CELL_LABEL).any()):
             return logits.sum() * 0.0
-        return F.cross_entropy(logits, labels, ignore_index=NO_CELL_LABEL)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=NO_CELL_LABEL
+        )
 
 
 def linear_patch_embedding(model: Any) -> None:
@@ -468,7 +472,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         linear_patch_embedding(model)
     model.train()
 
-    probe = GlyphProbe(text.hidden_size, len(PROBE_CLASSES)).to(device)
+    probe = GlyphProbe(text.hidden_size, len(PROBE_CLASSES) * PROBE_SLOTS).to(device)
     probe.attach(model)
     optimizer = optimizer_for(model, vocabulary, probe, lr=args.lr, weight_decay=args.weight_decay)
     if resumed:

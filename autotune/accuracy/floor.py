@@ -31,10 +31,45 @@ def items_needed(reference_accuracy: float, max_drop: float, confidence: float) 
     return math.ceil((z / max(max_drop, 1e-9)) ** 2 * discordant)
 
 
+def sequential_reach(n_items: int, max_drop: float, confidence: float) -> float | None:
+    """The largest share of differing answers (of 0, 2, 5, 10, 20%) at which `n_items` let
+    the sequential floor pass a candidate as accurate as the reference 9 times in 10; None
+    when even identical answers need more items."""
+    from autotune.accuracy.sequential import items_needed_to_pass
+
+    reach = None
+    for discordance in (0.0, 0.02, 0.05, 0.10, 0.20):
+        _, p90, _ = items_needed_to_pass(
+            max_drop=max_drop, confidence=confidence, discordance=discordance, draws=100,
+            cap=n_items,
+        )  # fmt: skip
+        if p90 > n_items:
+            break
+        reach = discordance
+    return reach
+
+
 def floor_warning(n_items: int, reference_accuracy: float, constraints: Constraints) -> str | None:
     """A note when the set is too small for the relative floor's test, else None."""
     floor = constraints.accuracy
-    if not floor.enabled or floor.mode != "relative" or floor.test != "bootstrap":
+    if not floor.enabled or floor.mode != "relative":
+        return None
+    if floor.test == "sequential":
+        reach = sequential_reach(n_items, floor.max_drop, floor.confidence)
+        if reach is not None and reach >= 0.05:
+            return None
+        can = (
+            "no candidate but one answering word for word as the reference"
+            if reach is None
+            else f"a candidate as accurate as the reference only where their answers differ on "
+            f"at most {reach:.0%} of items"
+        )
+        return (
+            f"accuracy floor: {n_items} items let the sequential floor pass {can} (9 times in "
+            f"10, max_drop {floor.max_drop:g}); others end undecided, and infeasible. "
+            "`autotune evalset needs` says how many items a floor needs."
+        )
+    if floor.test != "bootstrap":
         return None
     needed = items_needed(reference_accuracy, floor.max_drop, floor.confidence)
     if n_items >= needed:
@@ -56,8 +91,13 @@ def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[
     if values.get("accuracy", 0.0) > 0:
         accuracy = attrs.get("accuracy")
         paired = attrs.get("paired_vs_reference") or {}
-        if floor.mode == "absolute":
+        verdict = attrs.get("accuracy_floor") or {}
+        if floor.mode == "absolute" and verdict:
+            reasons.append(_absolute_reason(accuracy, verdict, floor.min))
+        elif floor.mode == "absolute":
             reasons.append(f"accuracy {_num(accuracy)} is under the floor {floor.min:g}")
+        elif paired.get("test") == "sequential":
+            reasons.append(_sequential_reason(accuracy, paired, floor.max_drop))
         elif floor.test == "point":
             reasons.append(
                 f"accuracy {_num(accuracy)} is {_num(-paired.get('accuracy_diff', math.nan))} "
@@ -83,6 +123,41 @@ def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[
             f"of {constraints.latency_slo_ms:,.0f} ms"
         )
     return reasons
+
+
+def _sequence(verdict: dict[str, Any], spec: str) -> str:
+    """'90% confidence sequence [-0.300, -0.100]' from a recorded verdict."""
+    low, high = _num(verdict.get("ci_low"), spec), _num(verdict.get("ci_high"), spec)
+    return f"{verdict.get('confidence', 0.0):.0%} confidence sequence [{low}, {high}]"
+
+
+def _sequential_reason(accuracy: Any, paired: dict[str, Any], max_drop: float) -> str:
+    reference = _num((accuracy or 0.0) - paired.get("accuracy_diff", math.nan))
+    n = paired.get("n_items", "?")
+    sequence = _sequence(paired, "+.3f")
+    if paired.get("decision") == "undecided":
+        return (
+            f"undecided after {n} items: accuracy {_num(accuracy)} vs reference {reference}; "
+            f"the {sequence} neither excludes nor shows a drop of {max_drop:g} (a larger set "
+            "decides: `autotune evalset needs`)"
+        )
+    return (
+        f"accuracy {_num(accuracy)} vs reference {reference} on the same {n} items; the "
+        f"{sequence} shows a drop of more than {max_drop:g}"
+    )
+
+
+def _absolute_reason(accuracy: Any, verdict: dict[str, Any], minimum: float) -> str:
+    n = verdict.get("n_items", "?")
+    sequence = _sequence(verdict, ".3f")
+    if verdict.get("decision") == "undecided":
+        return (
+            f"undecided after {n} items: accuracy {_num(accuracy)}; the {sequence} neither "
+            f"excludes nor shows an accuracy under the floor {minimum:g}"
+        )
+    return (
+        f"accuracy {_num(accuracy)} on {n} items: the {sequence} lies under the floor {minimum:g}"
+    )
 
 
 def _num(value: Any, spec: str = ".3f") -> str:

@@ -3,8 +3,9 @@
 With ~150 pass/fail items near 80% accuracy the standard error of one accuracy is about three
 points, so a floor closer than that to the reference cannot be judged from two point estimates.
 Both trials answer the same items, so the paired differences carry far less noise: we report
-their mean with a bootstrap confidence interval, and McNemar's exact test on the items where
-exactly one of the two passed.
+their mean with a confidence interval (the sequential floor's confidence sequence, or a
+bootstrap interval over a fixed set), and McNemar's exact test on the items where exactly one
+of the two passed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.accuracy.staged import FloorRequest
 
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -26,6 +31,9 @@ class PairedComparison:
     only_candidate_passed: int
     only_reference_passed: int
     mcnemar_p: float
+    test: str = "bootstrap"  # or "sequential": a confidence sequence (accuracy.sequential)
+    # sequential only: "feasible", "infeasible" or "undecided" (the set ran out first)
+    decision: str | None = None
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -65,13 +73,21 @@ def compare(
     candidate_passed: dict[str, bool],
     reference_passed: dict[str, bool],
     confidence: float = 0.95,
+    sequence: FloorRequest | None = None,
 ) -> PairedComparison:
-    """Compare on the items both answered."""
+    """Compare on the items both answered: a bootstrap interval, or with `sequence` the
+    sequential floor's confidence sequence and verdict over the items in its order."""
     shared = sorted(set(candidate_scores) & set(reference_scores))
     diffs = [candidate_scores[i] - reference_scores[i] for i in shared]
-    low, high = bootstrap_interval(diffs, confidence=confidence)
     only_candidate = sum(1 for i in shared if candidate_passed[i] and not reference_passed[i])
     only_reference = sum(1 for i in shared if reference_passed[i] and not candidate_passed[i])
+    if sequence is None:
+        low, high = bootstrap_interval(diffs, confidence=confidence)
+        test, decision = "bootstrap", None
+    else:
+        verdict = sequence.judge(candidate_scores, with_interval=True)
+        low, high, confidence = verdict.ci_low, verdict.ci_high, verdict.confidence
+        test, decision = "sequential", verdict.decision
     return PairedComparison(
         n_items=len(shared),
         accuracy_diff=sum(diffs) / len(diffs) if diffs else math.nan,
@@ -81,4 +97,6 @@ def compare(
         only_candidate_passed=only_candidate,
         only_reference_passed=only_reference,
         mcnemar_p=mcnemar_exact_p(only_candidate, only_reference),
+        test=test,
+        decision=decision,
     )

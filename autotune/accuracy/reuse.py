@@ -1,4 +1,4 @@
-"""Not paying twice for the same answers, and screening before the full evaluation.
+"""Not paying twice for the same answers, and what a trial's accuracy pass is asked.
 
 Greedy answers depend only on the output-affecting parameters (autotune.params: everything but
 batch_size and kv_cache_fraction, and batch_size too when sampling). A trial whose key matches
@@ -17,7 +17,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.scoring import AccuracyReport
-from autotune.accuracy.screening import ScreeningRequest
+from autotune.accuracy.sequential import stage_sizes
+from autotune.accuracy.staged import FloorRequest
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
@@ -54,29 +55,36 @@ def stored_accuracy(trial: FrozenTrial) -> AccuracyReport:
     )
 
 
+# The floor's first look: fewer items decide nothing but a large drop (an identical candidate
+# needs about log(1 / (1 - confidence)) / max_drop items to pass).
+FIRST_STAGE_ITEMS = 20
+
+
 def screening_ids(evalset: EvalSet, n: int) -> list[str]:
-    """A fixed subset of `n` items, drawn round-robin over categories so each is represented."""
-    return evalset.balanced_ids()[:n]
+    """The first `n` items the floor asks for: every category in its share of the set."""
+    return evalset.decision_order()[:n]
 
 
-def screening_request(
-    space: SearchSpace, evalset: EvalSet, reference: FrozenTrial | None
-) -> ScreeningRequest | None:
-    """Screening for a candidate, when the space asks for it and a reference exists."""
-    accuracy = space.constraints.accuracy
-    if (
-        space.screening.items == 0
-        or reference is None
-        or not accuracy.enabled
-        or accuracy.mode != "relative"
-        or space.screening.items >= len(evalset.items)
-    ):
+def floor_request(
+    space: SearchSpace, evalset: EvalSet, reference: FrozenTrial | None, *, batch: int = 1
+) -> FloorRequest | None:
+    """How a candidate's accuracy pass answers and stops (the sequential floor), screening
+    included; None where it answers every item: no floor, another test, or no reference to
+    compare with (the reference itself)."""
+    floor = space.constraints.accuracy
+    if not floor.enabled or floor.test != "sequential":
         return None
-    ref = stored_accuracy(reference)
-    return ScreeningRequest(
-        ids=screening_ids(evalset, space.screening.items),
-        reference_scores=ref.item_scores,
-        reference_passed=ref.item_passed,
-        max_drop=accuracy.max_drop,
-        confidence=space.screening.confidence,
+    if floor.mode == "relative" and reference is None:
+        return None
+    order = evalset.decision_order()
+    screening = space.screening.items if space.screening.items < len(order) else 0
+    return FloorRequest(
+        order=order,
+        stages=stage_sizes(len(order), first=max(screening, FIRST_STAGE_ITEMS), batch=batch),
+        screening_items=screening,
+        reference_scores=None
+        if floor.mode == "absolute"
+        else stored_accuracy(reference).item_scores,  # type: ignore[arg-type]
+        margin=floor.min if floor.mode == "absolute" else -floor.max_drop,
+        confidence=floor.confidence,
     )

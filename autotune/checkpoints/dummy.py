@@ -35,6 +35,7 @@ from typing import Any
 
 from autotune.checkpoints.source import SUPPORTED_MODEL_TYPES
 from autotune.errors import ModelError, SpaceError
+from autotune.evalset.pools import known_pools
 from autotune.space import REPO_ROOT, SearchSpace
 
 # Bump when the files written below change, so stale cached checkpoints are not reused.
@@ -146,15 +147,24 @@ def dummy_checkpoint(
 
 
 def without_accuracy(space: SearchSpace) -> SearchSpace:
-    """`space` with the accuracy constraint and screening off (answers of random weights)."""
+    """`space` with the accuracy constraint and screening off (answers of random weights), on
+    an evaluation pool's base set."""
     accuracy = space.constraints.accuracy.model_copy(update={"enabled": False})
     constraints = space.constraints.model_copy(update={"accuracy": accuracy})
     screening = space.screening.model_copy(update={"items": 0})
     objectives = [o for o in space.objectives if o.metric != "accuracy"]
     if not objectives:
         raise SpaceError("with --dummy-weights accuracy cannot be an objective; pick another")
+    # A pool holds its items for the accuracy pass alone; load tests need only its base set's
+    # images (the pool's first items), which need no build and no fonts.
+    evalset = known_pools().get(space.evalset, {}).get("base") or space.evalset
     return space.model_copy(
-        update={"constraints": constraints, "screening": screening, "objectives": objectives}
+        update={
+            "constraints": constraints,
+            "screening": screening,
+            "objectives": objectives,
+            "evalset": evalset,
+        }
     )
 
 

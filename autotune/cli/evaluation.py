@@ -112,3 +112,59 @@ def evalset_show(name_or_path: str, as_json: bool) -> None:
     click.echo("categories: " + ", ".join(f"{k} {v}" for k, v in info["categories"].items()))
     click.echo("metrics: " + ", ".join(f"{k} {v}" for k, v in info["metrics"].items()))
     click.echo("bundled sets: " + ", ".join(available_evalsets()))
+
+
+@evalset.command("needs")
+@click.option("--max-drop", type=click.FloatRange(0.001, 0.5), default=0.02, show_default=True)
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.9, show_default=True)
+@click.option("--evalset", "name_or_path", default=None, help="Also say what this set can decide.")
+@json_option
+@user_errors
+def evalset_needs(
+    max_drop: float, confidence: float, name_or_path: str | None, as_json: bool
+) -> None:
+    """Items the sequential accuracy floor spends to pass a candidate as accurate as the
+    reference, by how often the two answer differently (simulated with the floor's own code)."""
+    from autotune.accuracy.sequential import items_needed_to_pass
+
+    size = None
+    if name_or_path is not None:
+        from autotune.evalset.dataset import load_evalset
+
+        size = len(load_evalset(name_or_path).items)
+    rows = []
+    for discordance in (0.0, 0.02, 0.05, 0.10, 0.20):
+        median, p90, _ = items_needed_to_pass(
+            max_drop=max_drop, confidence=confidence, discordance=discordance, cap=12_000
+        )
+        rows.append({"discordance": discordance, "median_items": median, "items_for_90pct": p90})
+    if as_json:
+        click.echo(
+            json_text({"max_drop": max_drop, "confidence": confidence, "items": size, "rows": rows})
+        )
+        return
+    click.echo(
+        f"sequential floor, max_drop {max_drop:g}, confidence {confidence:g}: items spent to pass "
+        "a candidate exactly as accurate as the reference"
+    )
+    click.echo("answers differ on | median items | items to pass 9 times in 10")
+    for row in rows:
+        p90 = row["items_for_90pct"]
+        shown = f"{p90:,.0f}" if p90 < 12_000 else "over 12,000"
+        click.echo(f"{row['discordance']:>15.0%}   | {row['median_items']:>12,.0f} | {shown}")
+    if size is not None:
+        enough = [f"{r['discordance']:.0%}" for r in rows if r["items_for_90pct"] <= size]
+        click.echo(
+            f"{name_or_path}: {size:,} items: passes such a candidate 9 times in 10 where the "
+            f"answers differ on up to {enough[-1] if enough else 'none'} of items"
+        )
+
+
+@evalset.command("build")
+@click.argument("name")
+@user_errors
+def evalset_build(name: str) -> None:
+    """Build an evaluation pool into studies/evalsets/ (done by its first use otherwise)."""
+    from autotune.evalset.pools import ensure_pool
+
+    click.echo(f"{name}: {ensure_pool(name)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from autotune.accuracy.screening import hopeless
+from autotune.accuracy.staged import look_at_answers
 from autotune.checkpoints.adapters import Adapter
 from autotune.engines.gpus import Gpu, pinned_env
 from autotune.engines.session import (
@@ -63,7 +63,7 @@ def open_session(
             prompts=chat_prompts(evalset),
             trial_timeout_s=space.trial_timeout_s,
             adapters=list(adapters),
-            screen=functools.partial(hopeless, evalset),
+            judge=functools.partial(look_at_answers, evalset),
         ).start(on_phase=on_phase)
     fmt = session_format(launch, server_format)
     if fmt is not None:
@@ -87,7 +87,7 @@ def open_session(
             trial_timeout_s=space.trial_timeout_s,
             gpus=gpus,
             adapters=list(adapters),
-            screen=functools.partial(hopeless, evalset),
+            judge=functools.partial(look_at_answers, evalset),
         ).start(on_phase=on_phase)
     from autotune.engines.inprocess.session import WorkerSession
     from autotune.engines.threads import choose_threads

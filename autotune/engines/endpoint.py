@@ -15,7 +15,7 @@ import httpx
 
 from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError, http_client, list_models, normalize_base_url
-from autotune.engines.phases import Screen
+from autotune.engines.phases import Judge
 from autotune.engines.server import SERVER_CLOCK, drive_passes, load_fields
 from autotune.engines.session import (
     EstimateCallback,
@@ -67,10 +67,10 @@ class EndpointSession:
         prompts: list[Prompt],
         trial_timeout_s: float,
         adapters: list[Adapter] | None = None,
-        screen: Screen | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.base = normalize_base_url(url)
-        self.screen = screen
+        self.judge = judge
         self.adapters = adapters or []
         self.launch_id = new_launch_id()
         self.launch_key = launch.launch_key()
@@ -109,7 +109,7 @@ class EndpointSession:
             timeout_s=self.trial_timeout_s,
             on_phase=on_phase,
             on_estimate=on_estimate,
-            screen=self.screen,
+            judge=self.judge,
         )
         return SessionResult(
             **dict(passes),

@@ -36,16 +36,30 @@ class Gpu:
         return f"GPU {self.index} ({self.name}{clock})"
 
 
+# More fakes than any host has GPUs: a test hook that would start a worker for each.
+MAX_FAKE_GPUS = 64
+
+
+def _ascii_digits(text: str) -> bool:
+    """Whether `text` is a whole number in ASCII digits (str.isdigit also takes '²')."""
+    return bool(text) and len(text) <= 9 and all("0" <= c <= "9" for c in text)
+
+
 def _fake_gpus(spec: str) -> list[Gpu]:
     text = spec.strip()
-    if text.isdigit():
-        entries = ["fake GPU"] * int(text)
+    if _ascii_digits(text):
+        entries = ["fake GPU"] * min(int(text), MAX_FAKE_GPUS + 1)
     else:
-        entries = [part.strip() for part in text.split(",") if part.strip()]
+        entries = [part.strip() for part in text.split(",", MAX_FAKE_GPUS + 1) if part.strip()]
+    if len(entries) > MAX_FAKE_GPUS:
+        raise SpaceError(
+            f"{FAKE_GPUS_ENV}={text[:40]!r}: at most {MAX_FAKE_GPUS} fake GPUs (a test hook: "
+            f"a number, or names like 'NVIDIA H200@1980,NVIDIA H200'); unset it on a real host"
+        )
     gpus = []
     for index, entry in enumerate(entries):
         name, _, clock = entry.partition("@")
-        mhz = int(clock) if clock.strip().isdigit() else 1000
+        mhz = int(clock.strip()) if _ascii_digits(clock.strip()) else 1000
         gpus.append(
             Gpu(
                 index=index,

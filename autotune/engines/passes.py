@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune.client.chat import ChatClient, http_client
 from autotune.client.load import LiveTokens, closed_loop, closed_loop_until, open_loop
-from autotune.engines.phases import LoadOutcome, Screen, run_phases
+from autotune.engines.phases import Judge, LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
 from autotune.measure.convergence import SteadyRule
 from autotune.measure.repeats import ImageRepeats
@@ -124,7 +124,7 @@ async def run_passes(
     forced_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
     on_estimate: EstimateCallback | None = None,
-    screen: Screen | None = None,
+    judge: Judge | None = None,
 ) -> PassesResult:
     """A trial's phases (autotune.engines.phases) through one server.
 
@@ -147,7 +147,7 @@ async def run_passes(
             driver,
             plan,
             config.batch_size,
-            screen=screen,
+            judge=judge,
             on_phase=on_phase,
             on_estimate=on_estimate,
         )

@@ -6,12 +6,15 @@ loaded model, or requests in flight over HTTP. What a trial does, and in which o
 decided here once, so that a rule added to one engine holds for all of them:
 
 1. warm-up, where the engine needs one apart from the load (compilation);
-2. screening: the screening items first, and a trial already under the accuracy floor with
-   confidence stops there (autotune.accuracy.screening), before its load test;
+2. screening: the floor's first stage of items, and a trial the floor already shows to lose
+   more than it allows stops there, before its load test;
 3. the load test, until the stop rule says the rate has settled and is known, or that the
    trial lost its race (autotune.measure.convergence);
-4. accuracy, unless the trial lost its race: its answers would decide nothing. The screening
-   answers stand (greedy answers do not depend on the batch, tests/test_output_neutral).
+4. accuracy, unless the trial lost its race: its answers would decide nothing. Under the
+   sequential floor (autotune.accuracy.sequential) a stage at a time, until the floor decides
+   or the set runs out; every look, screening's included, belongs to one confidence
+   sequence. The screening answers stand (greedy answers do not depend on the batch,
+   tests/test_output_neutral).
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autotune.accuracy.screening import ScreeningRequest
+from autotune.accuracy.sequential import FloorLook
+from autotune.accuracy.staged import FloorRequest
 from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallback
 from autotune.measure.convergence import RACED, SteadyRule
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.timing import RequestTiming
 from autotune.records import PassesResult
 
-# Whether screening answers already miss the floor with confidence (accuracy.screening.hopeless
-# over the session's eval set).
-Screen = Callable[[dict[str, str], ScreeningRequest], bool]
+# The floor's verdict on the answers so far (accuracy.staged.look_at_answers over the session's
+# eval set).
+Judge = Callable[[dict[str, str], FloorRequest], FloorLook]
 SCREENED_OUT = "screened out"
 
 
@@ -77,7 +81,7 @@ async def run_phases(
     plan: MeasurePlan,
     batch_size: int,
     *,
-    screen: Screen | None,
+    judge: Judge | None,
     on_phase: PhaseCallback | None = None,
     on_estimate: EstimateCallback | None = None,
 ) -> PassesResult:
@@ -94,15 +98,17 @@ async def run_phases(
         await driver.warm_up()
         warmup_s = time.perf_counter() - started
 
+    floor = plan.floor if judge is not None else None
     predictions: dict[str, str] = {}
+    verdict: FloorLook | None = None
     screening_s = 0.0
-    if plan.screening is not None and screen is not None:
+    if floor is not None and floor.screening_items:
         phase("screening")
         started = time.perf_counter()
-        predictions = await driver.answer(plan.screening.ids, batch_size)
-        hopeless = screen(predictions, plan.screening)
+        predictions = await driver.answer(floor.order[: floor.screening_items], batch_size)
+        verdict = judge(predictions, floor)  # type: ignore[misc]
         screening_s = time.perf_counter() - started
-        if hopeless:
+        if verdict.decision == "infeasible":
             now = driver.now()
             return PassesResult(
                 warmup_s=warmup_s,
@@ -123,8 +129,7 @@ async def run_phases(
     if plan.accuracy_ids is not None and load.stop_reason != RACED:
         phase("accuracy")
         started = time.perf_counter()
-        todo = [item_id for item_id in plan.accuracy_ids if item_id not in predictions]
-        predictions = {**predictions, **await driver.answer(todo, plan.accuracy_batch_size)}
+        predictions = await _answer_accuracy(driver, plan, floor, judge, predictions, verdict)
         accuracy_s = time.perf_counter() - started
     return PassesResult(
         warmup_s=warmup_s,
@@ -141,3 +146,26 @@ async def run_phases(
         screened_out=False,
         repeated_requests=repeats.repeated,
     )
+
+
+async def _answer_accuracy(
+    driver: PhaseDriver,
+    plan: MeasurePlan,
+    floor: FloorRequest | None,
+    judge: Judge | None,
+    predictions: dict[str, str],
+    verdict: FloorLook | None,
+) -> dict[str, str]:
+    """Every accuracy item, or under the sequential floor a stage at a time until it decides."""
+    answered = dict(predictions)
+    if floor is None or judge is None:
+        todo = [item_id for item_id in plan.accuracy_ids or [] if item_id not in answered]
+        return {**answered, **await driver.answer(todo, plan.accuracy_batch_size)}
+    for size in floor.stages:
+        if verdict is not None and verdict.decision != "undecided":
+            break
+        todo = [item_id for item_id in floor.order[:size] if item_id not in answered]
+        if todo:
+            answered |= await driver.answer(todo, plan.accuracy_batch_size)
+        verdict = judge(answered, floor)
+    return answered

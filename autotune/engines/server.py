@@ -28,7 +28,7 @@ from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
 from autotune.engines.passes import ForcedFields, run_passes
-from autotune.engines.phases import Screen
+from autotune.engines.phases import Judge
 from autotune.engines.scratch import make_scratch
 from autotune.engines.server_process import (
     _PORT_TAKEN,
@@ -77,7 +77,7 @@ def drive_passes(
     forced_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
-    screen: Screen | None = None,
+    judge: Judge | None = None,
 ) -> PassesResult:
     """Run the passes under a time limit; transport errors become a TrialFailure."""
 
@@ -92,7 +92,7 @@ def drive_passes(
             forced_fields=forced_fields,
             on_phase=on_phase,
             on_estimate=on_estimate,
-            screen=screen,
+            judge=judge,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
 
@@ -211,7 +211,7 @@ class ServerSession:
         trial_timeout_s: float,
         gpus: list[Gpu] | None = None,
         adapters: list[Adapter] | None = None,
-        screen: Screen | None = None,
+        judge: Judge | None = None,
     ) -> None:
         self.render = render
         self.adapters = adapters or []
@@ -220,7 +220,7 @@ class ServerSession:
         self.fmt = fmt
         self.device = device
         self.prompts = prompts
-        self.screen = screen
+        self.judge = judge
         self.startup_timeout_s = startup_timeout_s
         self.trial_timeout_s = trial_timeout_s
         self.launch_id = new_launch_id()
@@ -327,7 +327,7 @@ class ServerSession:
                 on_estimate=on_estimate,
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
-                screen=self.screen,
+                judge=self.judge,
             )
         except TrialFailure as failure:
             self.close()

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from autotune.accuracy.screening import ScreeningRequest
+from autotune.accuracy.staged import FloorRequest
 from autotune.measure.convergence import RaceBound, SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
@@ -46,7 +46,9 @@ class MeasurePlan(BaseModel):
     request_rate_per_s: float | None = None
     accuracy_ids: list[str] | None = None  # None: no accuracy pass
     accuracy_batch_size: int = 1
-    screening: ScreeningRequest | None = None
+    # The sequential floor: answer accuracy_ids a stage at a time (screening first) and stop
+    # once it decides; None: answer every id.
+    floor: FloorRequest | None = None
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
     # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.
@@ -69,12 +71,21 @@ class MeasurePlan(BaseModel):
         )
 
 
+def accuracy_batch_size(space: SearchSpace, config: TrialConfig) -> int:
+    """How many accuracy items go in one batch (or in flight) for `config`."""
+    # Answers depend on the batch only when sampling or when a compiled engine would compile
+    # the accuracy pass's new batch shape; otherwise the larger batch only saves time.
+    if config.do_sample or config.compile_mode != "none":
+        return config.batch_size
+    return space.workload.accuracy_batch_size or config.batch_size
+
+
 def measure_plan(
     space: SearchSpace,
     config: TrialConfig,
     *,
     accuracy_ids: list[str] | None,
-    screening: ScreeningRequest | None = None,
+    floor: FloorRequest | None = None,
     max_seconds: float | None = None,
     race: RaceBound | None = None,
 ) -> MeasurePlan:
@@ -85,11 +96,7 @@ def measure_plan(
     max_load_s = workload.max_warmup_s + workload.max_measure_s
     if max_seconds is not None:
         max_load_s = min(max_load_s, max_seconds)
-    # Answers depend on the batch only when sampling or when a compiled engine would compile
-    # the accuracy pass's new batch shape; otherwise the larger batch only saves time.
-    accuracy_batch = workload.accuracy_batch_size or config.batch_size
-    if config.do_sample or config.compile_mode != "none":
-        accuracy_batch = config.batch_size
+    accuracy_batch = accuracy_batch_size(space, config)
     return MeasurePlan(
         warmup_requests=workload.warmup_requests,
         workload_requests=one_pass,
@@ -104,7 +111,7 @@ def measure_plan(
         request_rate_per_s=workload.request_rate_per_s,
         accuracy_ids=accuracy_ids,
         accuracy_batch_size=accuracy_batch,
-        screening=screening,
+        floor=floor,
         repeat_image_share=workload.repeat_image_share,
         seed=config.seed,
         race=race,

@@ -42,11 +42,17 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _whole_number(text: str) -> int | None:
+    """`text` as a positive whole number in ASCII digits, else None: str.isdigit() is true of
+    '²' or '٣', which int() then refuses or reads as another number."""
+    text = text.strip()
+    if not text or len(text) > 9 or not all("0" <= c <= "9" for c in text):
+        return None
+    return int(text) or None
+
+
 def engines_at_once() -> int:
-    try:
-        return max(1, int(os.environ.get(ENGINES_AT_ONCE_ENV, "1")))
-    except ValueError:
-        return 1
+    return _whole_number(os.environ.get(ENGINES_AT_ONCE_ENV, "1")) or 1
 
 
 def choose_threads(requested: int | None) -> ThreadChoice:
@@ -55,8 +61,9 @@ def choose_threads(requested: int | None) -> ThreadChoice:
     if requested is not None:
         return ThreadChoice(requested, f"cpu_threads: {requested} in the space")
     env_value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env_value.isdigit() and int(env_value) > 0:
-        return ThreadChoice(int(env_value), f"OMP_NUM_THREADS={env_value} in the environment")
+    from_env = _whole_number(env_value)
+    if from_env is not None:
+        return ThreadChoice(from_env, f"OMP_NUM_THREADS={env_value} in the environment")
     cores, engines = usable_cores(), engines_at_once()
     share = max(1, cores // engines)
     where = f"{cores} usable cores" + (f", {engines} engines at once" if engines > 1 else "")

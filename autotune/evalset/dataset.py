@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from autotune.errors import EvalsetError
 from autotune.evalset.metrics import METRICS, unknown_metric_message
 from autotune.evalset.paths import not_a_regular_file
+from autotune.evalset.pools import ensure_pool, known_pools
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALSETS_DIR = REPO_ROOT / "evalsets"
@@ -125,6 +126,23 @@ class EvalSet(BaseModel):
                     ordered.append(queue.pop())
         return ordered
 
+    def decision_order(self) -> list[str]:
+        """Every item id in the order the accuracy floor asks for them: each category
+        shuffled with a fixed seed, then merged so that every prefix holds each category in
+        its share of the set (a stage of 40 items of a 4:1 set is 32 and 8). Shuffled so that
+        the paired differences arrive as a random sample, which the floor's confidence
+        sequence assumes; fixed so that every trial answers the same items first."""
+        by_category: dict[str, list[str]] = defaultdict(list)
+        for item in self.items:
+            by_category[item.category].append(item.id)
+        rng = random.Random(f"decision-order/{self.name}")
+        keyed: list[tuple[float, str, str]] = []
+        for name in sorted(by_category):
+            ids = sorted(by_category[name])
+            rng.shuffle(ids)
+            keyed += [((rank + 0.5) / len(ids), name, item) for rank, item in enumerate(ids)]
+        return [item for _, _, item in sorted(keyed)]
+
 
 def available_evalsets() -> list[str]:
     """Names of the bundled sets (folders of evalsets/ that hold an items.jsonl)."""
@@ -151,9 +169,12 @@ def resolve_evalset(path_or_name: str | Path) -> tuple[str, Path]:
         bundled = EVALSETS_DIR / text / ITEMS_FILE
         if bundled.is_file():
             return text, bundled
+        if text in known_pools():
+            return text, ensure_pool(text) / ITEMS_FILE
         raise EvalsetError(
             f"no evaluation set named {text!r}; bundled sets: "
-            f"{', '.join(available_evalsets()) or 'none'} (or give a folder or a .jsonl file)"
+            f"{', '.join(available_evalsets() + list(known_pools())) or 'none'} (or give a "
+            "folder or a .jsonl file)"
         )
     raise EvalsetError(f"evaluation set {text} not found")
 

@@ -140,6 +140,8 @@ class TrialRecord(_Stored):
     predictions: dict[str, str] = {}
     sample_outputs_artifact: str | None = None
     paired_vs_reference: dict[str, Any] | None = None
+    # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).
+    accuracy_floor: dict[str, Any] | None = None
     measure_stop_reason: str | None = None
     # Stopped by racing (autotune.study.racing): the incumbent it lost to, and why.
     raced_by: int | None = None

@@ -19,7 +19,7 @@ FIGURES: tuple[tuple[str, str, str, bool], ...] = (
     ("e2e_latency_p95_ms", "e2e p95 (ms)", ".0f", False),
     ("ttft_p50_ms", "TTFT p50 (ms)", ".0f", False),
     ("tpot_p50_ms", "TPOT p50 (ms)", ".1f", False),
-    ("accuracy", "accuracy", ".3f", True),
+    ("accuracy", "accuracy (items answered)", ".3f", True),
     ("peak_memory_mib", "peak memory (MiB)", ".0f", False),
     ("startup_s", "start-up (s)", ".1f", False),
 )
@@ -59,6 +59,10 @@ def figure_text(record: TrialRecord, key: str, spec: str) -> str:
     if value is None:
         return "-"
     text = fmt(value, spec) if finite(value) is not None else "n/a"
+    if key == "accuracy" and record.item_scores:
+        # The sequential floor stops each trial where its verdict is decided: how many items
+        # the figure rests on is part of it.
+        return f"{text} ({len(record.item_scores)} items)"
     return text + interval_text(record) if key == THROUGHPUT and text != "n/a" else text
 
 

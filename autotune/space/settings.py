@@ -87,12 +87,22 @@ class AccuracyConstraint(_Strict):
         0.05, ge=0.0, le=1.0, description="relative: allowed drop below the reference (0-1)."
     )
     min: float = Field(0.0, ge=0.0, le=1.0, description="absolute: lowest allowed accuracy.")
-    test: Literal["bootstrap", "point"] = Field(
-        "bootstrap",
-        description="relative: 'bootstrap' needs the lower bound of the paired difference's "
-        "confidence interval above -max_drop (non-inferiority); 'point' compares means only.",
+    test: Literal["sequential", "bootstrap", "point"] = Field(
+        "sequential",
+        description="'sequential': answer the set a stage at a time and stop once a confidence "
+        "sequence of the paired difference shows the candidate loses less than max_drop "
+        "(feasible) or more (infeasible); undecided when the set runs out, which is infeasible "
+        "(autotune.accuracy.sequential). 'bootstrap': answer every item, feasible when the "
+        "lower end of a bootstrap interval is above -max_drop. 'point': compare means only.",
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Interval confidence level.")
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1.0,
+        description="sequential: each verdict is wrong with probability at most 1 - confidence, "
+        "over all its looks (a candidate that loses max_drop or more is accepted at most that "
+        "often); bootstrap: the two-sided interval's level.",
+    )
     enabled: bool = Field(True, description="Switch the floor off (for ablations only).")
 
 
@@ -106,7 +116,13 @@ class Screening(_Strict):
         description="Subset size; 0 switches screening off. At most 1,000,000 (more items "
         "than any evaluation set holds).",
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence to prune.")
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1.0,
+        description="Kept so older spaces load; screening is now the floor's first look and "
+        "prunes at the floor's own confidence (constraints.accuracy.confidence).",
+    )
 
 
 class Constraints(_Strict):
@@ -361,6 +377,21 @@ class LaunchSettings(_Strict):
         "the fewest launches first. TPE learns nothing about a launch parameter until launches "
         "differ in it. 0: no launch steps. `random_launches`, its earlier name, is read too.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """Both names at once: one value is taken when they agree, else one line saying
+        which to keep (not "unknown field" for the name that is also read)."""
+        if isinstance(data, dict) and {"launch_steps", "random_launches"} <= data.keys():
+            data = dict(data)
+            earlier = data.pop("random_launches")
+            if repr(earlier) != repr(data["launch_steps"]):  # True == 1, yet not the same
+                raise ValueError(
+                    f"launch_steps ({data['launch_steps']!r}) and random_launches ({earlier!r}, "
+                    "its earlier name) are both given and differ: keep launch_steps alone"
+                )
+        return data
 
 
 class Candidate(_Strict):

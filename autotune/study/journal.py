@@ -24,8 +24,8 @@ from optuna.storages.journal._storage import JournalStorageReplayResult
 
 from autotune.errors import StudyError
 
-# How far back from the end a torn tail is looked for: a record is a few kilobytes at most.
-_TAIL_WINDOW = 1 << 20
+# How much of the file is read at a time while looking back for the last newline.
+_TAIL_CHUNK = 1 << 20
 
 
 class WholeRecordJournal(JournalFileBackend):
@@ -52,22 +52,21 @@ class WholeRecordJournal(JournalFileBackend):
 
 
 def torn_tail(path: Path) -> int:
-    """How many bytes at the end of the journal are not a whole line (0: none)."""
+    """How many bytes at the end of the journal are not a whole line (0: none), however long
+    that tail is: read back a chunk at a time to the last newline (an edit or a writer that
+    died in a large record can leave megabytes after it; cutting less would leave the next
+    append glued to the torn line)."""
     with path.open("rb") as handle:
         size = handle.seek(0, os.SEEK_END)
-        if size == 0:
-            return 0
-        start = max(0, size - _TAIL_WINDOW)
-        handle.seek(start)
-        tail = handle.read()
-    if tail.endswith(b"\n"):
-        return 0
-    newline = tail.rfind(b"\n")
-    if newline < 0:
-        # No newline in the window: the whole file when it is that small, else give up
-        # (a torn record is never a megabyte long; the reader reports the line).
-        return size if start == 0 else 0
-    return len(tail) - newline - 1
+        end = size
+        while end > 0:
+            start = max(0, end - _TAIL_CHUNK)
+            handle.seek(start)
+            newline = handle.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                return size - (start + newline + 1)
+            end = start
+    return size
 
 
 def repair_tail(backend: JournalFileBackend) -> str | None:

@@ -8,6 +8,7 @@ FAIL with its reason, and the study goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -19,11 +20,13 @@ from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import (
     accuracy_key,
     find_reusable,
-    screening_request,
+    floor_request,
     stored_accuracy,
 )
+from autotune.accuracy.staged import FloorRequest
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
+from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
@@ -45,7 +48,12 @@ from autotune.study.reference_load import only_a_baseline, reference_plan
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 from autotune.study.timeshare import timed
 from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
-from autotune.study.verdicts import constraint_values, judge, record_constraints
+from autotune.study.verdicts import (
+    constraint_values,
+    judge,
+    judge_absolute,
+    record_constraints,
+)
 
 # A load test is never cut below this many seconds by the budget: it still measures its
 # minimum number of requests, this only stops it asking for more.
@@ -132,10 +140,13 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     paired = None
     same_answers = False
     if run.reference is not None and m.accuracy is not None:
-        paired = judge(m.accuracy, run.reference, space)
+        paired = judge(m.accuracy, run.reference, space, plan.evalset)
         attrs["paired_vs_reference"] = paired.to_dict()
         same_answers = m.predictions == TrialRecord.of(run.reference).predictions
-    constraints = constraint_values(space, m, paired, same_answers=same_answers)
+    absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
+    if absolute is not None:
+        attrs["accuracy_floor"] = dataclasses.asdict(absolute)
+    constraints = constraint_values(space, m, paired, same_answers=same_answers, absolute=absolute)
     check = reproduction(
         TrialRecord(config=attrs["config"], environment=attrs.get("environment") or {}),
         None if plan.endpoint else space.deploy,
@@ -155,6 +166,16 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     figures = m.user_attrs()
     values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
     return _Verdict(m, attrs, constraints, values)
+
+
+def _floor(
+    plan: StudyPlan, config: TrialConfig, reference: FrozenTrial | None
+) -> FloorRequest | None:
+    """How the trial's accuracy pass answers and stops (the sequential floor)."""
+    if plan.dummy_weights:  # random weights answer noise: no accuracy pass, no screening
+        return None
+    batch = accuracy_batch_size(plan.space, config)
+    return floor_request(plan.space, plan.evalset, reference, batch=batch)
 
 
 class Objective:
@@ -229,7 +250,7 @@ class Objective:
             if twin is not None and twin.state == TrialState.PRUNED:
                 copy_raced_twin(trial, twin)
             if twin is not None:
-                return copy_twin(trial, twin, self.plan.space)
+                return copy_twin(trial, twin, self.plan.space, self.plan.evalset)
         run = self._measure(trial, proposal, time_s)
         self.recording_from = time.perf_counter()
         if run.rival is not None and run.result.stop_reason == RACED:
@@ -283,7 +304,7 @@ class Objective:
             cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         rival = None
-        ids = [item.id for item in plan.evalset.items]
+        ids = plan.evalset.decision_order()
         try:
             session, launched = self.launches.session_for(config, self.progress.phase)
             trial.set_user_attr("launch_id", session.launch_id)
@@ -303,10 +324,7 @@ class Objective:
                 space,
                 config,
                 accuracy_ids=ids if measure_accuracy else None,
-                # Random weights answer noise: no accuracy pass, no screening (dummy_weights).
-                screening=None
-                if cached or plan.dummy_weights
-                else screening_request(space, plan.evalset, reference),
+                floor=None if cached else _floor(plan, config, reference),
                 max_seconds=self._measure_seconds(trial.study, accuracy=measure_accuracy),
                 race=None if rival is None else rival.bound,
             )
@@ -349,7 +367,7 @@ class Objective:
         self.artifacts.sample_outputs(trial, self.plan.evalset, m)
         if m.screened_out:
             raise optuna.TrialPruned(
-                f"screening: accuracy already below the floor on {len(m.predictions)} items"
+                f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
 

@@ -85,7 +85,8 @@ def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
 def remove_study_file(path: Path) -> None:
     """A database file and what SQLite or the journal keep beside it."""
     for companion in (path, *(path.with_name(path.name + s) for s in _COMPANION_SUFFIXES)):
-        with contextlib.suppress(OSError):
+        # ValueError: a name with a NUL byte, which no file has (nothing to remove).
+        with contextlib.suppress(OSError, ValueError):
             companion.unlink()
 
 

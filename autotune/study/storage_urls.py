@@ -300,6 +300,11 @@ def _check_local_path(path: Path, shown: str, *, create: bool) -> None:
     """A study file: a regular file (or none yet, in a folder autotune may write to)."""
     if path.name in ("", ".", ".."):
         raise StudyError(f"storage '{shown}' names a folder, not a database file")
+    if "\0" in str(path):
+        raise StudyError(
+            f"storage '{shown}': its file name holds a NUL byte (%00), which no file name can "
+            "hold; give another path"
+        )
     if path.is_dir():
         raise StudyError(f"storage '{shown}': {path} is a folder, not a database file")
     if path.exists() and not path.is_file():

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.reuse import stored_accuracy
 from autotune.errors import TrialFailure
+from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
@@ -106,7 +107,9 @@ def _inherit(trial: optuna.Trial, twin: FrozenTrial) -> None:
     trial.set_user_attr("answers_computed", 0)
 
 
-def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> list[float]:
+def copy_twin(
+    trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace, evalset: EvalSet
+) -> list[float]:
     """The sampler proposed a configuration already measured: record it, don't re-run it.
 
     GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
@@ -118,7 +121,7 @@ def copy_twin(trial: optuna.Trial, twin: FrozenTrial, space: SearchSpace) -> lis
     if twin_record.is_reference and twin_record.item_passed:
         # The reference's twin is still a candidate: judged like every other one (a zero
         # difference), not left without a comparison.
-        paired = judge(stored_accuracy(twin), twin, space)
+        paired = judge(stored_accuracy(twin), twin, space, evalset)
         trial.set_user_attr("paired_vs_reference", paired.to_dict())
     record_constraints(trial, constraints)
     return list(twin.values)

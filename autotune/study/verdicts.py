@@ -7,9 +7,11 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.accuracy.paired import PairedComparison, compare
-from autotune.accuracy.reuse import stored_accuracy
+from autotune.accuracy.reuse import floor_request, stored_accuracy
 from autotune.accuracy.scoring import AccuracyReport
+from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
+from autotune.evalset.dataset import EvalSet
 from autotune.space import SearchSpace
 from autotune.study.select import CONSTRAINT_NAMES
 
@@ -20,19 +22,29 @@ def constraint_values(
     paired: PairedComparison | None,
     *,
     same_answers: bool = False,
+    absolute: FloorLook | None = None,
 ) -> dict[str, float]:
     """Constraint values (<= 0 is feasible) in CONSTRAINT_NAMES order.
 
     `same_answers`: every answer is the reference's, word for word; such a trial loses no
     accuracy whatever a small set's interval would allow, so it is never infeasible on it.
+    `absolute`: the sequential floor's verdict on an absolute floor.
     """
     c = space.constraints
     values = dict.fromkeys(CONSTRAINT_NAMES, 0.0)
     if c.accuracy.enabled and m.accuracy is not None:
-        if c.accuracy.mode == "absolute":
+        if c.accuracy.mode == "absolute" and absolute is not None:
+            margin = c.accuracy.min - absolute.ci_low
+            values["accuracy"] = margin if absolute.decision == "feasible" else max(margin, 1e-6)
+        elif c.accuracy.mode == "absolute":
             values["accuracy"] = c.accuracy.min - m.accuracy.accuracy
         elif same_answers:
             values["accuracy"] = -c.accuracy.max_drop
+        elif paired is not None and paired.decision is not None:
+            # The verdict decides; its margin only says by how much. An undecided trial
+            # is infeasible whatever its interval's grid reads.
+            margin = -c.accuracy.max_drop - paired.ci_low
+            values["accuracy"] = margin if paired.decision == "feasible" else max(margin, 1e-6)
         elif paired is not None:
             diff = paired.ci_low if c.accuracy.test == "bootstrap" else paired.accuracy_diff
             values["accuracy"] = -c.accuracy.max_drop - diff
@@ -54,8 +66,11 @@ def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
         trial.set_constraint(name, value)
 
 
-def judge(accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace) -> PairedComparison:
-    """Compare a candidate's answers with the reference's, item by item."""
+def judge(
+    accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace, evalset: EvalSet
+) -> PairedComparison:
+    """Compare a candidate's answers with the reference's, item by item: under the
+    sequential floor, its confidence sequence over the items in decision order."""
     ref_accuracy = stored_accuracy(reference)
     return compare(
         accuracy.item_scores,
@@ -63,4 +78,14 @@ def judge(accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace) 
         candidate_passed=accuracy.item_passed,
         reference_passed=ref_accuracy.item_passed,
         confidence=space.constraints.accuracy.confidence,
+        sequence=floor_request(space, evalset, reference),
     )
+
+
+def judge_absolute(
+    accuracy: AccuracyReport, space: SearchSpace, evalset: EvalSet
+) -> FloorLook | None:
+    """The sequential floor's verdict on an absolute floor; None under another test."""
+    floor = space.constraints.accuracy
+    request = floor_request(space, evalset, None) if floor.mode == "absolute" else None
+    return None if request is None else request.judge(accuracy.item_scores, with_interval=True)

@@ -38,6 +38,7 @@ import optuna
 import replay_engine
 import replay_surface as surface
 import yaml
+from arguments import OneLineParser, choices_list, positive_minutes, whole_number
 from optuna.trial import FrozenTrial, TrialState
 
 import autotune.study.launches as launches_module
@@ -399,24 +400,30 @@ def markdown(result: dict[str, Any], problems: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--budget-min", type=float, default=30.0)
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; a value the replay cannot use is one line and exit 2 (a budget of 0
+    or NaN, no method or an unknown one, no seed, a negative seed)."""
+    parser = OneLineParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=whole_number(1), default=10)
+    parser.add_argument("--first-seed", type=whole_number(0), default=0)
+    parser.add_argument("--budget-min", type=positive_minutes, default=30.0)
     parser.add_argument(
-        "--random-budget-min", type=float, default=None,
+        "--random-budget-min", type=positive_minutes, default=None,
         help="random search's budget (default: 3x --budget-min, so its time to 95%% is seen)",
     )  # fmt: skip
-    parser.add_argument("--grid-seeds", type=int, default=10)
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--grid-seeds", type=whole_number(0), default=10)
+    parser.add_argument("--methods", type=choices_list(METHODS), default=list(METHODS))
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--name", default="replay")
     parser.add_argument("--check", action="store_true", help="exit 1 when a criterion fails")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     budget_s = args.budget_min * 60
     random_s = 60 * (args.random_budget_min or 3 * args.budget_min)
-    budgets = {m: budget_s if m == "study" else random_s for m in args.methods.split(",")}
+    budgets = {m: budget_s if m == "study" else random_s for m in args.methods}
     runs = []
     for method, method_budget_s in budgets.items():
         for seed in range(args.first_seed, args.first_seed + args.seeds):

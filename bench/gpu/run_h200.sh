@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu/fetch_wheels.sh             # once, on a machine with network: fills .whl/
 #   bash bench/gpu/run_h200.sh setup           # on the GPU: install the wheels, build dummy weights
+#   bash bench/gpu/run_h200.sh exec CMD ARGS   # CMD with the wheels installed (autotune ... too)
 #   bash bench/gpu/run_h200.sh study [BUDGET] [TIMEOUT_S]
 #                                              # `autotune run --space default --dummy-weights
 #                                              # --budget BUDGET` (9m); resumes $RESUME_DB if set
@@ -345,6 +346,9 @@ i42_verify() {
 
 case "$MODE" in
   setup) setup ;;
+  # Any command in this environment (the wheels installed, PYTHONPATH set, `autotune` defined),
+  # without the dummy checkpoint: issue 38 runs the trained tiny reader.
+  exec) shift; "$@" ;;
   issue12) setup >/dev/null; issue12 ;;
   issue12-default) setup >/dev/null; issue12_default ;;
   issue12-fp8) setup; issue12_fp8 ;;

@@ -35,29 +35,79 @@ def run_queue_wait_s() -> float | None:
         return None
 
 
+# Slack for the two perf_counter readings around a schedstat read (their own cost).
+_READ_SLACK_S = 1e-3
+
+
 @dataclass
 class EngineClock:
-    """`now()` for every timestamp of a load test; `reason` says which clock it is."""
+    """`now()` for every timestamp of a load test; `reason` says which clock it is.
+
+    The kernel's counter is checked at every reading: it never runs backwards, and between two
+    readings it never counts more wait than wall time passed (read between two wall readings,
+    so a preemption around the read is no false alarm). A reading that fails either is no
+    clock to time a load test on (a wait counter running faster than the wall clock would stop
+    time, and a load test never end): from then on the engine keeps the wall clock, its
+    `reason` says so and `fallback_reason` why, and `now()` never goes back.
+    """
 
     on_core: bool
     reason: str
+    fallback_reason: str | None = None
     _wait_at_start: float = 0.0
+    _last_wait: float = 0.0  # the last plausible reading, since the start
+    _last_wall: float = 0.0  # the wall time before that reading
+    _last_now: float = 0.0
 
     def __post_init__(self) -> None:
         if self.on_core:
+            self._last_wall = time.perf_counter()
             self._wait_at_start = run_queue_wait_s() or 0.0
 
     def now(self) -> float:
         if not self.on_core:
-            return time.perf_counter()
-        return time.perf_counter() - self.waited_s()
+            wall = time.perf_counter() - self._last_wait  # continues where on-core time left
+        else:
+            wall = time.perf_counter() - self.waited_s()
+        self._last_now = max(self._last_now, wall)
+        return self._last_now
 
     def waited_s(self) -> float:
-        """Run-queue wait of the engine's thread since this clock was made (0 on wall time).
-        Read from the thread that made the clock: the worker's main thread."""
+        """Run-queue wait of the engine's thread since this clock was made (0 on wall time;
+        after a fallback, the wait up to it). Read from the thread that made the clock: the
+        worker's main thread."""
         if not self.on_core:
-            return 0.0
-        return (run_queue_wait_s() or self._wait_at_start) - self._wait_at_start
+            return self._last_wait
+        before = time.perf_counter()
+        raw = run_queue_wait_s()
+        after = time.perf_counter()
+        if raw is None:
+            return self._fall_back(f"{SCHEDSTAT} could no longer be read")
+        waited = raw - self._wait_at_start
+        if waited < self._last_wait:
+            return self._fall_back(
+                f"the run-queue wait ran backwards ({self._last_wait:.6f} s, then {waited:.6f} s)"
+            )
+        if waited - self._last_wait > after - self._last_wall + _READ_SLACK_S:
+            return self._fall_back(
+                f"the run-queue wait grew by {waited - self._last_wait:.6f} s in "
+                f"{after - self._last_wall:.6f} s of wall time"
+            )
+        self._last_wait, self._last_wall = waited, before
+        return waited
+
+    def _fall_back(self, why: str) -> float:
+        self.on_core = False
+        self.fallback_reason = f"the on-core clock's reading was implausible: {why}"
+        self.reason = "wall clock (the on-core clock's readings were implausible)"
+        return self._last_wait
+
+    def describe(self) -> dict[str, str]:
+        """What a trial records of its clock."""
+        described = {"clock": self.reason}
+        if self.fallback_reason is not None:
+            described["clock_fallback_reason"] = self.fallback_reason
+        return described
 
 
 def engine_clock(device: str, torch_threads: int) -> EngineClock:

@@ -246,7 +246,7 @@ class TransformersEngine:
             "transformers_version": transformers.__version__,
             # What torch applied (from OMP_NUM_THREADS, autotune.engines.threads), not asked.
             "torch_threads": str(torch.get_num_threads()),
-            "clock": self.clock.reason,
+            **self.clock.describe(),
         }
         if self.device == "cuda":
             info["gpu_name"] = torch.cuda.get_device_name()

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from autotune.accuracy.screening import hopeless
+from autotune.accuracy.staged import look_at_answers
 from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
@@ -116,7 +116,7 @@ class Worker:
                 driver,
                 plan,
                 config.batch_size,
-                screen=functools.partial(hopeless, self.evalset),
+                judge=functools.partial(look_at_answers, self.evalset),
                 on_phase=lambda name: events.send(phase=name),
                 on_estimate=lambda entry: events.send(estimate=entry),
             )

@@ -1,0 +1,113 @@
+"""Issue 38 on the GPU: what the floor decided for the reader served by LMDeploy, and how the
+LMDeploy answers agree with the in-process engine's, item by item.
+
+Reads the study that `bench/gpu/smoke-lmdeploy.yaml` ran (its reference: transformers in
+process; its candidates: `lmdeploy serve api_server` at full size and shrunk) and writes
+issue38.json and issue38.md: per trial its engine, image side, accuracy on the items it
+answered, the floor's verdict and interval, and the share of items on which its answers equal
+the reference's word for word.
+
+    python3 bench/gpu/collect_issue38.py --storage sqlite:///$OUT/issue38.db --study issue38 \
+        --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from autotune.records.stored import TrialRecord  # noqa: E402
+
+
+def rows(study: optuna.Study) -> list[dict[str, Any]]:
+    trials = study.get_trials(deepcopy=False)
+    reference = next((t for t in trials if t.user_attrs.get("is_reference")), None)
+    ref_answers = TrialRecord.of(reference).predictions if reference else {}
+    out = []
+    for trial in trials:
+        record = TrialRecord.of(trial)
+        answers = record.predictions
+        shared = [i for i in answers if i in ref_answers]
+        paired = record.paired_vs_reference or {}
+        out.append(
+            {
+                "trial": trial.number,
+                "state": trial.state.name,
+                "name": "reference"
+                if record.is_reference
+                else record.candidate or ("step" if record.step else "sampler"),
+                "backend": record.config.get("backend"),
+                "image_max_side": record.config.get("image_max_side"),
+                "accuracy": record.accuracy,
+                "items_answered": len(record.item_scores),
+                "same_answers_as_reference": (
+                    sum(answers[i] == ref_answers[i] for i in shared) / len(shared)
+                    if shared
+                    else None
+                ),
+                "items_compared": len(shared),
+                "verdict": paired.get("decision"),
+                "interval": [paired.get("ci_low"), paired.get("ci_high")],
+                "infeasible_because": record.infeasible_because,
+                "throughput_output_tokens_per_s": trial.user_attrs.get(
+                    "throughput_output_tokens_per_s"
+                ),
+                "failure_reason": record.failure_reason,
+            }
+        )
+    return out
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    lines = [
+        "# Issue 38 on the H200: the reader through LMDeploy, judged by the sequential floor",
+        "",
+        "| trial | name | engine | image side | accuracy (items) | same answers as the reference | verdict | interval | tok/s |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ({r['items_answered']})"
+        same = (
+            "-"
+            if r["same_answers_as_reference"] is None
+            else f"{r['same_answers_as_reference']:.3f} of {r['items_compared']}"
+        )
+        low, high = r["interval"]
+        interval = "-" if low is None else f"[{low:+.3f}, {high:+.3f}]"
+        tps = r["throughput_output_tokens_per_s"]
+        lines.append(
+            f"| {r['trial']} | {r['name'] or 'sampler'} | {r['backend']} | {r['image_max_side'] or 'full'} | {acc} | {same} | "  # noqa: E501
+            f"{r['verdict'] or r['state'].lower()} | {interval} | {'-' if tps is None else f'{tps:.0f}'} |"  # noqa: E501
+        )
+    failed = [r for r in table if r["failure_reason"]]
+    for r in failed:
+        lines.append(f"\ntrial {r['trial']} ({r['name']}): {r['failure_reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--study", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    study = optuna.load_study(study_name=args.study, storage=args.storage)
+    table = rows(study)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "issue38.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    text = markdown(table)
+    (args.out / "issue38.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
