@@ -153,11 +153,15 @@ def evalset_needs(
         shown = f"{p90:,.0f}" if p90 < 12_000 else "over 12,000"
         click.echo(f"{row['discordance']:>15.0%}   | {row['median_items']:>12,.0f} | {shown}")
     if size is not None:
-        enough = [f"{r['discordance']:.0%}" for r in rows if r["items_for_90pct"] <= size]
-        click.echo(
-            f"{name_or_path}: {size:,} items: passes such a candidate 9 times in 10 where the "
-            f"answers differ on up to {enough[-1] if enough else 'none'} of items"
+        enough = [r["discordance"] for r in rows if r["items_for_90pct"] <= size]
+        reach = (
+            "never: too few items even for identical answers"
+            if not enough
+            else "only where their answers agree on every item"
+            if enough[-1] == 0.0
+            else f"where their answers differ on up to {enough[-1]:.0%} of items"
         )
+        click.echo(f"{name_or_path}: {size:,} items: passes such a candidate 9 times in 10 {reach}")
 
 
 @evalset.command("build")

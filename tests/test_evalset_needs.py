@@ -1,0 +1,43 @@
+"""`autotune evalset needs` says how many items the sequential floor spends, and pools resolve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.checkpoints.dummy import without_accuracy
+from autotune.errors import EvalsetError
+from autotune.evalset.pools import ensure_pool, known_pools
+from autotune.space.files import load_space
+
+
+def test_needs_grows_with_disagreement_and_says_what_the_set_can_decide() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "evalset", "needs", "--max-drop", "0.05",
+         "--confidence", "0.95", "--evalset", "smoke", "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["items"] == 240
+    medians = [row["median_items"] for row in report["rows"]]
+    assert medians == sorted(medians) and medians[0] < 240 < medians[-1]
+    text = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "evalset", "needs", "--evalset", "smoke"],
+        capture_output=True, text=True, timeout=300, check=False,
+    ).stdout  # fmt: skip
+    assert "smoke: 240 items: passes such a candidate 9 times in 10" in text
+
+
+def test_the_default_space_judges_on_its_pool_and_dummy_weights_on_its_base_set() -> None:
+    space = load_space("default")
+    assert space.evalset in known_pools()
+    assert without_accuracy(space).evalset == known_pools()[space.evalset]["base"]
+
+
+def test_an_unknown_pool_is_one_clear_error() -> None:
+    with pytest.raises(EvalsetError, match="no evaluation pool named 'nope'"):
+        ensure_pool("nope")
