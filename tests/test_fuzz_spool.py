@@ -187,7 +187,7 @@ def test_spool_folders_autotune_makes_are_private(tmp_path: Path, private_temp: 
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert scene.spool.refused() == [
         f"the spool folder {scene.spool.folders[0]} is not used: its mode is 0777: others can "
-        "write to it (remove it, or fix its owner)"
+        "write to it (chmod 700 it, or remove it)"
     ]
 
 

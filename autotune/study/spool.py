@@ -43,15 +43,18 @@ def _checked(descriptor: int, shown: Path) -> int:
     info = os.fstat(descriptor)
     why = None
     if not stat.S_ISDIR(info.st_mode):
-        why = "it is not a folder"
+        why = "it is not a folder (remove it)"
     elif info.st_uid != os.getuid():
-        why = f"it belongs to user id {info.st_uid}, not to you"
+        why = f"it belongs to user id {info.st_uid}, not to you (remove it)"
     elif stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
-        why = f"its mode is {stat.S_IMODE(info.st_mode):04o}: others can write to it"
+        why = (
+            f"its mode is {stat.S_IMODE(info.st_mode):04o}: others can write to it (chmod 700 "
+            "it, or remove it)"
+        )
     if why is None:
         return descriptor
     os.close(descriptor)
-    raise UnsafeSpool(f"the spool folder {shown} is not used: {why} (remove it, or fix its owner)")
+    raise UnsafeSpool(f"the spool folder {shown} is not used: {why}")
 
 
 def _open_folder(name: str | Path, shown: Path, *, parent: int | None, create: bool) -> int | None:
