@@ -123,7 +123,11 @@ def test_every_completed_trial_carries_its_figures(smoke_study: tuple[Path, optu
             assert attrs["throughput_ci_rel"] <= 0.10
         if "duplicate_of" not in attrs:
             assert attrs["time_s"]["measuring"] > 0
-        assert attrs["ttft_p50_ms"] > 0 and attrs["tpot_p50_ms"] > 0
+        assert attrs["ttft_p50_ms"] > 0
+        # TPOT needs answers of two tokens: a reader that cannot read a shrunk image may
+        # answer with one (the report says so, report.data.why_no_tpot).
+        single = attrs.get("output_tokens_per_request", 2) < 2
+        assert attrs["tpot_p50_ms"] > 0 or (single and math.isnan(attrs["tpot_p50_ms"]))
         assert attrs["e2e_latency_p95_ms"] >= attrs["e2e_latency_p50_ms"]
         assert attrs["memory_source"] == "rss" and attrs["peak_memory_mib"] > 50
         assert 0.0 <= attrs["accuracy"] <= 1.0
