@@ -15,6 +15,8 @@ from optuna.trial import TrialState
 from small_space import autotune_cli, quick_space, small_evalset
 
 from autotune.accuracy.floor import floor_warning
+from autotune.records.stored import TrialRecord
+from autotune.report.data import why_no_tpot
 from autotune.space import Constraints
 
 pytestmark = pytest.mark.slow
@@ -124,12 +126,19 @@ def test_every_completed_trial_carries_its_figures(smoke_study: tuple[Path, optu
         if "duplicate_of" not in attrs:
             assert attrs["time_s"]["measuring"] > 0
         assert attrs["ttft_p50_ms"] > 0
-        # TPOT needs answers of two tokens: a reader that cannot read a shrunk image may
-        # answer with one (the report says so, report.data.why_no_tpot).
-        single = attrs.get("output_tokens_per_request", 2) < 2
-        assert attrs["tpot_p50_ms"] > 0 or (single and math.isnan(attrs["tpot_p50_ms"]))
+        # TPOT needs answers of two tokens or more streamed in several pieces: a reader that
+        # cannot read a shrunk image may answer with one, and `swift deploy` sends the tiny
+        # reader's short answers in one piece (the report says which: why_no_tpot).
+        record = TrialRecord.of(trial)
+        if why_no_tpot(record) is None:
+            assert attrs["tpot_p50_ms"] > 0
+        else:
+            assert (
+                record.config["image_max_side"] is not None or record.config["backend"] == "swift"
+            )
         assert attrs["e2e_latency_p95_ms"] >= attrs["e2e_latency_p50_ms"]
-        assert attrs["memory_source"] == "rss" and attrs["peak_memory_mib"] > 50
+        # In process: the worker's RSS; a swift server (the reference): its process tree's.
+        assert attrs["memory_source"] in ("rss", "rss_tree") and attrs["peak_memory_mib"] > 50
         assert 0.0 <= attrs["accuracy"] <= 1.0
         assert set(attrs["accuracy_by_category"]) == {"shapes", "text_line"}
         assert trial.values[0] == pytest.approx(attrs["throughput_output_tokens_per_s"])
@@ -157,8 +166,8 @@ def test_best_shows_the_recommendation(smoke_study: tuple[Path, optuna.Study]) -
     expected = floor_warning(8, reference.user_attrs["accuracy"], constraints)
     assert as_json["floor_warning"] == expected
     if expected is not None:
-        assert "8 items cannot show non-inferiority" in expected
-        assert "8 items cannot show non-inferiority" in result.stdout
+        assert "8 items let the sequential floor pass" in expected
+        assert "8 items let the sequential floor pass" in result.stdout
 
 
 def test_one_count_in_the_progress_best_and_the_report(
@@ -210,7 +219,7 @@ def test_every_infeasible_trial_says_why(smoke_study: tuple[Path, optuna.Study])
         assert reasons and as_json["infeasible"][str(trial.number)] == reasons
         line = next(x for x in progress.splitlines() if f"] trial {trial.number} " in x)
         assert f"(infeasible: {reasons[0]}" in line
-        assert all(("interval" in r or "memory" in r or "floor" in r) for r in reasons)
+        assert all(("sequence" in r or "memory" in r or "floor" in r) for r in reasons)
 
 
 def test_export_swift_and_lmdeploy(smoke_study: tuple[Path, optuna.Study]) -> None:
