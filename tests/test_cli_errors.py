@@ -279,7 +279,15 @@ def test_gpu_count_is_zero_when_nvml_cannot_answer(monkeypatch: pytest.MonkeyPat
 
 def test_eval_param_the_backend_lacks_is_refused(in_tmp: Path) -> None:
     line = assert_one_line(
-        invoke("eval", "--space", "smoke", "--param", "kv_cache_fraction=0.5"),
+        invoke(
+            "eval",
+            "--space",
+            "smoke",
+            "--param",
+            "backend=transformers",
+            "--param",
+            "kv_cache_fraction=0.5",
+        ),
         "the transformers backend has no kv_cache_fraction",
     )
     assert "lmdeploy, vllm" in line

@@ -803,7 +803,12 @@ def option_cases(inputs: Path, rng: random.Random) -> list[Case]:
         "backend={}",
     ]
     for value in bad_params:
-        add(f"eval --param {value[:40]!r}", ["eval", "--space", "smoke", "--param", value])
+        # On the in-process transformers engine, which lacks the server knobs (the smoke
+        # space's own reference runs swift deploy, which has max_batch_size).
+        add(
+            f"eval --param {value[:40]!r}",
+            ["eval", "--space", "smoke", "--param", "backend=transformers", "--param", value],
+        )
     pairs = [
         ("backend=lmdeploy", "attn_implementation=eager"),
         ("backend=swift", "compile_mode=default"),

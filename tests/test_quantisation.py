@@ -140,7 +140,10 @@ def test_a_study_reports_an_unsupported_quantisation_and_never_proposes_it(
 
 
 def test_eval_refuses_an_unsupported_quantisation_in_one_line(tmp_path: Path) -> None:
-    ran = autotune_cli("eval", "--space", "smoke", "--param", "kv_quant=int8", cwd=tmp_path)
+    ran = autotune_cli(
+        "eval", "--space", "smoke", "--param", "backend=transformers", "--param", "kv_quant=int8",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert ran.returncode != 0
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in ran.stderr
