@@ -34,7 +34,9 @@ CANDIDATES = [
 @pytest.mark.slow
 def test_enqueued_candidates_come_first_and_carry_their_labels(tmp_path: Path) -> None:
     params = {"image_max_side": {"choices": [None, 256, 128]}, "batch_size": {"choices": [1, 2]}}
-    space = small_space(tmp_path, name="enq", trials=4, params=params)
+    # Without steps every named candidate is queued at once, behind the reference (with steps
+    # the later ones wait for the first steps: tests/test_ratio_and_candidates.py).
+    space = small_space(tmp_path, name="enq", trials=4, params=params, sampler={"steps": False})
     recipes = tmp_path / "recipes.yaml"
     recipes.write_text(yaml.safe_dump(CANDIDATES), encoding="utf-8")
     storage = f"sqlite:///{tmp_path}/enq.db"
@@ -48,7 +50,7 @@ def test_enqueued_candidates_come_first_and_carry_their_labels(tmp_path: Path) -
     assert [t.user_attrs.get("candidate") for t in trials[1:3]] == ["small-images", "batched"]
     assert trials[1].user_attrs["config"]["image_max_side"] == 128
     assert trials[2].user_attrs["config"]["batch_size"] == 2
-    assert "(candidate small-images)" in ran.stderr  # the progress line
+    assert "(candidate small-images" in ran.stderr  # the progress line names its source
     best = autotune_cli("best", "--study", "enq", "--storage", storage, cwd=tmp_path)
     assert "the reference and the named candidates beside the recommendation" in best.stdout
     assert "(small-images)" in best.stdout and "(batched)" in best.stdout
@@ -103,7 +105,7 @@ def many_candidates(n: int) -> list[dict[str, Any]]:
 def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Path) -> None:
     """An --enqueue file of 20,000 entries hung past 120 s: candidates were checked in
     quadratic time and every one was written as a waiting trial, even for --trials 1."""
-    space = load_space(str(small_space(tmp_path, name="many")))
+    space = load_space(str(small_space(tmp_path, name="many", sampler={"steps": False})))
     entries = many_candidates(20_000)
     files = {
         "yaml": yaml.safe_dump(entries, allow_unicode=True),
