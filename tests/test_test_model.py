@@ -67,8 +67,8 @@ def test_loads_as_a_qwen3_vl_with_the_real_ids() -> None:
     assert model.config.image_token_id == 151655
     assert processor.image_processor.patch_size == 16
     assert processor.image_processor.merge_size == 2
-    # The reader's one departure: 4 vision tokens at least, so a smaller image costs less.
-    assert processor.image_processor.size["shortest_edge"] == 4 * 32 * 32
+    # The reader's one departure: 1 vision token at least, so every smaller side costs less.
+    assert processor.image_processor.size["shortest_edge"] == 1 * 32 * 32
     assert processor.tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645
 
 

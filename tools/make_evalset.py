@@ -49,20 +49,22 @@ def spread(low: int, high: int, n: int, seed: str) -> list[int]:
 
 
 # The smoke set is what the bundled tiny model learns to read on 2 CPU cores
-# (tools/train_test_model.py, issue 28): codes of 2-4 glyphs from a 12-glyph alphabet, 34-40 px,
-# one glyph per 32 px cell (one vision token each) on a 512 x 96 canvas (48 tokens, on the
-# grid, so nothing is resampled at full size), and strips of 1-4 coloured shapes of 22-28 px,
-# one per cell at four fixed places.
-# Shrunk to image max side 256 two glyphs share a token; at 64 a capital is 3-4 px tall and
-# the code is illegible.
-SMOKE_CANVAS = (512, 96)
-SMOKE_CELL = 32  # one vision token
+# (tools/train_test_model.py, issues 28 and 38): codes of 2-4 glyphs from a 12-glyph alphabet,
+# printed at 24-80 px, one glyph per 64 px cell on a 512 x 64 canvas (32 vision tokens, on the
+# grid, so nothing is resampled at full size), and strips of 1-4 coloured shapes of 44-56 px,
+# one per cell at four fixed places. A glyph cell covers 2 x 2 vision tokens at full size and
+# exactly one at image max side 256 (a quarter of the tokens, and every print size still
+# legible); below that the small print goes first: at side 64 the print is 3-10 px and four
+# glyphs share a token, at 32 nothing is legible. So the floor has a shrunk side that pays and
+# graded drops to reject (issue 38).
+SMOKE_CANVAS = (512, 64)
+SMOKE_CELL = 64  # one glyph or shape: 2 x 2 vision tokens at full size, one at side 256
 SMOKE_FIRST_CELL = 1  # glyph k sits in cell k + 1 of the middle row
 SMOKE_LINE_LENGTH = (2, 4)
-SMOKE_FONT_PX = (34, 40)
+SMOKE_FONT_PX = (24, 80)
 SMOKE_LINE_FONTS = ("dejavu-sans", "dejavu-mono")  # Debian's and matplotlib's: every machine
-SMOKE_OBJECT_PX = (22, 28)
-SMOKE_SLOT_CELLS = (1, 5, 9, 13)  # a shape strip's four places, one vision token each
+SMOKE_OBJECT_PX = (44, 56)
+SMOKE_SLOT_CELLS = (0, 2, 4, 6)  # a shape strip's four places, a cell apart
 SMOKE_ITEMS = {"text_line": 64, "shapes": 16}
 
 
@@ -251,12 +253,14 @@ def _sizes(records: list[dict], folder: Path) -> str:
 DESCRIPTIONS = {
     "smoke": (
         "A small set for the tiny CPU test model and for fast end-to-end tests: codes of 2-4 "
-        "glyphs from a 12-glyph alphabet (upper-case letters and digits, 34-40 px, one glyph "
-        "per 32 px cell of a 512 x 96 canvas) and strips of 1-4 coloured shapes (22-28 px, one "
-        "per cell at four fixed places) "
-        "with count and colour questions. The codes are legible at full size and illegible at "
-        "image max side 64 (capitals 3-4 px tall), so the accuracy floor has a trade-off to "
-        "find: smaller images cost fewer vision tokens, and they cost accuracy."
+        "glyphs from a 12-glyph alphabet (upper-case letters and digits, printed at 24-80 px, "
+        "one glyph per 64 px cell of a 512 x 64 canvas) and strips of 1-4 coloured shapes "
+        "(44-56 px, one per cell at four fixed places) with count and colour questions. A cell "
+        "covers 2 x 2 vision tokens at full size and one at image max side 256, where every "
+        "print size is still legible; below that the small print goes first (at side 64 it is "
+        "3-10 px), and at 32 nothing is legible. So the accuracy floor has a trade-off to find: "
+        "smaller images cost fewer vision tokens, one side costs nothing, and the rest cost "
+        "accuracy by steps."
     ),
     "ocr-caption": (
         "About 160 items for measuring how a serving configuration (above all the image size "

@@ -25,11 +25,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tools.arguments import model_folder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-qwen3-vl"
-EVAL_SIZES: tuple[int | None, ...] = (None, 448, 320, 224, 192)  # the smoke space's choices
+# The smoke space's image sides: the card and the training run measure what the study searches.
+EVAL_SIZES: tuple[int | None, ...] = tuple(
+    yaml.safe_load((REPO_ROOT / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))[
+        "params"
+    ]["image_max_side"]["choices"]
+)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 TRAINING_LOG = "training_log.json"  # written next to the weights by tools/train_test_model.py
 
@@ -214,10 +221,11 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
         "(patch 16, merge 2, max pixels 16777216), Qwen's special-token ids in a 151936-row "
         "embedding, the chat template. The tokenizer is character-level "
         "(`tools/make_test_model.py`). One departure: the processor's min pixels are "
-        f"{_min_pixels(model_dir)} (4 vision tokens, as ms-swift's default) instead of 65536, so "
-        "a shrunk image costs fewer tokens and image size is a real speed trade-off on the CPU; "
-        "autotune reads it from `preprocessor_config.json` and pins it in every export "
-        "(`IMAGE_MIN_TOKEN_NUM=4`).",
+        f"{_min_pixels(model_dir)} ({_min_pixels(model_dir) // 1024} vision token) instead of "
+        "65536, so every smaller side costs fewer tokens (the smoke set's 512 x 64 images cost "
+        "32 at full size, 8 at side 256, 1 at side 32) and image size is a real speed "
+        "trade-off on the CPU; autotune reads it from `preprocessor_config.json` and pins it "
+        f"in every export (`IMAGE_MIN_TOKEN_NUM={_min_pixels(model_dir) // 1024}`).",
         "",
         "## Architecture",
         "",
@@ -251,8 +259,9 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
         "others (their embedding rows share one trained vector: the same loss as the full "
         "softmax); plus a linear glyph probe on the vision tokens (a training aid, not saved) "
         "that ends the plateau a reader trained from scratch otherwise sits on: it names what "
-        "each token's left and right half shows, full size and shrunk alike (two glyphs share "
-        "a token at side 256; a half two glyph centres fall in is left unlabelled)",
+        "each token's left and right half shows, full size and shrunk alike (at full size a "
+        "glyph fills 2 x 2 tokens, at side 256 one, at 128 two glyphs share one; a half two "
+        "glyphs fall in is left unlabelled)",
         f"- full log: `{TRAINING_LOG}`",
         "",
         "## Accuracy by image max side",
@@ -297,8 +306,14 @@ def _lines(log: dict[str, Any]) -> str:
     low, high = data["line_length"]
     return (
         f"{low}-{high} of the {len(data['line_alphabet'])} glyphs {data['line_alphabet']}, "
-        f"fonts {data['font_px'][0]}-{data['font_px'][1]} px, one glyph per 32 px cell"
+        f"fonts {data['font_px'][0]}-{data['font_px'][1]} px, one glyph per {_cell(data)} px cell"
     )
+
+
+def _cell(data: dict[str, Any]) -> int:
+    from tools.make_evalset import SMOKE_CELL  # runs that did not log it trained on this layout
+
+    return int(data.get("cell", SMOKE_CELL))
 
 
 def _scenes(log: dict[str, Any]) -> str:

@@ -23,29 +23,29 @@ from tools.synth.scenes import COLOURS, SHAPES
 
 IM_END = "<|im_end|>"
 TEXT_SHARE = 0.75  # the rest are shape strips, half count and half colour questions
-# (image max side, probability): the engine's downscaling. A third of the examples keep full
-# size, where one glyph fills one vision token; the rest are shrunk over the whole range the
-# smoke space searches, so the reader learns to read as far as the pixels allow: at 384 every
-# glyph survives, from 256 down glyphs share tokens and blur, and at 64 a capital is 3 px
-# tall. Accuracy then falls with the side gradually (the model card's table), not at the first
-# shrink, and the floor has graded trade-offs to decide, not only a cliff (issue 38).
+# (image max side, probability): the engine's downscaling. Three in ten examples keep full
+# size, where a glyph cell covers 2 x 2 vision tokens; the rest are shrunk down to side 48,
+# where a cell is 6 px and four share a token, so the reader learns to read as far as the
+# pixels allow: the smoke set's print runs from 24 to 80 px, and the smaller it is, the larger
+# the side it needs. Accuracy then falls with the side gradually (the model card's table):
+# the floor has a shrunk side that pays and graded drops to decide (issue 38). Side 32
+# (4 px cells) is never shown: nothing there is legible.
 MAX_SIDE_MIX: tuple[tuple[int | None, float], ...] = (
-    (None, 0.35),
-    (448, 0.07),
-    (384, 0.08),
-    (320, 0.08),
-    (256, 0.1),
-    (224, 0.07),
+    (None, 0.3),
+    (256, 0.12),
     (192, 0.08),
-    (160, 0.06),
-    (128, 0.06),
-    (96, 0.05),
+    (128, 0.12),
+    (112, 0.06),
+    (96, 0.1),
+    (80, 0.06),
+    (64, 0.1),
+    (48, 0.06),
 )
 # The reader's processor enlarges an image to at least 4 vision tokens, not the released
 # model's 64: a smaller image then costs fewer tokens, so image size is a real speed trade-off
-# on the CPU, and a full-size smoke item costs 48 tokens to train on. Exports pin it
+# on the CPU, and a full-size smoke item costs 32 tokens to train on. Exports pin it
 # (IMAGE_MIN_TOKEN_NUM=4), so every engine sees the same pixels.
-READER_MIN_PIXELS = 4 * 32 * 32
+READER_MIN_PIXELS = 1 * 32 * 32
 READER_GEOMETRY = ImageGeometry(min_pixels=READER_MIN_PIXELS)
 
 
@@ -70,29 +70,47 @@ class Example:
 
 
 # Each vision token's probe reads two slots, its left and its right half: shrunk, two glyphs
-# share a token (at side 256, one in each half), and the probe teaches the encoder to keep
-# both apart. A slot two glyph centres fall in is left unlabelled (far shrunk: nothing to
-# learn there, which is where the reader should fail).
+# share a token (at side 128, one in each half), and the probe teaches the encoder to keep
+# both apart. A slot two glyphs fall in is left unlabelled (far shrunk: nothing to learn
+# there, which is where the reader should fail).
 PROBE_SLOTS = 2
+TOKEN_PX = READER_GEOMETRY.factor  # one vision token: patch 16 x merge 2
 
 
 def _object_cells(
     centres: Sequence[tuple[float, float, int]], image: Image.Image
 ) -> list[list[int]]:
     """Per vision token of `image`, the probe class in each slot, from the objects' centres
-    (x, y on the full-size canvas, class): scaled to the image as the engine resized it."""
-    cell = make_evalset.SMOKE_CELL
+    (x, y on the full-size canvas, class): each object fills its layout cell, scaled to the
+    image as the engine resized it. A slot shows an object when the slot's centre lies in the
+    object's cell (at full size a glyph covers 2 x 2 tokens, so 8 slots); far shrunk, where a
+    cell is narrower than a slot, the slot holding the object's centre."""
     width, height = make_evalset.SMOKE_CANVAS
-    columns, rows = image.width // cell, image.height // cell
+    sx, sy = image.width / width, image.height / height
+    half_w, half_h = make_evalset.SMOKE_CELL * sx / 2, make_evalset.SMOKE_CELL * sy / 2
+    columns, rows = image.width // TOKEN_PX, image.height // TOKEN_PX
+    slot_px = TOKEN_PX / PROBE_SLOTS
     blank = len(PROBE_CLASSES) - 1
     cells = [[blank] * PROBE_SLOTS for _ in range(columns * rows)]
-    taken: dict[tuple[int, int], int] = {}
+    shown: dict[tuple[int, int], set[int]] = {}
     for x0, y0, label in centres:
-        x, y = x0 * image.width / width, y0 * image.height / height
-        token = min(int(y // cell), rows - 1) * columns + min(int(x // cell), columns - 1)
-        slot = min(int((x % cell) // (cell / PROBE_SLOTS)), PROBE_SLOTS - 1)
-        taken[(token, slot)] = taken.get((token, slot), 0) + 1
-        cells[token][slot] = label if taken[(token, slot)] == 1 else NO_CELL_LABEL
+        x, y = x0 * sx, y0 * sy
+        covered = {
+            (row * columns + column, slot)
+            for row in range(rows)
+            if y - half_h <= (row + 0.5) * TOKEN_PX < y + half_h
+            for column in range(columns)
+            for slot in range(PROBE_SLOTS)
+            if x - half_w <= column * TOKEN_PX + (slot + 0.5) * slot_px < x + half_w
+        }
+        if not covered:
+            column, row = min(int(x // TOKEN_PX), columns - 1), min(int(y // TOKEN_PX), rows - 1)
+            slot = min(int((x % TOKEN_PX) // slot_px), PROBE_SLOTS - 1)
+            covered = {(row * columns + column, slot)}
+        for key in covered:
+            shown.setdefault(key, set()).add(label)
+    for (token, slot), labels in shown.items():
+        cells[token][slot] = next(iter(labels)) if len(labels) == 1 else NO_CELL_LABEL
     return cells
 
 
@@ -157,6 +175,7 @@ def data_recipe() -> dict[str, Any]:
         "line_fonts": make_evalset.SMOKE_LINE_FONTS,
         "font_px": make_evalset.SMOKE_FONT_PX,
         "canvas": make_evalset.SMOKE_CANVAS,
+        "cell": make_evalset.SMOKE_CELL,
         "object_px": make_evalset.SMOKE_OBJECT_PX,
     }
 

@@ -59,37 +59,85 @@ def _to_unit(values: np.ndarray, low: float, high: float) -> np.ndarray:
 # Online Newton step's learning-rate constant for bets on outcomes in [-1, 1] (Cutkosky and
 # Orabona 2018, as used for testing by betting by Shekhar and Ramdas 2023).
 ONS_RATE = 2 / (2 - math.log(3))
+# The pass bets' prior on the spread of the differences around the expected mean: worth
+# PRIOR_ITEMS items at a discordance of PRIOR_DISCORDANCE (the share of items where one of
+# the two answers right and the other wrong), so the first bets are moderate whatever the
+# first few items show. bench/cpu/floor_error_rates.py measured the choice.
+PRIOR_ITEMS = 10.0
+PRIOR_DISCORDANCE = 0.2
+# The smallest edge a pass bet plays for (unit scale: 0.01 is 0.02 of accuracy), for means at
+# or above the expected one, where the interval's lower end is read off.
+MIN_EDGE = 0.01
 
 
-def _log_capitals(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ons_capital(x: np.ndarray, m: np.ndarray, sign: float, width: tuple[int, ...]) -> np.ndarray:
+    """Log capital after each item (rows) of a gambler betting that the mean lies above
+    (sign +1) or below (sign -1) `m`, each bet by online Newton step from the outcomes
+    before it: within a logarithmic regret of the best constant (Kelly) bet in hindsight,
+    whatever the differences do."""
+    cap = BET_CAP / m if sign > 0 else BET_CAP / (1 - m)
+    bet = np.zeros(width)
+    curvature = np.ones(width)
+    log_capital = np.zeros(width)
+    rows = np.empty((len(x), *width))
+    for t in range(len(x)):
+        gain = sign * (x[t] - m)
+        log_capital += np.log1p(bet * gain)
+        rows[t] = log_capital
+        slope = gain / (1 + bet * gain)
+        curvature += slope**2
+        bet = np.clip(bet + ONS_RATE * slope / curvature, 0.0, cap)
+    return rows
+
+
+def _pass_capital(
+    x: np.ndarray, m: np.ndarray, expected: float, width: tuple[int, ...]
+) -> np.ndarray:
+    """Log capital after each item (rows) of a gambler betting that the mean lies above `m`,
+    playing for the mean the candidate is expected to have when it passes (`expected`: a
+    candidate that loses nothing) at the spread seen so far: the Kelly bet against that
+    alternative, edge / (variance + edge^2), the variance a predictable plug-in (Waudby-Smith
+    and Ramdas's predictable plug-in bets, their section 5, with the edge fixed instead of
+    estimated). The edge is known from the floor's own question, so the bets need not learn
+    it from noisy means: a candidate that answers as well passes in about as many items as a
+    likelihood-ratio (SPRT) test that knew the spread, well under a fixed-size test that
+    passes it as often."""
+    edge = np.maximum(expected - m, MIN_EDGE)
+    spread = np.full(width, PRIOR_ITEMS * PRIOR_DISCORDANCE / 4)  # unit scale: d / 2
+    log_capital = np.zeros(width)
+    rows = np.empty((len(x), *width))
+    for t in range(len(x)):
+        variance = spread / (PRIOR_ITEMS + t)
+        bet = np.clip(edge / (variance + edge**2), 0.0, BET_CAP / m)
+        log_capital += np.log1p(bet * (x[t] - m))
+        rows[t] = log_capital
+        spread += (x[t] - expected) ** 2
+    return rows
+
+
+def _log_capitals(
+    x: np.ndarray, m: np.ndarray, expected: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Running maxima of log capital betting that the mean is above (`up`) and below
     (`down`) each candidate mean `m`, after each item (rows); `x` holds one sequence (n,),
     judged at every `m` (k,), or k sequences side by side (n, k), each at its own `m`.
 
-    Each bet is chosen by online Newton step from the outcomes before it, so each capital is
-    a nonnegative martingale under its hypothesis (Ville's inequality bounds its chance to
-    ever reach 1 / alpha by alpha), and its growth comes within a logarithmic regret of the
-    best constant (Kelly) bet in hindsight: a candidate far from the margin decides in few
-    items, one near it in about as many as a fixed-size test needs, and a few more. Bets are
-    capped at BET_CAP of what keeps the capital positive.
+    Every bet is chosen from the outcomes before it, so each capital is a nonnegative
+    martingale under its hypothesis (Ville's inequality bounds its chance to ever reach
+    1 / alpha by alpha), whatever the strategy. The upward bets play for `expected` when the
+    floor knows what a passing candidate looks like (a relative floor: no loss), else by
+    online Newton step, as the downward ones always do: a candidate that loses more than the
+    margin can lose any amount, and those far past it decide in a few dozen items anyway.
+    Bets are capped at BET_CAP of what keeps the capital positive.
     """
     m = np.clip(np.asarray(m, dtype=float), 1e-9, 1 - 1e-9)
     width = np.broadcast_shapes(m.shape, x.shape[1:])
-    logs = []
-    for sign, cap in ((1.0, BET_CAP / m), (-1.0, BET_CAP / (1 - m))):
-        bet = np.zeros(width)
-        curvature = np.ones(width)
-        log_capital = np.zeros(width)
-        rows = np.empty((len(x), *width))
-        for t in range(len(x)):
-            gain = sign * (x[t] - m)
-            log_capital += np.log1p(bet * gain)
-            rows[t] = log_capital
-            slope = gain / (1 + bet * gain)
-            curvature += slope**2
-            bet = np.clip(bet + ONS_RATE * slope / curvature, 0.0, cap)
-        logs.append(np.maximum.accumulate(rows, axis=0))
-    return logs[0], logs[1]
+    if expected is None:
+        up = _ons_capital(x, m, 1.0, width)
+    else:
+        up = _pass_capital(x, m, expected, width)
+    down = _ons_capital(x, m, -1.0, width)
+    return np.maximum.accumulate(up, axis=0), np.maximum.accumulate(down, axis=0)
 
 
 def look(
@@ -99,6 +147,7 @@ def look(
     confidence: float,
     low: float = -1.0,
     high: float = 1.0,
+    expected: float | None = 0.0,
     with_interval: bool = True,
 ) -> FloorLook:
     """The floor's verdict on `diffs` so far (in decision order), each in [low, high].
@@ -107,6 +156,8 @@ def look(
     floor, -max_drop), infeasible once the upper one has fallen below it, else undecided.
     Each is a one-sided test at 1 - `confidence` of the composite hypothesis on the other
     side of the margin, valid under optional stopping: the capital at the margin decides.
+    `expected` is the mean of a candidate that should pass (a relative floor's: 0, no loss),
+    which the pass bets play for; None (an absolute floor) leaves them to learn it.
     `with_interval` also reads both ends off a grid, for the trial's record (off in the
     error-rate benchmark, which needs only the verdicts).
     """
@@ -117,7 +168,8 @@ def look(
     threshold = math.log(1 / (1 - confidence))
     x = _to_unit(values, low, high)
     at_margin = float(_to_unit(np.array([margin]), low, high)[0])
-    up, down = _log_capitals(x, np.array([at_margin]))
+    target = None if expected is None else float(_to_unit(np.array([expected]), low, high)[0])
+    up, down = _log_capitals(x, np.array([at_margin]), target)
     decision: Decision = "undecided"
     if up[-1, 0] >= threshold:
         decision = "feasible"
@@ -125,20 +177,20 @@ def look(
         decision = "infeasible"
     ci_low, ci_high = low, high
     if with_interval:
-        ci_low, ci_high = _interval(x, threshold, decision, at_margin)
+        ci_low, ci_high = _interval(x, threshold, decision, at_margin, target)
         ci_low, ci_high = (low + v * (high - low) for v in (ci_low, ci_high))
     return FloorLook(decision, n, float(values.mean()), ci_low, ci_high, confidence)
 
 
 def _interval(
-    x: np.ndarray, threshold: float, decision: Decision, at_margin: float
+    x: np.ndarray, threshold: float, decision: Decision, at_margin: float, target: float | None
 ) -> tuple[float, float]:
     """Both one-sided bounds read off a grid (unit scale): the lower end is the first mean
     from below that the upward bets have not excluded, the upper end likewise from above.
     The ends are kept on the verdict's side of the margin, where the grid is coarser than
     the test at the margin itself."""
     grid = np.linspace(0.0, 1.0, GRID_POINTS)
-    up, down = _log_capitals(x, grid)
+    up, down = _log_capitals(x, grid, target)
     kept_below = np.flatnonzero(up[-1] < threshold)
     kept_above = np.flatnonzero(down[-1] < threshold)
     low_end = float(grid[kept_below[0]]) if kept_below.size else float(x.mean())
@@ -179,7 +231,11 @@ def stage_sizes(pool: int, *, first: int, batch: int = 1, growth: float = 1.5) -
 
 
 def items_to_decide(
-    diffs: np.ndarray | Sequence[float], *, margin: float, confidence: float
+    diffs: np.ndarray | Sequence[float],
+    *,
+    margin: float,
+    confidence: float,
+    expected: float | None = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each sequence (column of `diffs`, or `diffs` itself), the verdict and the item
     count at which a floor looking after every item would give it (undecided: the sequence's
@@ -191,7 +247,9 @@ def items_to_decide(
     n = len(values)
     threshold = math.log(1 / (1 - confidence))
     at_margin = float(_to_unit(np.array([margin]), -1.0, 1.0)[0])
-    up, down = _log_capitals(_to_unit(values, -1.0, 1.0), np.full(values.shape[1], at_margin))
+    target = None if expected is None else float(_to_unit(np.array([expected]), -1.0, 1.0)[0])
+    x = _to_unit(values, -1.0, 1.0)
+    up, down = _log_capitals(x, np.full(values.shape[1], at_margin), target)
     first_pass = np.where((up >= threshold).any(axis=0), (up >= threshold).argmax(axis=0), n)
     first_fail = np.where((down >= threshold).any(axis=0), (down >= threshold).argmax(axis=0), n)
     verdicts = np.where(

@@ -39,9 +39,10 @@ class FloorRequest(BaseModel):
             values = [scores[i] for i in self.order if i in scores]
             return look(
                 values, margin=self.margin, confidence=self.confidence, low=0.0, high=1.0,
-                with_interval=with_interval,
+                expected=None, with_interval=with_interval,
             )  # fmt: skip
         diffs = paired_diffs(self.order, scores, self.reference_scores)
+        # A relative floor knows what a passing candidate looks like: one that loses nothing.
         return look(
             diffs, margin=self.margin, confidence=self.confidence, with_interval=with_interval
         )

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +153,8 @@ def reader_pairs(seeds: int) -> list[dict[str, object]]:
     from tools.model_card import DEFAULT_MODEL, evaluate_checkpoint
 
     evalset = load_evalset("smoke")
-    sides = (None, 448, 320, 224, 192)  # the smoke space's image sides
+    space = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
+    sides = tuple(space["params"]["image_max_side"]["choices"])  # the smoke space's sides
     rows = evaluate_checkpoint(DEFAULT_MODEL, device="cpu", dtypes=("float32",), sizes=sides)
     scores = {
         r["image_max_side"]: score_predictions(evalset, r["predictions"]).item_scores for r in rows
