@@ -137,7 +137,8 @@ def test_every_trial_was_measured_through_swift_deploy_and_each_line_says_what_r
     sources = ("(reference)", "(candidate batch-8", "(step ", "(sampler: ", "(same configuration")
     for line in lines:
         assert any(f"] trial {n} {s}" in line for n in range(20) for s in sources), line
-    assert any("] trial 1 (candidate batch-8: batch_size=8)" in line for line in lines), lines
+    first = "] trial 1 (candidate batch-8-side-256: image_max_side=256 batch_size=8)"
+    assert any(first in line for line in lines), lines
     assert_one_lever_each(study)
 
 
