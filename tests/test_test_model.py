@@ -104,7 +104,9 @@ def test_a_smaller_image_is_never_read_better(
 def test_autotune_eval_reports_the_reading(tmp_path: Path) -> None:
     """The user's command, `autotune eval --space smoke --json`, on the shipped model."""
     env = {**os.environ, "COLUMNS": "200"}
-    graded = SIDES[1]  # the largest shrunk side: between the full-size and the smallest
+    # A graded side: the largest one the reader reads worse at (side 256 reads as well as full
+    # size, 128 nearly; the model card's table).
+    graded = SIDES[3]
     result = subprocess.run(
         [
             sys.executable,
