@@ -15,10 +15,12 @@ good. The capital is a nonnegative martingale under that mean, so by Ville's ine
 sequence covers the true mean at every item at once: the floor may look after every stage,
 screening included, and each verdict is still wrong with probability at most 1 - confidence
 over all its looks (a candidate that truly loses `max_drop` or more is accepted at most that
-often). It needs no variance assumption and adapts to how often the two answer differently:
-a candidate that repeats the reference decides after about log(1 / (1 - confidence)) /
-max_drop items, one that differs often needs more. bench/cpu/floor_error_rates.py measures
-both.
+often). Validity holds for any bets chosen from the past alone, so the bets are chosen for
+power: those for a pass play for a candidate that loses nothing, at the spread seen so far;
+those for a rejection learn by online Newton step. It needs no variance assumption and
+adapts to how often the two answer differently: a candidate that repeats the reference
+decides after about log(1 / (1 - confidence)) / max_drop items, one that differs often needs
+more. bench/cpu/floor_error_rates.py measures both.
 
 The bets are written here in a few lines of numpy: the authors' own package (`confseq`)
 needs Boost and a C++ build, and no maintained library ships them.
