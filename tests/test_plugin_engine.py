@@ -81,9 +81,12 @@ def test_a_toy_engine_from_a_plugin_runs_a_study_exports_and_verifies(tmp_path: 
     best = autotune_cli("best", "--study", "toy", "--storage", storage, cwd=tmp_path, env=env)
     assert "deployable with python fake_openai_server.py" in best.stdout, best.stdout
     assert "autotune export --study toy --format toy" in best.stdout
+    # --tolerance 1.0: this is about the plugin's path through verify, not this machine's load
+    # (beside two CPU hogs a relaunch's p95 landed 27% above the recorded one).
     verified = autotune_cli(
-        "verify", "--study", "toy", "--storage", storage, cwd=tmp_path, env=env, timeout=120
-    )
+        "verify", "--study", "toy", "--storage", storage, "--tolerance", "1.0",
+        cwd=tmp_path, env=env, timeout=120,
+    )  # fmt: skip
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
     # Without the plugin the study's engine is unknown here, and autotune says so in one line.
     plain = autotune_cli("best", "--study", "toy", "--storage", storage, cwd=tmp_path)

@@ -75,8 +75,9 @@ def test_the_linear_patch_embedding_equals_the_convolution(
 
 
 def test_probe_cells_mark_the_tokens_that_hold_ink() -> None:
-    """Each labelled cell of a full-size code or shape strip differs from its background; no
-    blank cell does; a code's labels spell its answer, a strip's name its objects."""
+    """At full size each object fills its 64 px cell, 2 x 2 vision tokens: every slot of those
+    four tokens names it, the tokens hold ink, and no token outside an object's cell does; a
+    code's labels spell its answer, cell by cell, a strip's name its objects."""
     blank = len(PROBE_CLASSES) - 1
     seen = set()
     for index in range(60):
@@ -85,17 +86,22 @@ def test_probe_cells_mark_the_tokens_that_hold_ink() -> None:
             continue
         pixels = np.asarray(example.image.convert("RGB"), dtype=np.float32)
         background = pixels[0, 0]
-        cell = READER_GEOMETRY.factor
-        columns = example.image.width // cell
-        # Full size: one object per token, centred, so in the token's right half (slot 1).
-        labels = [slots[1] for slots in example.cells]
-        assert all(slots[0] == blank for slots in example.cells)
-        for token, label in enumerate(labels):
+        token_px = READER_GEOMETRY.factor
+        columns = example.image.width // token_px
+        for token, slots in enumerate(example.cells):
+            assert slots[0] == slots[1]  # a whole token lies inside one object's cell or none
             row, column = divmod(token, columns)
-            block = pixels[row * cell : (row + 1) * cell, column * cell : (column + 1) * cell]
+            block = pixels[
+                row * token_px : (row + 1) * token_px, column * token_px : (column + 1) * token_px
+            ]
             marked = bool((np.abs(block - background) > 80).any())
-            assert marked == (label != blank), (index, token, PROBE_CLASSES[label])
-        named = [PROBE_CLASSES[c] for c in labels if c != blank]
+            if slots[0] != blank:
+                assert marked, (index, token, PROBE_CLASSES[slots[0]])
+        # One label per 64 px cell, read along the top row of tokens, two tokens a cell.
+        per_cell = [example.cells[2 * k][0] for k in range(columns // 2)]
+        assert per_cell == [example.cells[2 * k + 1][0] for k in range(columns // 2)]
+        assert per_cell == [example.cells[columns + 2 * k][0] for k in range(columns // 2)]
+        named = [PROBE_CLASSES[c] for c in per_cell if c != blank]
         if example.prompt.startswith("Read the text"):
             assert example.cells == glyph_cells(example.answer, example.image)
             assert "".join(named) == example.answer
