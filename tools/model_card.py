@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from autotune.checkpoints.geometry import read_geometry
 from tools.arguments import model_folder
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -208,6 +209,8 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
     args = log["args"]
     size = sum(f.stat().st_size for f in model_dir.iterdir() if f.is_file())
     env = rows[0].get("environment", {}) if rows else {}
+    # The processor's bounds as autotune reads them for every export.
+    geometry = read_geometry(model_dir)
     lines = [
         "# tiny-qwen3-vl: the bundled Qwen3-VL test model",
         "",
@@ -221,11 +224,11 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
         "(patch 16, merge 2, max pixels 16777216), Qwen's special-token ids in a 151936-row "
         "embedding, the chat template. The tokenizer is character-level "
         "(`tools/make_test_model.py`). One departure: the processor's min pixels are "
-        f"{_min_pixels(model_dir)} ({_min_pixels(model_dir) // 1024} vision token) instead of "
-        "65536, so every smaller side costs fewer tokens (the smoke set's 512 x 64 images cost "
-        "32 at full size, 8 at side 256, 1 at side 32) and image size is a real speed "
-        "trade-off on the CPU; autotune reads it from `preprocessor_config.json` and pins it "
-        f"in every export (`IMAGE_MIN_TOKEN_NUM={_min_pixels(model_dir) // 1024}`).",
+        f"{geometry.min_pixels} ({_tokens(geometry.min_tokens)}) instead of 65536, so every "
+        "smaller side costs fewer tokens (the smoke set's 512 x 64 images cost 32 at full size, "
+        "8 at side 256, 1 at side 32) and image size is a real speed trade-off on the CPU; "
+        "autotune reads it from `preprocessor_config.json` and pins it in every export "
+        f"(`IMAGE_MIN_TOKEN_NUM={geometry.min_tokens}`).",
         "",
         "## Architecture",
         "",
@@ -281,9 +284,8 @@ def render_card(model_dir: Path, rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _min_pixels(model_dir: Path) -> int:
-    config = json.loads((model_dir / "preprocessor_config.json").read_text(encoding="utf-8"))
-    return int(config["size"]["shortest_edge"])
+def _tokens(n: int) -> str:
+    return f"{n} vision token" + ("" if n == 1 else "s")
 
 
 def _machine(train: dict[str, Any]) -> str:

@@ -58,6 +58,11 @@ def _to_unit(values: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.clip((values - low) / (high - low), 0.0, 1.0)
 
 
+def _unit_point(value: float, low: float, high: float) -> float:
+    """One mean (the margin, the expected mean) on the bets' unit scale."""
+    return float(_to_unit(np.array([value]), low, high)[0])
+
+
 # Online Newton step's learning-rate constant for bets on outcomes in [-1, 1] (Cutkosky and
 # Orabona 2018, as used for testing by betting by Shekhar and Ramdas 2023).
 ONS_RATE = 2 / (2 - math.log(3))
@@ -169,8 +174,8 @@ def look(
         return FloorLook("undecided", 0, math.nan, low, high, confidence)
     threshold = math.log(1 / (1 - confidence))
     x = _to_unit(values, low, high)
-    at_margin = float(_to_unit(np.array([margin]), low, high)[0])
-    target = None if expected is None else float(_to_unit(np.array([expected]), low, high)[0])
+    at_margin = _unit_point(margin, low, high)
+    target = None if expected is None else _unit_point(expected, low, high)
     up, down = _log_capitals(x, np.array([at_margin]), target)
     decision: Decision = "undecided"
     if up[-1, 0] >= threshold:
@@ -248,8 +253,8 @@ def items_to_decide(
     values = values.reshape(len(values), -1)
     n = len(values)
     threshold = math.log(1 / (1 - confidence))
-    at_margin = float(_to_unit(np.array([margin]), -1.0, 1.0)[0])
-    target = None if expected is None else float(_to_unit(np.array([expected]), -1.0, 1.0)[0])
+    at_margin = _unit_point(margin, -1.0, 1.0)
+    target = None if expected is None else _unit_point(expected, -1.0, 1.0)
     x = _to_unit(values, -1.0, 1.0)
     up, down = _log_capitals(x, np.full(values.shape[1], at_margin), target)
     first_pass = np.where((up >= threshold).any(axis=0), (up >= threshold).argmax(axis=0), n)

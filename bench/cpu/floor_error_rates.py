@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,12 +149,10 @@ def reader_pairs(seeds: int) -> list[dict[str, object]]:
     """The bundled reader's real answers per image side, judged against full size."""
     from autotune.accuracy.scoring import score_predictions
     from autotune.evalset.dataset import load_evalset
-    from tools.model_card import DEFAULT_MODEL, evaluate_checkpoint
+    from tools.model_card import DEFAULT_MODEL, EVAL_SIZES, evaluate_checkpoint
 
     evalset = load_evalset("smoke")
-    space = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
-    sides = tuple(space["params"]["image_max_side"]["choices"])  # the smoke space's sides
-    rows = evaluate_checkpoint(DEFAULT_MODEL, device="cpu", dtypes=("float32",), sizes=sides)
+    rows = evaluate_checkpoint(DEFAULT_MODEL, device="cpu", dtypes=("float32",), sizes=EVAL_SIZES)
     scores = {
         r["image_max_side"]: score_predictions(evalset, r["predictions"]).item_scores for r in rows
     }
@@ -163,7 +160,7 @@ def reader_pairs(seeds: int) -> list[dict[str, object]]:
     setting = SETTINGS["smoke"]
     rng = np.random.default_rng(11)
     results = []
-    for side in sides[1:]:
+    for side in EVAL_SIZES[1:]:  # the smoke space's sides after full size
         ids = sorted(reference)
         diffs = np.array([scores[side][i] - reference[i] for i in ids])
         drawn = np.stack([rng.choice(diffs, size=setting.pool) for _ in range(seeds)], axis=1)
