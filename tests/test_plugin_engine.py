@@ -65,13 +65,22 @@ def test_a_toy_engine_from_a_plugin_runs_a_study_exports_and_verifies(tmp_path: 
     assert ran.returncode == 0, ran.stderr[-3000:]
     trials = optuna.load_study(study_name="toy", storage=storage).trials
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # A trial racing stops (its interval below the best's: how soon depends on the machine's
+    # load) is PRUNED with its partial figures and the reason; it still ran on the plugin.
+    raced = [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.PRUNED and "raced_reason" in t.user_attrs
+    ]
     # Four measured trials; a proposal that repeats one is recorded as its twin, uncounted.
-    assert len(complete) == len(trials) >= 4, [t.user_attrs.get("failure_reason") for t in trials]
-    for trial in complete:
+    states = [(t.state.name, t.user_attrs.get("failure_reason")) for t in trials]
+    assert len(complete) + len(raced) == len(trials) >= 4, states
+    assert len(complete) >= 2, states  # the reference and at least one trial to recommend
+    for trial in complete + raced:
         assert trial.user_attrs["config"]["backend"] == "toy"
         assert trial.user_attrs["environment"]["server_format"] == "toy"
         assert trial.user_attrs["throughput_output_tokens_per_s"] > 0
-    assert {t.user_attrs["config"]["batch_size"] for t in complete} > {1}
+    assert {t.user_attrs["config"]["batch_size"] for t in complete + raced} > {1}
 
     exported = autotune_cli(
         "export", "--study", "toy", "--storage", storage, "--format", "toy", cwd=tmp_path, env=env

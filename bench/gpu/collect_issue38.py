@@ -5,10 +5,13 @@ Reads the study that `bench/gpu/smoke-lmdeploy.yaml` ran (its reference: transfo
 process; its candidates: `lmdeploy serve api_server` at full size and shrunk) and writes
 issue38.json and issue38.md: per trial its engine, image side, accuracy on the items it
 answered, the floor's verdict and interval, and the share of items on which its answers equal
-the reference's word for word.
+the reference's word for word. With --inprocess DIR (a folder of `autotune eval --space smoke
+--json --param dtype=bfloat16 [--param image_max_side=N]` outputs named eval-full.json,
+eval-N.json), also the share on which each LMDeploy trial's answers equal the in-process
+engine's at the same image side.
 
     python3 bench/gpu/collect_issue38.py --storage sqlite:///$OUT/issue38.db --study issue38 \
-        --out $OUT
+        --out $OUT [--inprocess DIR]
 """
 
 from __future__ import annotations
@@ -27,7 +30,26 @@ sys.path.insert(0, str(REPO))
 from autotune.records.stored import TrialRecord  # noqa: E402
 
 
-def rows(study: optuna.Study) -> list[dict[str, Any]]:
+def inprocess_answers(folder: Path | None) -> dict[int | None, dict[str, str]]:
+    """The in-process engine's answers per image side (None: full size), from eval JSONs."""
+    if folder is None:
+        return {}
+    answers: dict[int | None, dict[str, str]] = {}
+    for path in sorted(folder.glob("eval-*.json")):
+        side = path.stem.removeprefix("eval-")
+        answers[None if side == "full" else int(side)] = json.loads(path.read_text())["predictions"]
+    return answers
+
+
+def agreement(answers: dict[str, str], other: dict[str, str]) -> tuple[float | None, int]:
+    """The share of the items both answered on which the answers are equal, and their count."""
+    shared = [i for i in answers if i in other]
+    if not shared:
+        return None, 0
+    return sum(answers[i] == other[i] for i in shared) / len(shared), len(shared)
+
+
+def rows(study: optuna.Study, inprocess: dict[int | None, dict[str, str]]) -> list[dict[str, Any]]:
     trials = study.get_trials(deepcopy=False)
     reference = next((t for t in trials if t.user_attrs.get("is_reference")), None)
     ref_answers = TrialRecord.of(reference).predictions if reference else {}
@@ -35,7 +57,11 @@ def rows(study: optuna.Study) -> list[dict[str, Any]]:
     for trial in trials:
         record = TrialRecord.of(trial)
         answers = record.predictions
-        shared = [i for i in answers if i in ref_answers]
+        same_as_reference, compared = agreement(answers, ref_answers)
+        side = record.config.get("image_max_side")
+        same_as_inprocess, inprocess_compared = (
+            agreement(answers, inprocess[side]) if side in inprocess else (None, 0)
+        )
         paired = record.paired_vs_reference or {}
         out.append(
             {
@@ -48,12 +74,10 @@ def rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "image_max_side": record.config.get("image_max_side"),
                 "accuracy": record.accuracy,
                 "items_answered": len(record.item_scores),
-                "same_answers_as_reference": (
-                    sum(answers[i] == ref_answers[i] for i in shared) / len(shared)
-                    if shared
-                    else None
-                ),
-                "items_compared": len(shared),
+                "same_answers_as_reference": same_as_reference,
+                "items_compared": compared,
+                "same_answers_as_inprocess_at_side": same_as_inprocess,
+                "inprocess_items_compared": inprocess_compared,
                 "verdict": paired.get("decision"),
                 "interval": [paired.get("ci_low"), paired.get("ci_high")],
                 "infeasible_because": record.infeasible_because,
@@ -70,8 +94,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
     lines = [
         "# Issue 38 on the H200: the reader through LMDeploy, judged by the sequential floor",
         "",
-        "| trial | name | engine | image side | accuracy (items) | same answers as the reference | verdict | interval | tok/s |",  # noqa: E501
-        "|---|---|---|---|---|---|---|---|---|",
+        "| trial | name | engine | image side | accuracy (items) | same answers as the reference | same answers as in-process at this side | verdict | interval | tok/s |",  # noqa: E501
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ({r['items_answered']})"
@@ -80,11 +104,16 @@ def markdown(table: list[dict[str, Any]]) -> str:
             if r["same_answers_as_reference"] is None
             else f"{r['same_answers_as_reference']:.3f} of {r['items_compared']}"
         )
+        inproc = (
+            "-"
+            if r["same_answers_as_inprocess_at_side"] is None
+            else f"{r['same_answers_as_inprocess_at_side']:.3f} of {r['inprocess_items_compared']}"
+        )
         low, high = r["interval"]
         interval = "-" if low is None else f"[{low:+.3f}, {high:+.3f}]"
         tps = r["throughput_output_tokens_per_s"]
         lines.append(
-            f"| {r['trial']} | {r['name'] or 'sampler'} | {r['backend']} | {r['image_max_side'] or 'full'} | {acc} | {same} | "  # noqa: E501
+            f"| {r['trial']} | {r['name'] or 'sampler'} | {r['backend']} | {r['image_max_side'] or 'full'} | {acc} | {same} | {inproc} | "  # noqa: E501
             f"{r['verdict'] or r['state'].lower()} | {interval} | {'-' if tps is None else f'{tps:.0f}'} |"  # noqa: E501
         )
     failed = [r for r in table if r["failure_reason"]]
@@ -98,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", required=True)
     parser.add_argument("--study", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--inprocess",
+        type=Path,
+        default=None,
+        help="folder of `autotune eval --json` outputs: eval-full.json, eval-N.json",
+    )
     args = parser.parse_args(argv)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
-    table = rows(study)
+    table = rows(study, inprocess_answers(args.inprocess))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "issue38.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     text = markdown(table)

@@ -54,6 +54,12 @@
 #   bash bench/gpu/run_h200.sh issue42-b       # call 2, at once: the recommendation's launch,
 #                                              # 64 in flight x every searched image side
 #   bash bench/gpu/run_h200.sh issue42-c       # call 3: verify --tolerance 0.05, then `best`
+#   bash bench/gpu/run_h200.sh issue38         # one call (~6 min), real weights: the reader
+#                                              # through LMDeploy judged by the floor, the
+#                                              # in-process engine's answers at the same sides,
+#                                              # then collect_issue38.py compares them. Carry
+#                                              # .whl; move evalsets/ocr-caption/images aside
+#                                              # (not model.safetensors) to fit 64 MiB
 #   python3 bench/gpu/collect_issue10.py ...   # here: merge the outputs into bench/results/
 #
 # Results go to $OUT (default bench/out/); copy them into bench/results/ and commit.
@@ -344,6 +350,24 @@ i42_verify() {
   autotune best --study "$I29_STUDY" --storage "$I29_DB" 2>&1 | tee "$OUT/best.txt" | grep -v "^[│┃┏┡└ ]"
 }
 
+issue38() {
+  # No dummy checkpoint: the trained tiny reader answers. The study (reference in process, the
+  # rest through `lmdeploy serve api_server`), then the in-process engine at each searched side
+  # on the same GPU, so LMDeploy's answers are compared with it item by item, side by side.
+  local side override
+  timeout 300 autotune run --space bench/gpu/smoke-lmdeploy.yaml --trials 5 \
+    --storage "sqlite:///$OUT/issue38.db" --study issue38 2>&1 | tee "$OUT/study.log"
+  mkdir -p "$OUT/inprocess"
+  for side in full 32 48 64; do
+    override=()
+    [ "$side" = full ] || override=(--param "image_max_side=$side")
+    timeout 90 autotune eval --space bench/gpu/smoke-lmdeploy.yaml --json "${override[@]}" \
+      >"$OUT/inprocess/eval-$side.json" 2>>"$OUT/study.log" || echo "eval at side $side failed"
+  done
+  python3 bench/gpu/collect_issue38.py --storage "sqlite:///$OUT/issue38.db" --study issue38 \
+    --out "$OUT" --inprocess "$OUT/inprocess"
+}
+
 case "$MODE" in
   setup) setup ;;
   # Any command in this environment (the wheels installed, PYTHONPATH set, `autotune` defined),
@@ -365,6 +389,7 @@ case "$MODE" in
   issue42-a) i42_started=$SECONDS; i42_use; setup; I29_CALL_S=${I42_CALL_S:-570} i29_study "${I42_BUDGET:-8m}" "$i42_started" ;;
   issue42-b) i42_use; setup >/dev/null; i42_grid ;;
   issue42-c) i42_use; setup >/dev/null; i42_verify ;;
+  issue38) issue38 ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;
   study) setup >/dev/null; shift; study "$@" ;;
