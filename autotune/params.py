@@ -233,9 +233,6 @@ class TrialConfig(BaseModel):
         """The launch-time values: trials with equal keys can share one running engine."""
         return tuple(getattr(self, name) for name in LAUNCH_PARAMS)
 
-    def launch_config(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in LAUNCH_PARAMS}
-
     def output_key(self) -> dict[str, Any]:
         """The parameters that decide the answers, for reusing accuracy across trials.
 

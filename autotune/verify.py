@@ -29,13 +29,12 @@ from autotune.engines.measurement import Measurement, measure_once
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
-from autotune.measure.registry import METRICS
+from autotune.measure.registry import METRICS, THROUGHPUT
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.select import chosen_trial, deploy_target
 
 DEFAULT_TOLERANCE = 0.25
-THROUGHPUT = "throughput_output_tokens_per_s"
 
 # Speed figures always checked; the study's own objectives are added to them.
 CHECKED_SPEED = ("throughput_output_tokens_per_s", "e2e_latency_p50_ms", "e2e_latency_p95_ms")

@@ -8,10 +8,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from autotune.measure.registry import THROUGHPUT
 from autotune.records.stored import TrialRecord
 from autotune.report.data import finite, params_words, why_no_tpot
-
-THROUGHPUT = "throughput_output_tokens_per_s"
 
 # (user attribute, label, format, higher is better) for the figures tables.
 FIGURES: tuple[tuple[str, str, str, bool], ...] = (

@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError
 from autotune.export import Export
-from autotune.params import PARAM_NAMES, base_param
+from autotune.params import DEPLOY_TARGETS, PARAM_NAMES, base_param
 from autotune.records.repeats import impossible_repeats
 from autotune.records.repeats import measured as measured_trials
 from autotune.records.repeats import repeats as valid_repeats
@@ -37,7 +37,6 @@ from autotune.study.select import (
 from autotune.study.timeshare import TimeShare, study_time_share
 
 TOP_N = 5
-EXPORT_FORMATS = ("swift", "lmdeploy")
 SAMPLE_ROWS = 12
 # PED-ANOVA compares the best tenth of the trials with the rest: with fewer trials than this
 # the "best tenth" is one trial and the importances say nothing.
@@ -198,7 +197,7 @@ def _exports(study: optuna.Study, trial: FrozenTrial) -> dict[str, Export | str]
     out: dict[str, Export | str] = {}
     target = deploy_target(study)
     formats = [target] if target else []
-    for fmt in [*formats, *(f for f in EXPORT_FORMATS if f != target)]:
+    for fmt in [*formats, *(f for f in DEPLOY_TARGETS if f != target)]:
         try:
             out[fmt], _ = export_trial(study, trial_number=trial.number, fmt=fmt)
         except AutotuneError as exc:

@@ -11,6 +11,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from autotune.measure.registry import THROUGHPUT
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import Importances, ReportData, changed_params, finite, params_words
 from autotune.study.select import (
@@ -20,7 +21,6 @@ from autotune.study.select import (
     throughput_interval,
 )
 
-THROUGHPUT = "throughput_output_tokens_per_s"
 P95 = "e2e_latency_p95_ms"
 FEASIBLE_COLOUR = "#1f77b4"
 INFEASIBLE_COLOUR = "#d62728"

@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 
 from optuna.trial import FrozenTrial
 
+from autotune.measure.registry import THROUGHPUT
 from autotune.records.stored import TrialRecord
-
-THROUGHPUT = "throughput_output_tokens_per_s"
 
 
 @dataclass(frozen=True)

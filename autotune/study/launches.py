@@ -27,13 +27,14 @@ import warnings
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.engines import EngineSession, PhaseCallback, open_session
+from autotune.engines import EngineSession, PhaseCallback
 from autotune.engines.gpus import Gpu
 from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
+from autotune.study.runtime import REAL, SessionOpener
 from autotune.study.steps import Step, chosen_launches, next_step
 
 # Trials on a launch, every one stopped by racing, after which the launch is given up.
@@ -43,8 +44,15 @@ RACED_TO_LEAVE = 2
 class LaunchScheduler:
     """Holds the running launch of this process and steers the sampler between launches."""
 
-    def __init__(self, plan: StudyPlan, base_sampler: optuna.samplers.BaseSampler) -> None:
+    def __init__(
+        self,
+        plan: StudyPlan,
+        base_sampler: optuna.samplers.BaseSampler,
+        *,
+        open_session: SessionOpener = REAL.open_session,
+    ) -> None:
         self.plan = plan
+        self.open_session = open_session
         self.base_sampler = base_sampler
         self.settings = plan.space.launches
         self.session: EngineSession | None = None
@@ -97,7 +105,7 @@ class LaunchScheduler:
             if on_phase is not None:
                 on_phase("on GPU " + ",".join(str(gpu.index) for gpu in self.lease.gpus))
         try:
-            self.session = open_session(
+            self.session = self.open_session(
                 plan.space,
                 config,
                 model_path=plan.model_path,

@@ -30,6 +30,7 @@ from autotune.study.progress import SURPLUS, Progress
 from autotune.study.queueing import queue_reference_and_candidates
 from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.resume import COMPARISON_BASIS, await_setup, check_resumable, comparison_basis
+from autotune.study.runtime import REAL, Runtime
 from autotune.study.sampler import make_sampler
 from autotune.study.select import reference_trial
 from autotune.study.storage import (
@@ -293,17 +294,21 @@ def optimize(
     target: int,
     timeout_s: float | None,
     progress: Progress,
+    runtime: Runtime = REAL,
 ) -> optuna.Study:
     """Run trials in this process until the study holds `target` counted trials, the budget
-    ends or another worker's stop condition holds; prepare_study has run."""
+    ends or another worker's stop condition holds; prepare_study has run. `runtime`: the
+    clock and launch opener (autotune.study.runtime; the replay benchmark passes its own)."""
     study, base_sampler = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
-    launches = LaunchScheduler(plan, base_sampler)
+    launches = LaunchScheduler(plan, base_sampler, open_session=runtime.open_session)
     launches.steer(study)  # a resumed study or another worker: a launch step may be due
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)
     gate = InterruptGate()
-    objective = Objective(plan, progress, launches, budget, spool, target=target, gate=gate)
+    objective = Objective(
+        plan, progress, launches, budget, spool, target=target, gate=gate, runtime=runtime
+    )
     try:
         with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -343,6 +348,7 @@ def run_study(
     trials: int | None = None,
     timeout_s: float | None = None,
     progress: Progress | None = None,
+    runtime: Runtime = REAL,
 ) -> optuna.Study:
     """Run (or resume) the study until it holds `trials` counted trials or the budget ends."""
     target = trials if trials is not None else plan.space.trials
@@ -351,7 +357,7 @@ def run_study(
     if prepared is None:
         study, _ = open_study(plan)
         return study
-    study = optimize(plan, target=target, timeout_s=timeout_s, progress=progress)
+    study = optimize(plan, target=target, timeout_s=timeout_s, progress=progress, runtime=runtime)
     finish_study(study, progress)
     return study
 

@@ -9,7 +9,6 @@ FAIL with its reason, and the study goes on.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -45,6 +44,7 @@ from autotune.study.progress import SURPLUS, Progress
 from autotune.study.racing import Incumbent, incumbent, record_raced
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.reference_load import only_a_baseline, reference_plan
+from autotune.study.runtime import REAL, Runtime
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
 from autotune.study.timeshare import timed
 from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
@@ -191,23 +191,20 @@ class Objective:
         *,
         target: int | None = None,
         gate: InterruptGate | None = None,
+        runtime: Runtime = REAL,
     ) -> None:
         """`target`: the study's trial target, shared with other workers. `gate`: where Ctrl-C
-        may land (autotune.study.interrupts)."""
-        self.gate = gate or InterruptGate()
-        self.plan = plan
-        self.target = target
-        self.progress = progress
-        self.launches = launches
-        self.budget = budget
-        self.spool = spool
+        may land (autotune.study.interrupts). `runtime`: the clock the time split reads."""
+        self.gate, self.clock, self.plan = gate or InterruptGate(), runtime.clock, plan
+        self.target, self.progress, self.launches = target, progress, launches
+        self.budget, self.spool = budget, spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
         # The trial in progress (the last one, once study.optimize has returned or raised).
         self.current: optuna.Trial | None = None
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
         self.current = trial
-        self.started = time.perf_counter()
+        self.started = self.clock()
         self.recording_from: float | None = None  # set once the engine has answered
         time_s: dict[str, float] = {"startup": 0.0}
         self.gate.open = True  # Ctrl-C from here on is this trial's to record
@@ -228,7 +225,7 @@ class Objective:
             raise
         finally:
             self.gate.open = False
-            now = time.perf_counter()
+            now = self.clock()
             if self.recording_from is not None:
                 # Judging, spooling, the storage's writes and the sample-output artifact.
                 time_s["recording"] = now - self.recording_from
@@ -239,20 +236,20 @@ class Objective:
         with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.timeshare
             proposal = self._propose(trial)
         if proposal.sampled:
-            waited = time.perf_counter()
+            waited = self.clock()
             twin = identical_trial(
                 trial.study,
                 proposal.config,
                 number=trial.number,
                 timeout_s=self.plan.space.trial_timeout_s,
             )
-            time_s["twin_wait"] = time.perf_counter() - waited
+            time_s["twin_wait"] = self.clock() - waited
             if twin is not None and twin.state == TrialState.PRUNED:
                 copy_raced_twin(trial, twin)
             if twin is not None:
                 return copy_twin(trial, twin, self.plan.space, self.plan.evalset)
         run = self._measure(trial, proposal, time_s)
-        self.recording_from = time.perf_counter()
+        self.recording_from = self.clock()
         if run.rival is not None and run.result.stop_reason == RACED:
             m = to_measurement(
                 self.plan.space, run.config, run.result, startup_s=run.startup_s,
@@ -376,5 +373,5 @@ class Objective:
         left = self.budget.remaining(study)
         if left is None:
             return None
-        used = time.perf_counter() - self.started  # this trial's start-up, so far
+        used = self.clock() - self.started  # this trial's start-up, so far
         return max(MIN_MEASURE_S, left - used - self.budget.overhead(study, accuracy=accuracy))

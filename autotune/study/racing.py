@@ -22,12 +22,11 @@ import optuna
 from autotune.engines.measurement import Measurement
 from autotune.errors import StudyError
 from autotune.measure.convergence import RaceBound
+from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import with_launch_spread
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.select import is_feasible, objective_names, recommend, throughput_interval
-
-THROUGHPUT = "throughput_output_tokens_per_s"
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,6 @@ import yaml
 from arguments import OneLineParser, choices_list, positive_minutes, whole_number
 from optuna.trial import FrozenTrial, TrialState
 
-import autotune.study.launches as launches_module
-import autotune.study.objective as objective_module
 from autotune.checkpoints.dummy import without_accuracy
 from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
@@ -53,6 +51,7 @@ from autotune.space import load_space
 from autotune.study.loop import run_study
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import Progress
+from autotune.study.runtime import Runtime
 from autotune.study.select import recommend
 from autotune.study.steps import REQUEST_LEVERS
 from autotune.study.timeshare import time_share
@@ -96,9 +95,11 @@ def run_one(method: str, seed: int, budget_s: float) -> dict[str, Any]:
     """One study on the surface; its recommendation's true share of the best after each trial."""
     clock = replay_engine.SimClock()
     rng = np.random.default_rng(seed)
-    objective_module.time = clock.module  # type: ignore[assignment]
-    launches_module.open_session = lambda space, launch, **_: replay_engine.ReplaySession(  # type: ignore[assignment]
-        launch, clock, rng
+    # The loop's seams (autotune.study.runtime): simulated seconds, and a launch that answers
+    # from the surface instead of starting an engine.
+    runtime = Runtime(
+        clock=clock.seconds,
+        open_session=lambda space, launch, **_: replay_engine.ReplaySession(launch, clock, rng),
     )
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="replay-") as folder:
@@ -112,7 +113,7 @@ def run_one(method: str, seed: int, budget_s: float) -> dict[str, Any]:
             storage_url=f"sqlite:///{folder}/replay.db",
             dummy_weights=True,
         )
-        study = run_study(plan, progress=Progress(total=space.trials, quiet=True))
+        study = run_study(plan, progress=Progress(total=space.trials, quiet=True), runtime=runtime)
         return _curve(study, method, seed)
 
 

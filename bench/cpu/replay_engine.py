@@ -15,7 +15,6 @@ reuse, budget, racing, recording and recommendation). Two things are replaced:
 from __future__ import annotations
 
 import statistics
-import types
 from typing import Any
 
 import numpy as np
@@ -33,13 +32,13 @@ RECORDING_S = 1.0  # judging, the storage's writes: measured 0.1-0.7 s a trial o
 
 
 class SimClock:
-    """Simulated seconds; `module` stands in for the `time` module of the study's objective."""
+    """Simulated seconds: `seconds` is the study loop's clock (autotune.study.runtime)."""
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.module = types.SimpleNamespace(
-            perf_counter=lambda: self.now, monotonic=lambda: self.now, sleep=self.advance
-        )
+
+    def seconds(self) -> float:
+        return self.now
 
     def advance(self, seconds: float) -> None:
         self.now += max(0.0, seconds)
