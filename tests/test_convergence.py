@@ -15,8 +15,10 @@ from autotune.measure.convergence import (
     CONVERGED,
     MAX_REQUESTS,
     MAX_SECONDS,
+    TRAIL_EVERY_S,
     LoadSnapshot,
     SteadyRule,
+    StopRuleMonitor,
 )
 from autotune.measure.steady import (
     BIN_S,
@@ -198,6 +200,35 @@ def snapshot(series: np.ndarray, upto_s: float, *, turnover: float | None = 5.0)
         e2e_median_s=4.5,
         min_warmup_s=turnover,
     )
+
+
+def test_the_monitor_holds_the_warm_up_to_the_turnover_and_the_first_requests() -> None:
+    """The one monitor every load loop uses: its floor is the later of the batch's turnover
+    and the warm-up requests' completion; before the turnover it never stops converged; it
+    keeps a trail entry every TRAIL_EVERY_S and shows each to the running estimate."""
+    series = poisson(waves(2500.0, slow_s=12.0))
+    shown: list[dict[str, object]] = []
+    monitor = StopRuleMonitor(rule(), start=100.0, min_requests=4, on_estimate=shown.append)
+    ends = [100.0 + 0.5 * k for k in range(1, 400)]  # a request every 0.5 s
+    assert monitor.warmup_floor_s(ends, turnover_s=1.0) == 2.0  # the 4th request, at 2 s
+    assert monitor.warmup_floor_s(ends, turnover_s=7.5) == 7.5
+    stops = []
+    for second in range(1, 100):
+        done = [end for end in ends if end <= 100.0 + second]
+        reason = monitor.look(
+            now=100.0 + second,
+            series=series[: int(second / BIN_S)],
+            ends=done,
+            e2e_s=[4.5] * len(done),
+            turnover_s=None if second < 40 else 5.0,
+        )
+        if reason is not None:
+            stops.append((second, reason))
+            break
+    assert stops and stops[0][0] >= 40 and stops[0][1] == CONVERGED, stops
+    assert monitor.min_warmup_s == 5.0
+    assert len(monitor.trail) == len(shown) >= stops[0][0] // TRAIL_EVERY_S
+    assert monitor.trail[-1]["stop"] == CONVERGED and shown[-1] == monitor.trail[-1]
 
 
 def test_the_rule_waits_for_the_first_turnover_and_a_settled_rate_then_stops_converged() -> None:

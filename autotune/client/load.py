@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -19,10 +18,9 @@ import numpy as np
 
 from autotune.measure.convergence import (
     MAX_REQUESTS,
-    LoadSnapshot,
     SteadyRule,
+    StopRuleMonitor,
     first_round_end,
-    keep_trail,
 )
 from autotune.measure.steady import BIN_S, token_arrivals
 from autotune.measure.timing import RequestTiming
@@ -179,20 +177,14 @@ async def closed_loop_until(
     stop_at = 0.0
     turnover: float | None = None
     first_round_left = concurrency
-    trail: list[dict[str, float | bool | str | None]] = []
     t0 = time.perf_counter()
     live.begin(t0)
+    rule_monitor = StopRuleMonitor(rule, t0, min_warmup_requests, on_estimate)
 
     def stop_now(reason: str) -> None:
         nonlocal stop, stop_at
         if stop is None:
             stop, stop_at = reason, time.perf_counter()
-
-    def min_warmup_s() -> float | None:
-        if turnover is None:
-            return None
-        ends = [reply.timing.end for reply in replies]
-        return max(turnover, first_round_end(ends, start=t0, min_requests=min_warmup_requests))
 
     async def worker() -> None:
         nonlocal started, turnover, first_round_left
@@ -212,33 +204,34 @@ async def closed_loop_until(
                 if first_round_left == 0:
                     turnover = reply.timing.end - t0
 
-    async def monitor() -> None:
+    async def watch() -> None:
         while stop is None:
             await asyncio.sleep(check_every_s)
             now = time.perf_counter()
-            snapshot = LoadSnapshot(
+            reason = rule_monitor.look(
+                now=now,
                 series=live.series(now),
-                elapsed_s=now - t0,
-                completed=len(replies),
-                e2e_median_s=statistics.median(e2e) if e2e else None,
-                min_warmup_s=min_warmup_s(),
-                ends_s=[reply.timing.end - t0 for reply in replies],
+                ends=[reply.timing.end for reply in replies],
+                e2e_s=e2e,
+                turnover_s=turnover,
             )
-            reason = rule.reason_to_stop(snapshot)
             if reason is not None:
                 stop_now(reason)
-            keep_trail(trail, snapshot, rule, reason, on_estimate)
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    tasks.append(asyncio.create_task(monitor()))
+    tasks.append(asyncio.create_task(watch()))
     await _gather_or_cancel(tasks)
     return LoadRun(
         replies=replies,
         start=t0,
         stop=stop_at,
         stop_reason=stop or MAX_REQUESTS,
-        min_warmup_s=min_warmup_s() or 0.0,
-        trail=trail,
+        min_warmup_s=(
+            0.0
+            if turnover is None
+            else rule_monitor.warmup_floor_s([reply.timing.end for reply in replies], turnover)
+        ),
+        trail=rule_monitor.trail,
     )
 
 

@@ -32,8 +32,9 @@ interval; `max_load_s` and `max_requests` still bound it, so no trial runs longe
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -197,3 +198,50 @@ def trail_entry(
             batch_s=round(estimate.batch_s, 2),
         )
     return entry
+
+
+@dataclass
+class StopRuleMonitor:
+    """One load test's stop rule, looked at while the load runs. Every load loop (the HTTP
+    client's, autotune.client.load; the in-process worker's static batches; the replay
+    benchmark's simulated engine) shows it the load the same way: the warm-up floor worked out
+    once (`warmup_floor_s`), the snapshot built once, the trail kept once."""
+
+    rule: SteadyRule
+    start: float  # when the load began, on the loop's clock
+    min_requests: int  # completed requests the warm-up holds at least
+    on_estimate: Callable[[dict[str, Any]], None] | None = None
+    trail: list[dict[str, float | bool | str | None]] = field(default_factory=list)
+    min_warmup_s: float | None = None  # the floor the last look used
+
+    def warmup_floor_s(self, ends: Sequence[float], turnover_s: float) -> float:
+        """The shortest warm-up, from `start`: until the batch's first round has turned over
+        (`turnover_s`, the loop's own) and `min_requests` requests have completed."""
+        return max(
+            turnover_s, first_round_end(ends, start=self.start, min_requests=self.min_requests)
+        )
+
+    def look(
+        self,
+        *,
+        now: float,
+        series: np.ndarray,
+        ends: Sequence[float],
+        e2e_s: Sequence[float],
+        turnover_s: float | None,
+    ) -> str | None:
+        """Why the load stops now, or None. `ends`: the completed requests' end instants, in
+        order; `e2e_s`: their latencies; `turnover_s`: seconds from `start` until the first
+        round turned over (None while it has not)."""
+        self.min_warmup_s = None if turnover_s is None else self.warmup_floor_s(ends, turnover_s)
+        snapshot = LoadSnapshot(
+            series=series,
+            elapsed_s=now - self.start,
+            completed=len(ends),
+            e2e_median_s=statistics.median(e2e_s) if e2e_s else None,
+            min_warmup_s=self.min_warmup_s,
+            ends_s=[end - self.start for end in ends],
+        )
+        reason = self.rule.reason_to_stop(snapshot)
+        keep_trail(self.trail, snapshot, self.rule, reason, self.on_estimate)
+        return reason

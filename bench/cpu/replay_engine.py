@@ -14,14 +14,13 @@ reuse, budget, racing, recording and recommendation). Two things are replaced:
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 import numpy as np
 import replay_surface as surface
 
 from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallback, new_launch_id
-from autotune.measure.convergence import LoadSnapshot, first_round_end, keep_trail
+from autotune.measure.convergence import StopRuleMonitor
 from autotune.measure.steady import token_series
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
@@ -119,7 +118,7 @@ class ReplaySession:
         per_request_s = batch * mean_tokens / rate  # at the steady rate
         lanes = [0.0] * batch  # when each lane's next request starts
         timings: list[RequestTiming] = []
-        rule, trail = plan.rule(), []
+        monitor = StopRuleMonitor(plan.rule(), 0.0, plan.warmup_requests, on_estimate)
         stop: str | None = None
         now, started, min_warmup = 0.0, 0, 0.0
         while stop is None:
@@ -143,18 +142,14 @@ class ReplaySession:
             if not done:
                 continue
             ends = [t.end for t in done]
-            min_warmup = max(
-                ends[min(batch, len(ends)) - 1],
-                first_round_end(ends, start=0.0, min_requests=plan.warmup_requests),
-            )
-            snapshot = LoadSnapshot(
+            # The load's floor so far, even before its first round has turned over (what the
+            # session records when the cap stops a load that early).
+            min_warmup = monitor.warmup_floor_s(ends, ends[min(batch, len(ends)) - 1])
+            stop = monitor.look(
+                now=now,
                 series=token_series(done, start=0.0, end=now),
-                elapsed_s=now,
-                completed=len(done),
-                e2e_median_s=statistics.median(t.e2e_s for t in done),
-                min_warmup_s=min_warmup if len(done) >= batch else None,
-                ends_s=ends,
+                ends=ends,
+                e2e_s=[t.e2e_s for t in done],
+                turnover_s=ends[batch - 1] if len(done) >= batch else None,
             )
-            stop = rule.reason_to_stop(snapshot)
-            keep_trail(trail, snapshot, rule, stop, on_estimate)
-        return sorted(timings, key=lambda t: t.end), stop, trail, min_warmup, now
+        return sorted(timings, key=lambda t: t.end), stop, monitor.trail, min_warmup, now

@@ -16,7 +16,6 @@ import asyncio
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -29,7 +28,7 @@ from autotune.accuracy.staged import look_at_answers
 from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
-from autotune.measure.convergence import LoadSnapshot, SteadyRule, first_round_end, keep_trail
+from autotune.measure.convergence import SteadyRule, StopRuleMonitor
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
@@ -169,10 +168,9 @@ class _BatchDriver:
         engine, clock, worker = self.engine, self.clock, self.worker
         groups = _batches(self.workload, self.config.batch_size)
         timings: list[Any] = []
-        trail: list[dict[str, float | bool | str | None]] = []
         load_start, waited_before = clock.now(), clock.waited_s()
         wall_start = time.perf_counter()
-        min_warmup_s = 0.0
+        monitor = StopRuleMonitor(rule, load_start, self.plan.warmup_requests, on_estimate)
         stop: str | None = None
         index = 0
         while stop is None:
@@ -187,20 +185,13 @@ class _BatchDriver:
             now = clock.now()
             # A static batch turns over all at once: the first batch is the first round.
             ends = [t.end for t in timings]
-            min_warmup_s = max(
-                ends[len(completions) - 1] - load_start,
-                first_round_end(ends, start=load_start, min_requests=self.plan.warmup_requests),
-            )
-            snapshot = LoadSnapshot(
+            stop = monitor.look(
+                now=now,
                 series=token_series(timings, start=load_start, end=now),
-                elapsed_s=now - load_start,
-                completed=len(timings),
-                e2e_median_s=statistics.median(t.e2e_s for t in timings),
-                min_warmup_s=min_warmup_s,
-                ends_s=[end - load_start for end in ends],
+                ends=ends,
+                e2e_s=[t.e2e_s for t in timings],
+                turnover_s=ends[len(completions) - 1] - load_start,
             )
-            stop = rule.reason_to_stop(snapshot)
-            keep_trail(trail, snapshot, rule, stop, on_estimate)
         load_stop = clock.now()
         self.busy = _waited(clock, waited_before, wall_start)
         return LoadOutcome(
@@ -209,8 +200,8 @@ class _BatchDriver:
             stop=load_stop,
             ended=load_stop,  # a static batch has nothing in flight after it
             stop_reason=stop,
-            min_warmup_s=min_warmup_s,
-            trail=trail,
+            min_warmup_s=monitor.min_warmup_s or 0.0,
+            trail=monitor.trail,
         )
 
 
