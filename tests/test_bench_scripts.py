@@ -195,7 +195,7 @@ def test_the_gpu_shell_script_parses_and_names_every_mode() -> None:
     script = BENCH / "run_h200.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
-    for mode in ("issue17-a", "issue17-b", "study", "grid", "verify"):
+    for mode in ("issue17-a", "issue17-b", "issue38", "study", "grid", "verify"):
         assert f"  {mode})" in text, mode
 
 
@@ -256,3 +256,41 @@ def test_the_busy_cores_check_compares_recommendations_and_ranked_intervals() ->
     assert check([idle, busy], 0.10) == ["busy: trial 0 interval +-0.12 over 0.1"]
     busy["recommended_config"] = {"batch_size": 4}
     assert check([idle, busy], 0.5)[0].startswith("recommendations differ")
+
+
+def test_collect_issue38_compares_answers_with_the_reference_and_in_process_per_side(
+    small_study: tuple[str, str], tmp_path: Path
+) -> None:
+    """bench/gpu/collect_issue38.py: each trial's answers against the reference's, and with
+    --inprocess against the in-process engine's at the trial's own image side."""
+    url, name = small_study
+    trials = optuna.load_study(study_name=name, storage=url).trials
+    side_trial = next(
+        t
+        for t in trials
+        if t.user_attrs.get("predictions") and t.user_attrs["config"].get("image_max_side")
+    )
+    side = side_trial.user_attrs["config"]["image_max_side"]
+    answers = dict(side_trial.user_attrs["predictions"])
+    changed = sorted(answers)[0]
+    inprocess = tmp_path / "inprocess"
+    inprocess.mkdir()
+    (inprocess / f"eval-{side}.json").write_text(
+        json.dumps({"predictions": {**answers, changed: answers[changed] + " (other)"}})
+    )
+    out = tmp_path / "out"
+    done = bench(
+        "collect_issue38.py", "--storage", url, "--study", name, "--out", str(out),
+        "--inprocess", str(inprocess), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {row["trial"]: row for row in json.loads((out / "issue38.json").read_text())}
+    row = rows[side_trial.number]
+    assert row["inprocess_items_compared"] == len(answers)
+    assert row["same_answers_as_inprocess_at_side"] == (len(answers) - 1) / len(answers)
+    reference = next(r for r in rows.values() if r["same_answers_as_reference"] == 1.0)
+    assert reference["items_compared"] > 0
+    # A side without in-process answers compares nothing, and says so.
+    others = [r for r in rows.values() if r["image_max_side"] not in (side,)]
+    assert all(r["same_answers_as_inprocess_at_side"] is None for r in others)
+    assert "same answers as in-process at this side" in (out / "issue38.md").read_text()

@@ -208,15 +208,14 @@ async def closed_loop_until(
         while stop is None:
             await asyncio.sleep(check_every_s)
             now = time.perf_counter()
-            reason = rule_monitor.look(
+            rule_monitor.look(
                 now=now,
                 series=live.series(now),
                 ends=[reply.timing.end for reply in replies],
                 e2e_s=e2e,
                 turnover_s=turnover,
+                on_stop=stop_now,
             )
-            if reason is not None:
-                stop_now(reason)
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(watch()))

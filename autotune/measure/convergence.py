@@ -229,10 +229,12 @@ class StopRuleMonitor:
         ends: Sequence[float],
         e2e_s: Sequence[float],
         turnover_s: float | None,
+        on_stop: Callable[[str], None] | None = None,
     ) -> str | None:
         """Why the load stops now, or None. `ends`: the completed requests' end instants, in
         order; `e2e_s`: their latencies; `turnover_s`: seconds from `start` until the first
-        round turned over (None while it has not)."""
+        round turned over (None while it has not). `on_stop`: told the reason before the trail
+        is kept (a concurrent loop stops starting requests at once)."""
         self.min_warmup_s = None if turnover_s is None else self.warmup_floor_s(ends, turnover_s)
         snapshot = LoadSnapshot(
             series=series,
@@ -243,5 +245,7 @@ class StopRuleMonitor:
             ends_s=[end - self.start for end in ends],
         )
         reason = self.rule.reason_to_stop(snapshot)
+        if reason is not None and on_stop is not None:
+            on_stop(reason)
         keep_trail(self.trail, snapshot, self.rule, reason, self.on_estimate)
         return reason

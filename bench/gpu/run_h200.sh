@@ -355,13 +355,13 @@ issue38() {
   # rest through `lmdeploy serve api_server`), then the in-process engine at each searched side
   # on the same GPU, so LMDeploy's answers are compared with it item by item, side by side.
   local side override
-  timeout 300 autotune run --space bench/gpu/smoke-lmdeploy.yaml --trials 5 \
+  timeout 300 python3 -m autotune.cli run --space bench/gpu/smoke-lmdeploy.yaml --trials 5 \
     --storage "sqlite:///$OUT/issue38.db" --study issue38 2>&1 | tee "$OUT/study.log"
   mkdir -p "$OUT/inprocess"
   for side in full 32 48 64; do
     override=()
     [ "$side" = full ] || override=(--param "image_max_side=$side")
-    timeout 90 autotune eval --space bench/gpu/smoke-lmdeploy.yaml --json "${override[@]}" \
+    timeout 90 python3 -m autotune.cli eval --space bench/gpu/smoke-lmdeploy.yaml --json ${override[@]+"${override[@]}"} \
       >"$OUT/inprocess/eval-$side.json" 2>>"$OUT/study.log" || echo "eval at side $side failed"
   done
   python3 bench/gpu/collect_issue38.py --storage "sqlite:///$OUT/issue38.db" --study issue38 \
