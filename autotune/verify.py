@@ -37,7 +37,7 @@ from autotune.study.select import chosen_trial, deploy_target
 DEFAULT_TOLERANCE = 0.25
 
 # Speed figures always checked; the study's own objectives are added to them.
-CHECKED_SPEED = ("throughput_output_tokens_per_s", "e2e_latency_p50_ms", "e2e_latency_p95_ms")
+CHECKED_SPEED = (THROUGHPUT, "e2e_latency_p50_ms", "e2e_latency_p95_ms")
 # Shown for comparison, not judged: too small or too noisy on their own to fail a deploy.
 SHOWN = ("ttft_p50_ms", "tpot_p50_ms", "throughput_requests_per_s", "startup_s", "peak_memory_mib")
 

@@ -225,11 +225,7 @@ async def closed_loop_until(
         start=t0,
         stop=stop_at,
         stop_reason=stop or MAX_REQUESTS,
-        min_warmup_s=(
-            0.0
-            if turnover is None
-            else rule_monitor.warmup_floor_s([reply.timing.end for reply in replies], turnover)
-        ),
+        min_warmup_s=rule_monitor.warmup_floor_s([r.timing.end for r in replies], turnover) or 0.0,
         trail=rule_monitor.trail,
     )
 

@@ -214,9 +214,12 @@ class StopRuleMonitor:
     trail: list[dict[str, float | bool | str | None]] = field(default_factory=list)
     min_warmup_s: float | None = None  # the floor the last look used
 
-    def warmup_floor_s(self, ends: Sequence[float], turnover_s: float) -> float:
+    def warmup_floor_s(self, ends: Sequence[float], turnover_s: float | None) -> float | None:
         """The shortest warm-up, from `start`: until the batch's first round has turned over
-        (`turnover_s`, the loop's own) and `min_requests` requests have completed."""
+        (`turnover_s`, the loop's own; None while it has not, and so is the floor) and
+        `min_requests` requests have completed."""
+        if turnover_s is None:
+            return None
         return max(
             turnover_s, first_round_end(ends, start=self.start, min_requests=self.min_requests)
         )
@@ -235,7 +238,7 @@ class StopRuleMonitor:
         order; `e2e_s`: their latencies; `turnover_s`: seconds from `start` until the first
         round turned over (None while it has not). `on_stop`: told the reason before the trail
         is kept (a concurrent loop stops starting requests at once)."""
-        self.min_warmup_s = None if turnover_s is None else self.warmup_floor_s(ends, turnover_s)
+        self.min_warmup_s = self.warmup_floor_s(ends, turnover_s)
         snapshot = LoadSnapshot(
             series=series,
             elapsed_s=now - self.start,

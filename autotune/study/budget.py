@@ -25,6 +25,9 @@ from autotune.study.timeshare import budget_seconds, trial_seconds
 STARTUP_GUESS_S = {name: backend.startup_guess_s for name, backend in BACKENDS.items()}
 # A guess of one trial's measured part before any trial has run.
 FIRST_TRIAL_GUESS_S = 30.0
+# A load test is never cut below this many seconds by the budget: it still measures its
+# minimum number of requests, this only stops it asking for more.
+MIN_MEASURE_S = 5.0
 
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:
@@ -44,6 +47,16 @@ class Budget:
         if self.total_s is None:
             return None
         return self.total_s - self.spent(study)
+
+    def measure_seconds(
+        self, study: optuna.Study, *, used_s: float, accuracy: bool
+    ) -> float | None:
+        """How long a trial's load test may run so the trial ends inside the budget, after
+        `used_s` of its own so far (its start-up); None without a budget."""
+        left = self.remaining(study)
+        if left is None:
+            return None
+        return max(MIN_MEASURE_S, left - used_s - self.overhead(study, accuracy=accuracy))
 
     def estimate(self, study: optuna.Study, *, launch_backends: set[str] | None) -> float:
         """Seconds the next trial should take. `launch_backends`: None when it reuses the

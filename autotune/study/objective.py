@@ -55,9 +55,6 @@ from autotune.study.verdicts import (
     record_constraints,
 )
 
-# A load test is never cut below this many seconds by the budget: it still measures its
-# minimum number of requests, this only stops it asking for more.
-MIN_MEASURE_S = 5.0
 # The memory constraint of a trial that ran out of memory: far beyond any measured one.
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
@@ -195,9 +192,14 @@ class Objective:
     ) -> None:
         """`target`: the study's trial target, shared with other workers. `gate`: where Ctrl-C
         may land (autotune.study.interrupts). `runtime`: the clock the time split reads."""
-        self.gate, self.clock, self.plan = gate or InterruptGate(), runtime.clock, plan
-        self.target, self.progress, self.launches = target, progress, launches
-        self.budget, self.spool = budget, spool
+        self.gate = gate or InterruptGate()
+        self.clock = runtime.clock
+        self.plan = plan
+        self.target = target
+        self.progress = progress
+        self.launches = launches
+        self.budget = budget
+        self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
         # The trial in progress (the last one, once study.optimize has returned or raised).
         self.current: optuna.Trial | None = None
@@ -322,7 +324,9 @@ class Objective:
                 config,
                 accuracy_ids=ids if measure_accuracy else None,
                 floor=None if cached else _floor(plan, config, reference),
-                max_seconds=self._measure_seconds(trial.study, accuracy=measure_accuracy),
+                max_seconds=self.budget.measure_seconds(
+                    trial.study, used_s=self.clock() - self.started, accuracy=measure_accuracy
+                ),
                 race=None if rival is None else rival.bound,
             )
             if proposal.is_reference and only_a_baseline(space, config, endpoint=plan.endpoint):
@@ -367,11 +371,3 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
-
-    def _measure_seconds(self, study: optuna.Study, *, accuracy: bool) -> float | None:
-        """How long the load test may run so the trial ends inside the budget."""
-        left = self.budget.remaining(study)
-        if left is None:
-            return None
-        used = self.clock() - self.started  # this trial's start-up, so far
-        return max(MIN_MEASURE_S, left - used - self.budget.overhead(study, accuracy=accuracy))

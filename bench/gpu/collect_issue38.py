@@ -5,10 +5,10 @@ Reads the study that `bench/gpu/smoke-lmdeploy.yaml` ran (its reference: transfo
 process; its candidates: `lmdeploy serve api_server` at full size and shrunk) and writes
 issue38.json and issue38.md: per trial its engine, image side, accuracy on the items it
 answered, the floor's verdict and interval, and the share of items on which its answers equal
-the reference's word for word. With --inprocess DIR (a folder of `autotune eval --space smoke
---json --param dtype=bfloat16 [--param image_max_side=N]` outputs named eval-full.json,
-eval-N.json), also the share on which each LMDeploy trial's answers equal the in-process
-engine's at the same image side.
+the reference's word for word. With --inprocess DIR (a folder of `autotune eval --space
+bench/gpu/smoke-lmdeploy.yaml --json [--param image_max_side=N]` outputs named eval-full.json,
+eval-N.json, as `bench/gpu/run_h200.sh issue38` writes them), also the share on which each
+LMDeploy trial's answers equal the in-process engine's at the same image side.
 
     python3 bench/gpu/collect_issue38.py --storage sqlite:///$OUT/issue38.db --study issue38 \
         --out $OUT [--inprocess DIR]
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ def inprocess_answers(folder: Path | None) -> dict[int | None, dict[str, str]]:
     answers: dict[int | None, dict[str, str]] = {}
     for path in sorted(folder.glob("eval-*.json")):
         side = path.stem.removeprefix("eval-")
+        if not re.fullmatch(r"full|[0-9]+", side):  # str.isdigit takes "²", int() does not
+            raise SystemExit(f"error: {path}: name it eval-full.json or eval-N.json (N: a side)")
         answers[None if side == "full" else int(side)] = json.loads(path.read_text())["predictions"]
     return answers
 
@@ -90,6 +93,10 @@ def rows(study: optuna.Study, inprocess: dict[int | None, dict[str, str]]) -> li
     return out
 
 
+def _share(share: float | None, items: int) -> str:
+    return "-" if share is None else f"{share:.3f} of {items}"
+
+
 def markdown(table: list[dict[str, Any]]) -> str:
     lines = [
         "# Issue 38 on the H200: the reader through LMDeploy, judged by the sequential floor",
@@ -99,16 +106,8 @@ def markdown(table: list[dict[str, Any]]) -> str:
     ]
     for r in table:
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ({r['items_answered']})"
-        same = (
-            "-"
-            if r["same_answers_as_reference"] is None
-            else f"{r['same_answers_as_reference']:.3f} of {r['items_compared']}"
-        )
-        inproc = (
-            "-"
-            if r["same_answers_as_inprocess_at_side"] is None
-            else f"{r['same_answers_as_inprocess_at_side']:.3f} of {r['inprocess_items_compared']}"
-        )
+        same = _share(r["same_answers_as_reference"], r["items_compared"])
+        inproc = _share(r["same_answers_as_inprocess_at_side"], r["inprocess_items_compared"])
         low, high = r["interval"]
         interval = "-" if low is None else f"[{low:+.3f}, {high:+.3f}]"
         tps = r["throughput_output_tokens_per_s"]
@@ -134,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         help="folder of `autotune eval --json` outputs: eval-full.json, eval-N.json",
     )
     args = parser.parse_args(argv)
-    study = optuna.load_study(study_name=args.study, storage=args.storage)
-    table = rows(study, inprocess_answers(args.inprocess))
+    inprocess = inprocess_answers(args.inprocess)
+    try:
+        study = optuna.load_study(study_name=args.study, storage=args.storage)
+    except KeyError:
+        raise SystemExit(f"error: no study {args.study!r} in {args.storage}") from None
+    table = rows(study, inprocess)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "issue38.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     text = markdown(table)
