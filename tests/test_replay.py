@@ -67,6 +67,12 @@ def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path:
         assert all(0.0 <= point["share"] <= 1.0 for point in run["curve"])
         # Both measure the reference and a named candidate first (random search both).
         assert 0 < run["prefix_s"] < times[-1]
+        # The candidate's server started while the reference measured (60 s of start-up on
+        # the surface, all of it hidden behind the reference's 80-odd s); both records say so.
+        reference, candidate = run["proposals"][:2]
+        assert reference["candidate"] is None and "measured_beside" in reference["beside"]
+        assert candidate["launch_startup_s"] == 60.0 and "startup_beside" in candidate["beside"]
+        assert candidate["startup_waited_s"] < candidate["launch_startup_s"]
     # Racing stopped losers in the study, and never one that was as good as its rival.
     assert runs["study"]["raced"] >= 1 and runs["study"]["racing_errors"] == []
     assert runs["random"]["raced"] == 0  # random search runs with racing off
@@ -119,8 +125,8 @@ def test_the_budget_does_not_judge_the_next_trial_by_the_reference() -> None:
 
 
 # The replay's engine, with every fp16 launch failing to start (an engine that cannot run a
-# dtype, a start-up that runs out of memory): run in its own process, since the replay
-# replaces module attributes (the clock, the session factory) for its run.
+# dtype, a start-up that runs out of memory): run in its own process, since this test replaces
+# the replay engine's session class for its run.
 _FAILING_FP16 = """
 import json, sys
 sys.path.insert(0, "bench/cpu")
@@ -128,11 +134,11 @@ import replay, replay_engine
 from autotune.errors import TrialFailure
 
 class FailingFp16(replay_engine.ReplaySession):
-    def __init__(self, launch, clock, rng):
+    def __init__(self, launch, clock, rng, **options):
         if launch.dtype == "float16":
             clock.advance(30.0)
             raise TrialFailure("fp16 launch cannot start", kind="startup")
-        super().__init__(launch, clock, rng)
+        super().__init__(launch, clock, rng, **options)
 
 replay_engine.ReplaySession = FailingFp16
 print(json.dumps(replay.run_one("study", 2, 1800.0)))

@@ -83,6 +83,9 @@ class Backend:
     cuda_only: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
     # Why it cannot serve a LoRA adapter of Qwen3-VL; None: it can.
     adapters_refused: str | None = None
+    # Its KV cache takes a share of the GPU memory free when it starts, so it can start while
+    # another engine (a study's reference) still holds some (autotune.study.launches).
+    sizes_cache_from_free_memory: bool = False
 
     @property
     def forces_length(self) -> bool:

@@ -18,6 +18,8 @@ BACKEND = Backend(
     lacks=frozenset({"attn_implementation"}),
     startup_guess_s=90.0,
     server=True,
+    # --cache-max-entry-count: "the percentage of free GPU memory occupied by the k/v cache".
+    sizes_cache_from_free_memory=True,
     deploy_command="lmdeploy serve api_server",
     deploys=frozenset({"lmdeploy"}),
     package="lmdeploy",

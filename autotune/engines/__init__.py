@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autotune.accuracy.staged import look_at_answers
 from autotune.checkpoints.adapters import Adapter
@@ -17,12 +18,16 @@ from autotune.engines.session import (
     EngineSession,
     EstimateCallback,
     MeasurePlan,
+    PendingSession,
     PhaseCallback,
     measure_plan,
 )
 from autotune.evalset.dataset import EvalSet
 from autotune.params import SERVER_BACKENDS, TrialConfig
 from autotune.space import SearchSpace
+
+if TYPE_CHECKING:
+    from autotune.engines.server import ServerSession
 
 
 def session_format(config: TrialConfig, server_format: str | None = None) -> str | None:
@@ -67,28 +72,11 @@ def open_session(
         ).start(on_phase=on_phase)
     fmt = session_format(launch, server_format)
     if fmt is not None:
-        from autotune.engines.server import ServerSession, chat_prompts, renderer
-
-        render = renderer(
-            fmt,
-            model=model_path,
-            engine_args=space.engine_args.for_format(fmt),
-            geometry=image_geometry,
-            adapters=adapters,
+        return _server_session(
+            space, launch, fmt, model_path=model_path, evalset=evalset,
+            image_geometry=image_geometry, gpus=gpus, adapters=adapters,
             quantized_paths=quantized_paths,
-        )
-        return ServerSession(
-            render,
-            launch=launch,
-            fmt=fmt,
-            device=space.device,
-            prompts=chat_prompts(evalset),
-            startup_timeout_s=space.workload.startup_timeout_s,
-            trial_timeout_s=space.trial_timeout_s,
-            gpus=gpus,
-            adapters=list(adapters),
-            judge=functools.partial(look_at_answers, evalset),
-        ).start(on_phase=on_phase)
+        ).start(on_phase=on_phase)  # fmt: skip
     from autotune.engines.inprocess.session import WorkerSession
     from autotune.engines.threads import choose_threads
 
@@ -104,11 +92,76 @@ def open_session(
     ).start(on_phase=on_phase)
 
 
+def begin_session(
+    space: SearchSpace,
+    launch: TrialConfig,
+    *,
+    model_path: str,
+    evalset: EvalSet,
+    endpoint: str | None = None,
+    image_geometry: dict[str, int] | None = None,
+    gpus: list[Gpu] | None = None,
+    adapters: Sequence[Adapter] = (),
+    quantized_paths: dict[str, str] | None = None,
+    **_: object,
+) -> PendingSession | None:
+    """Start the server that serves `launch` without waiting for it (its `start` waits);
+    None where only open_session can start the engine (an in-process worker, an endpoint).
+    TrialFailure when the launch cannot even begin."""
+    fmt = session_format(launch)
+    if endpoint is not None or fmt is None:
+        return None
+    return _server_session(
+        space, launch, fmt, model_path=model_path, evalset=evalset,
+        image_geometry=image_geometry, gpus=gpus, adapters=adapters,
+        quantized_paths=quantized_paths,
+    ).begin()  # fmt: skip
+
+
+def _server_session(
+    space: SearchSpace,
+    launch: TrialConfig,
+    fmt: str,
+    *,
+    model_path: str,
+    evalset: EvalSet,
+    image_geometry: dict[str, int] | None,
+    gpus: list[Gpu] | None,
+    adapters: Sequence[Adapter],
+    quantized_paths: dict[str, str] | None,
+) -> ServerSession:
+    """The server session for `launch` in format `fmt`, not yet started."""
+    from autotune.engines.server import ServerSession, chat_prompts, renderer
+
+    render = renderer(
+        fmt,
+        model=model_path,
+        engine_args=space.engine_args.for_format(fmt),
+        geometry=image_geometry,
+        adapters=adapters,
+        quantized_paths=quantized_paths,
+    )
+    return ServerSession(
+        render,
+        launch=launch,
+        fmt=fmt,
+        device=space.device,
+        prompts=chat_prompts(evalset),
+        startup_timeout_s=space.workload.startup_timeout_s,
+        trial_timeout_s=space.trial_timeout_s,
+        gpus=gpus,
+        adapters=list(adapters),
+        judge=functools.partial(look_at_answers, evalset),
+    )
+
+
 __all__ = [
     "EngineSession",
     "EstimateCallback",
     "MeasurePlan",
+    "PendingSession",
     "PhaseCallback",
+    "begin_session",
     "measure_plan",
     "open_session",
     "session_format",

@@ -35,6 +35,7 @@ from autotune.engines.server_process import (
     HOST,
     LAUNCH_ATTEMPTS,
     Ready,
+    ReadyWatch,
     ServerProcess,
     resolve_program,
 )
@@ -234,17 +235,24 @@ class ServerSession:
         self.ready: Ready | None = None
         self.export: Export | None = None
         self.engine_actual = ""
+        self._watch: ReadyWatch | None = None  # a `begin` not yet waited for
+
+    def begin(self) -> ServerSession:
+        """Start the server without waiting: a watcher times its start-up to when it first
+        answers (autotune.study.launches.LaunchStarter); `start` waits, `close` stops it."""
+        _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
+        try:
+            self._watch = ReadyWatch(self._spawn(attempt=1), self.startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def start(self, *, on_phase: PhaseCallback | None = None) -> ServerSession:
-        """Start the server until it is ready; a lost port race gets a fresh port and a retry."""
-        check_renders(self.render, self.launch, self.fmt)
-        if self.adapters and self.fmt in CANNOT_SERVE:
-            raise TrialFailure(
-                f"{CANNOT_SERVE[self.fmt]}; this launch would not serve the adapter",
-                kind="unsupported",
-            )
+        """Start the server (or finish `begin`) until it is ready; a lost port race retries."""
+        _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
         if on_phase is not None:
-            on_phase("starting server")
+            on_phase("starting server" if self._watch is None else "waiting for the server")
         try:
             self._launch()
             assert self.server is not None and self.export is not None
@@ -265,24 +273,33 @@ class ServerSession:
             raise
         return self
 
+    def _spawn(self, *, attempt: int) -> ServerProcess:
+        """Start the server command on a free port (its log: server-ATTEMPT.log)."""
+        if self._workdir is None:
+            self._workdir = make_scratch("autotune-server-")
+        port = server_process.free_port()  # looked up here: tests replace it
+        export = self.render(self.launch, port)
+        server = ServerProcess(
+            export.argv,
+            env=_server_env(export, self.device, pinned_env(self.gpus) if self.gpus else {}),
+            port=port,
+            log_path=self._workdir / f"server-{attempt}.log",
+        )
+        self.server, self.export = server, export
+        server.start()
+        self.sampler = MemorySampler(
+            server.pid, use_gpu=self.device != "cpu", devices=gpu_indices(self.gpus)
+        ).start()
+        return server
+
     def _launch(self) -> None:
-        workdir = self._workdir = make_scratch("autotune-server-")
         for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-            port = server_process.free_port()  # looked up here: tests replace it
-            export = self.render(self.launch, port)
-            server = ServerProcess(
-                export.argv,
-                env=_server_env(export, self.device, pinned_env(self.gpus) if self.gpus else {}),
-                port=port,
-                log_path=workdir / f"server-{attempt}.log",
-            )
-            self.server, self.export = server, export
+            watch, self._watch = self._watch, None
+            server = self.server if watch else self._spawn(attempt=attempt)
+            assert server is not None
             try:
-                server.start()
-                self.sampler = MemorySampler(
-                    server.pid, use_gpu=self.device != "cpu", devices=gpu_indices(self.gpus)
-                ).start()
-                self.ready = server.wait_ready(self.startup_timeout_s)
+                wait = watch.result if watch else server.wait_ready
+                self.ready = wait(self.startup_timeout_s)
                 self.startup_s = self.ready.startup_s
                 return
             except TrialFailure as exc:
@@ -373,9 +390,23 @@ class ServerSession:
 
     def close(self) -> None:
         self._stop_server()
+        if self._watch is not None:  # the server is down: its watcher ends at its next poll
+            self._watch.thread.join(timeout=5.0)
+            self._watch = None
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+def _refuse_unservable(
+    render: Render, launch: TrialConfig, fmt: str, adapters: Sequence[Adapter]
+) -> None:
+    """Refuse a launch this server cannot run before anything starts."""
+    check_renders(render, launch, fmt)
+    if adapters and fmt in CANNOT_SERVE:
+        raise TrialFailure(
+            f"{CANNOT_SERVE[fmt]}; this launch would not serve the adapter", kind="unsupported"
+        )
 
 
 def _library_versions() -> dict[str, str]:

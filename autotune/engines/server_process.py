@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,34 @@ class ServerProcess:
                         log_tail=self.log_tail(),
                     )
                 time.sleep(0.25)
+
+
+class ReadyWatch:
+    """`ServerProcess.wait_ready` on a daemon thread, so a server comes up (and its start-up
+    is timed to the moment it answers) while the caller does other work; `result` waits for
+    it. Stopping the server ends the watch at its next poll (an exit is a crash)."""
+
+    def __init__(self, server: ServerProcess, timeout_s: float) -> None:
+        self._ready: Ready | None = None
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(
+            target=self._wait, args=(server, timeout_s), name="server-ready", daemon=True
+        )
+        self.thread.start()
+
+    def _wait(self, server: ServerProcess, timeout_s: float) -> None:
+        try:
+            self._ready = server.wait_ready(timeout_s)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def result(self, _timeout_s: float = 0.0) -> Ready:
+        """Its Ready, once the server answered (its own time-out is the watch's)."""
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._ready is not None
+        return self._ready
 
 
 def _listening_ports(pids: set[int]) -> set[int] | None:

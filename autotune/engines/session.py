@@ -142,6 +142,19 @@ class EngineSession(Protocol):
         """Stop the engine and everything it started; safe to call twice."""
 
 
+class PendingSession(Protocol):
+    """A launch started in the background (autotune.engines.begin_session): `start` waits
+    until it is ready and returns it, TrialFailure when it did not come up."""
+
+    launch_key: tuple[Any, ...]
+
+    def start(self, *, on_phase: PhaseCallback | None = None) -> EngineSession:
+        """The ready session (its startup_s: from its start until it answered)."""
+
+    def close(self) -> None:
+        """Stop it, started or not; safe to call twice."""
+
+
 _process_tag = uuid.uuid4().hex[:8]
 _launch_numbers = itertools.count(1)
 

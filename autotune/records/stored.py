@@ -111,6 +111,12 @@ class _Stored(BaseModel):
         return record
 
 
+# Environment entries of a launch started beside another (autotune.study.launches): on the
+# trial that took it over, and on the reference it started beside.
+STARTUP_BESIDE = "startup_beside"
+MEASURED_BESIDE = "measured_beside"
+
+
 class TrialRecord(_Stored):
     """One trial's user attributes (autotune.study.objective writes them)."""
 
@@ -156,6 +162,18 @@ class TrialRecord(_Stored):
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         return cls.from_attrs(trial.user_attrs, number=trial.number)
+
+    @property
+    def started_beside(self) -> bool:
+        """Its launch started while the reference started and measured (the start-up in
+        its time split is only what it still waited for)."""
+        return STARTUP_BESIDE in self.environment
+
+    @property
+    def measured_beside(self) -> str | None:
+        """What started beside it while it measured (a reference only), or None."""
+        beside = self.environment.get(MEASURED_BESIDE)
+        return beside if isinstance(beside, str) else None
 
     def _content_problem(self) -> str | None:
         """Its configuration's problem: `export` renders it and `verify` relaunches it, so a

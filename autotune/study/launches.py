@@ -15,7 +15,11 @@ Every trial is an ordinary Optuna trial, so the search stays Optuna's. A launch 
 two trials both lost their races is left early (RACED_TO_LEAVE).
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
-one engine at a time) and starts its own. A failed trial ends its launch. Each launch holds
+one engine at a time) and starts its own. A failed trial ends its launch. The one exception is
+the reference that only feeds the "x the reference" figure (autotune.study.reference_load):
+while it starts and measures, the next launch's server may start beside it, when
+its engine sizes its KV cache from the memory left free (LMDeploy), so the first deployable
+launch's start-up is not paid on top of the reference's time. Each launch holds
 its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.gpu_pool)
 until it stops, so the engines of parallel workers never share a device.
 """
@@ -27,14 +31,16 @@ import warnings
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.engines import EngineSession, PhaseCallback
+from autotune.backends import BACKENDS
+from autotune.engines import EngineSession, PendingSession, PhaseCallback
 from autotune.engines.gpus import Gpu
+from autotune.errors import TrialFailure
 from autotune.params import LAUNCH_PARAMS, TrialConfig, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
-from autotune.study.runtime import REAL, SessionOpener
+from autotune.study.runtime import REAL, Runtime
 from autotune.study.steps import Step, chosen_launches, next_step
 
 # Trials on a launch, every one stopped by racing, after which the launch is given up.
@@ -49,10 +55,9 @@ class LaunchScheduler:
         plan: StudyPlan,
         base_sampler: optuna.samplers.BaseSampler,
         *,
-        open_session: SessionOpener = REAL.open_session,
+        runtime: Runtime = REAL,
     ) -> None:
         self.plan = plan
-        self.open_session = open_session
         self.base_sampler = base_sampler
         self.settings = plan.space.launches
         self.session: EngineSession | None = None
@@ -68,6 +73,8 @@ class LaunchScheduler:
         self.pinned_backend: str | None = None
         self.pool = GpuPool(plan.gpus) if plan.gpus else None
         self.lease: GpuLease | None = None
+        self.starter = LaunchStarter(plan, runtime)
+        self.beside_next = False  # whether the running launch's start began the next one too
 
     @property
     def gpus(self) -> list[Gpu]:
@@ -80,6 +87,16 @@ class LaunchScheduler:
         return self.lease.waited_s if self.lease is not None else 0.0
 
     @property
+    def startup_wait_s(self) -> float:
+        """The start-up the running launch's first trial waited for: all of it, or what was
+        left of it when the launch had started beside the one before."""
+        return self.starter.wait_s
+
+    @property
+    def started_beside(self) -> bool:
+        return self.starter.started_beside
+
+    @property
     def gpu_share(self) -> float:
         """The running launch's share of the run's GPUs: what its time costs the budget."""
         if self.pool is None or self.lease is None:
@@ -87,42 +104,44 @@ class LaunchScheduler:
         return len(self.lease.gpus) / len(self.pool.gpus)
 
     def session_for(
-        self, config: TrialConfig, on_phase: PhaseCallback | None
+        self,
+        config: TrialConfig,
+        on_phase: PhaseCallback | None,
+        *,
+        then: TrialConfig | None = None,
     ) -> tuple[EngineSession, bool]:
-        """The running launch when it serves `config`, else a new one; (session, started)."""
+        """The running launch when it serves `config`, else a new one; (session, started).
+        `then`: the launch the next trial needs, started beside a new one before it starts
+        itself (LaunchStarter.begin), when it fits on the same GPUs; `beside_next` says
+        whether it did."""
         current = self.session
         if current is not None and current.launch_key == config.launch_key() and current.alive():
             self.trials_on_session += 1
             return current, False
-        self.close()
+        beside = self.starter.has_beside(config)
+        self.close(keep_lease=beside)  # one started beside takes over the GPUs it ran on
         # A new launch: what was kept of the one before (its parameters, its trial count)
         # must not outlive it, or the sampler would be pinned back to it after the steps.
         self.fixed = None
         self.session_params = None
-        plan = self.plan
-        if self.pool is not None:
+        if self.pool is not None and not beside:
             self.lease = self.pool.acquire(config.tensor_parallel, on_wait=on_phase)
             if on_phase is not None:
                 on_phase("on GPU " + ",".join(str(gpu.index) for gpu in self.lease.gpus))
+        self.beside_next = then is not None and self._begin_beside(config, then)
         try:
-            self.session = self.open_session(
-                plan.space,
-                config,
-                model_path=plan.model_path,
-                evalset=plan.evalset,
-                endpoint=plan.endpoint,
-                image_geometry=plan.image_geometry,
-                on_phase=on_phase,
-                gpus=self.gpus or None,
-                adapters=plan.adapters,
-                quantized_paths=plan.quantized_paths,
-            )
+            self.session = self.starter.open(config, gpus=self.gpus or None, on_phase=on_phase)
         except BaseException:
             self.close()
             raise
         self.trials_on_session = 1
         self.contenders_on_session = 0
         return self.session, True
+
+    def _begin_beside(self, config: TrialConfig, then: TrialConfig) -> bool:
+        if self.lease is not None and len(self.lease.gpus) != then.tensor_parallel:
+            return False
+        return self.starter.begin(then, running=config.launch_key(), gpus=self.gpus or None)
 
     def keeps_launch(self) -> bool:
         """Whether the next trial runs on the launch that is up (the budget then counts no
@@ -206,14 +225,100 @@ class LaunchScheduler:
             if (found := searched(space, name, config)) is not None
         )
 
-    def close(self) -> None:
+    def close(self, *, keep_lease: bool = False) -> None:
+        """Stop the running launch (and one started beside it, unless `keep_lease`: it is
+        about to take over the running one's GPUs)."""
         if self.session is not None:
             self.session.close()
         self.session = None
         self.trials_on_session = 0
+        if keep_lease:
+            return
+        self.starter.close()
         if self.lease is not None:  # after the engine is down: its memory is free again
             self.lease.release()
         self.lease = None
+
+
+class LaunchStarter:
+    """Starts launches: waiting for each, or one beside the running launch (`begin`) that
+    the trial needing it takes over (`open`)."""
+
+    def __init__(self, plan: StudyPlan, runtime: Runtime) -> None:
+        self.plan = plan
+        self.runtime = runtime
+        self.beside: PendingSession | None = None
+        self.wait_s = 0.0  # what the last `open` waited for
+        self.started_beside = False  # whether it had started beside the launch before
+
+    def has_beside(self, config: TrialConfig) -> bool:
+        """Whether the launch started beside serves `config` (else it is stopped unused)."""
+        if self.beside is not None and self.beside.launch_key != config.launch_key():
+            self.close()
+        return self.beside is not None
+
+    def open(
+        self, config: TrialConfig, *, gpus: list[Gpu] | None, on_phase: PhaseCallback | None
+    ) -> EngineSession:
+        """`config`'s launch, ready: the one started beside when it serves it."""
+        pending = self.beside
+        if pending is not None and pending.launch_key == config.launch_key():
+            self.beside = None
+        else:  # the launch started beside is another's: it keeps starting for its own trial
+            pending = None
+        self.started_beside = pending is not None
+        if pending is not None:
+            waited = self.runtime.clock()
+            session = pending.start(on_phase=on_phase)
+            self.wait_s = self.runtime.clock() - waited
+            return session
+        session = self.runtime.open_session(
+            self.plan.space, config, **self._arguments(gpus), on_phase=on_phase
+        )
+        self.wait_s = session.startup_s
+        return session
+
+    def begin(
+        self, config: TrialConfig, *, running: tuple[object, ...], gpus: list[Gpu] | None
+    ) -> bool:
+        """Start `config`'s launch now, beside the `running` one, so that the trial that needs
+        it next finds it (nearly) up; True when it started. Only a server whose KV cache is
+        sized from the memory left free (its share then leaves the running engine's alone),
+        off the CPU (it would take the running engine's cores), and one at a time. A launch
+        that cannot even begin is left to fail in its own trial."""
+        backend = BACKENDS.get(config.backend)
+        if (
+            self.beside is not None
+            or running == config.launch_key()
+            or backend is None
+            or not backend.sizes_cache_from_free_memory
+            or self.plan.space.device == "cpu"
+        ):
+            return False
+        try:
+            self.beside = self.runtime.begin_session(
+                self.plan.space, config, **self._arguments(gpus)
+            )
+        except TrialFailure:
+            return False
+        return self.beside is not None
+
+    def close(self) -> None:
+        if self.beside is not None:
+            self.beside.close()
+        self.beside = None
+
+    def _arguments(self, gpus: list[Gpu] | None) -> dict[str, object]:
+        plan = self.plan
+        return {
+            "model_path": plan.model_path,
+            "evalset": plan.evalset,
+            "endpoint": plan.endpoint,
+            "image_geometry": plan.image_geometry,
+            "gpus": gpus,
+            "adapters": plan.adapters,
+            "quantized_paths": plan.quantized_paths,
+        }
 
 
 def _launch_params(trial: FrozenTrial) -> dict[str, object]:

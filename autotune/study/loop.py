@@ -301,7 +301,7 @@ def optimize(
     clock and launch opener (autotune.study.runtime; the replay benchmark passes its own)."""
     study, base_sampler = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
-    launches = LaunchScheduler(plan, base_sampler, open_session=runtime.open_session)
+    launches = LaunchScheduler(plan, base_sampler, runtime=runtime)
     launches.steer(study)  # a resumed study or another worker: a launch step may be due
     budget = Budget(plan.budget_s)
     after = _AfterTrial(plan, target, progress, launches, budget, spool)

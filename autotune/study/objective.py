@@ -31,7 +31,7 @@ from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.space.sampling import suggest
 from autotune.study.artifacts import ArtifactRecorder
 from autotune.study.budget import Budget
@@ -41,6 +41,7 @@ from autotune.study.launches import LaunchScheduler
 from autotune.study.live import LiveEstimate
 from autotune.study.plan import StudyPlan
 from autotune.study.progress import SURPLUS, Progress
+from autotune.study.queueing import next_queued_launch
 from autotune.study.racing import Incumbent, incumbent, record_raced
 from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.reference_load import only_a_baseline, reference_plan
@@ -103,6 +104,8 @@ class _Run:
     reference: FrozenTrial | None  # None when this is the reference, or it failed
     cached: FrozenTrial | None  # the earlier trial whose answers this one reuses
     rival: Incumbent | None = None  # the trial it raced (autotune.study.racing)
+    # What ran beside its launch's start-up, or beside its measuring (environment entries).
+    overlap: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         evalset=plan.evalset,
         measure_accuracy=run.measure_accuracy,
     )
-    m.environment = {**m.environment, "launch_id": run.launch_id}
+    m.environment = {**m.environment, "launch_id": run.launch_id, **run.overlap}
     time_s.update(m.time_s)
     attrs: dict[str, Any] = {}
     if run.cached is not None:
@@ -305,7 +308,8 @@ class Objective:
         rival = None
         ids = plan.evalset.decision_order()
         try:
-            session, launched = self.launches.session_for(config, self.progress.phase)
+            then = _next_beside(plan, trial, proposal)
+            session, launched = self.launches.session_for(config, self.progress.phase, then=then)
             trial.set_user_attr("launch_id", session.launch_id)
             trial.set_user_attr("launch_started", launched)
             # The reference is never raced: every trial is judged against it. A named
@@ -316,9 +320,10 @@ class Objective:
             if self.launches.gpus:
                 trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
                 trial.set_user_attr("gpu_share", self.launches.gpu_share)
-            if launched:
-                time_s["startup"] = session.startup_s
+            if launched:  # what the trial waited for: less when it started beside another
+                time_s["startup"] = self.launches.startup_wait_s
                 time_s["gpu_wait"] = self.launches.gpu_wait_s
+            overlap = _overlap(self.launches, launched, then)
             measure = measure_plan(
                 space,
                 config,
@@ -345,7 +350,7 @@ class Objective:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
             config, result, session.startup_s, session.launch_id, measure_accuracy, reference,
-            cached, rival,
+            cached, rival, overlap,
         )  # fmt: skip
 
     def _record(
@@ -371,3 +376,23 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
+
+
+def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:
+    """The launch to start beside this trial's: the next queued one, beside a reference that
+    only feeds the "x" figure (its speed is a what-if; the next one may be deployed)."""
+    if not proposal.is_reference or not only_a_baseline(
+        plan.space, proposal.config, endpoint=plan.endpoint
+    ):
+        return None
+    return next_queued_launch(trial.study, plan)
+
+
+def _overlap(launches: LaunchScheduler, launched: bool, then: TrialConfig | None) -> dict[str, str]:
+    """What both records say (environment entries) when a launch started beside another:
+    the reference was measured beside a starting server, whose start-up it hid."""
+    if launched and then is not None and launches.beside_next:
+        return {MEASURED_BESIDE: f"the next launch ({then.backend}) starting up"}
+    if launched and launches.started_beside:
+        return {STARTUP_BESIDE: "started while the reference started and measured"}
+    return {}

@@ -102,7 +102,10 @@ def time_line(trial: FrozenTrial) -> str:
     launch = record.launch_id
     if launch is not None:
         how = "new launch" if record.launch_started else "reused launch"
-        parts.append(f"{how} {launch}")
+        beside = ", started beside the reference" if record.started_beside else ""
+        parts.append(f"{how} {launch}{beside}")
+    if record.measured_beside is not None:
+        parts.append(f"measured beside {record.measured_beside}")
     return f" ({', '.join(parts)})" if parts else ""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.counting import SURPLUS
@@ -145,3 +146,15 @@ def queue_reference_and_candidates(
             "no trials left for them; a later run with more --trials measures them"
         )
     return notes
+
+
+def next_queued_launch(study: optuna.Study, plan: StudyPlan) -> TrialConfig | None:
+    """The configuration of the trial Optuna hands out next when it is a named candidate
+    (the oldest waiting trial); None when that is the sampler's to propose, or nothing."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if not waiting:
+        return None
+    name = TrialRecord.of(min(waiting, key=lambda t: t.number)).candidate
+    if not name or plan.space.find_candidate(str(name)) is None:
+        return None
+    return plan.space.candidate_config(str(name))

@@ -8,6 +8,14 @@ then: 4 s requests whose lengths are spread +-50%). So its load test stops at +-
 REFERENCE_MAX_MEASURE_S of steady window, and the figure carries the interval it reached
 (autotune.report.ratio propagates it into the ratio). A reference the target can deploy (an
 endpoint's, a swift space's) may be the recommendation and is measured like any trial.
+
+The next launch starts beside such a reference (autotune.study.launches), so the first
+deployable launch's start-up (49-69 s for LMDeploy with CUDA graphs on the H200) runs during
+the reference's own start-up, warm-up and window (13 + 26 + 47 s there) instead of after
+them. A 30 s window was tried: in the replay it cut the reference to about 66 s but left
+its interval at +-20-34%, and the median time to 95% of the best moved within the
+benchmark's own noise (bench/results/replay-beside-2026-12-04.md): the ratio would have said
+little for it.
 """
 
 from __future__ import annotations

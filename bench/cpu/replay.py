@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.checkpoints.dummy import without_accuracy
 from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
+from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
 from autotune.space import load_space
 from autotune.study.loop import run_study
 from autotune.study.plan import StudyPlan
@@ -59,9 +60,12 @@ from autotune.study.timeshare import time_share
 LAUNCH_LEVERS = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
 
 REPO = Path(__file__).resolve().parents[2]
-# study: the default space as shipped. random: random search (Optuna's RandomSampler, racing
-# off). random-racing: the same with racing on, so that what the sampler adds shows apart.
-METHODS = ("study", "random", "random-racing")
+# study: the default space as shipped. study-serial: the same with each launch started only
+# when its trial needs it (none beside the reference), so what that overlap saves shows apart.
+# random: random search (Optuna's RandomSampler, racing off). random-racing: the same with
+# racing on, so that what the sampler adds shows apart.
+METHODS = ("study", "study-serial", "random", "random-racing")
+STUDY_METHODS = ("study", "study-serial")
 # Issue 42: a short study's figure, read from each run's curve at 10 simulated minutes.
 EARLY_S = 600.0
 # Issue 42's criteria on the study's medians over seeds, times from the study's start.
@@ -94,12 +98,19 @@ def replay_space(folder: Path, *, budget_s: float, seed: int, method: str) -> An
 def run_one(method: str, seed: int, budget_s: float) -> dict[str, Any]:
     """One study on the surface; its recommendation's true share of the best after each trial."""
     clock = replay_engine.SimClock()
-    rng = np.random.default_rng(seed)
+    streams = replay_engine.LaunchStreams(seed)
     # The loop's seams (autotune.study.runtime): simulated seconds, and a launch that answers
     # from the surface instead of starting an engine.
     runtime = Runtime(
         clock=clock.seconds,
-        open_session=lambda space, launch, **_: replay_engine.ReplaySession(launch, clock, rng),
+        open_session=lambda space, launch, **_: replay_engine.ReplaySession(
+            launch, clock, streams.next(launch)
+        ),
+        begin_session=lambda space, launch, **_: (
+            None
+            if method == "study-serial"
+            else replay_engine.ReplaySession(launch, clock, streams.next(launch), wait=False)
+        ),
     )
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="replay-") as folder:
@@ -189,6 +200,15 @@ def _proposal(trial: FrozenTrial) -> dict[str, Any]:
         "raced_by": attrs.get("raced_by"),
         "true_tokens_per_s": round(surface.tokens_per_s(config), 1) if config else None,
         "tokens_per_s": attrs.get("throughput_output_tokens_per_s"),
+        # A launch started beside the reference (autotune.study.launches): its own start-up,
+        # and what the trial that opened it still waited for.
+        "launch_startup_s": attrs.get("startup_s") if attrs.get("launch_started") else None,
+        "startup_waited_s": (attrs.get("time_s") or {}).get("startup"),
+        "beside": {
+            key: value
+            for key, value in (attrs.get("environment") or {}).items()
+            if key in (STARTUP_BESIDE, MEASURED_BESIDE)
+        },
     }
 
 
@@ -430,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     budget_s = args.budget_min * 60
     random_s = 60 * (args.random_budget_min or 3 * args.budget_min)
-    budgets = {m: budget_s if m == "study" else random_s for m in args.methods}
+    budgets = {m: budget_s if m in STUDY_METHODS else random_s for m in args.methods}
     runs = []
     for method, method_budget_s in budgets.items():
         for seed in range(args.first_seed, args.first_seed + args.seeds):

@@ -14,6 +14,7 @@ reuse, budget, racing, recording and recommendation). Two things are replaced:
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -43,10 +44,37 @@ class SimClock:
         self.now += max(0.0, seconds)
 
 
+class LaunchStreams:
+    """One random stream per launch, drawn from the seed, the launch's parameters and how
+    many launches of them came before: a launch's noise is the same whenever it starts, so
+    two study policies replayed with one seed differ only by what they do (common random
+    numbers), not by the order in which their launches drew from a shared stream."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.started: dict[str, int] = {}
+
+    def next(self, launch: TrialConfig) -> np.random.Generator:
+        key = repr(launch.launch_key())
+        count = self.started.get(key, 0)
+        self.started[key] = count + 1
+        digest = hashlib.sha256(key.encode()).digest()
+        return np.random.default_rng([self.seed, int.from_bytes(digest[:8], "big"), count])
+
+
 class ReplaySession:
     """One launch of the surface's engine, measured trial after trial (EngineSession)."""
 
-    def __init__(self, launch: TrialConfig, clock: SimClock, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        launch: TrialConfig,
+        clock: SimClock,
+        rng: np.random.Generator,
+        *,
+        wait: bool = True,
+    ) -> None:
+        """`wait`: the clock runs through its start-up now (else `ready_at` says when it is
+        up: a launch started beside another, ReplayPending)."""
         self.launch = launch
         self.launch_key = launch.launch_key()
         self.launch_id = new_launch_id()
@@ -58,7 +86,15 @@ class ReplaySession:
         self.wave_phase = float(rng.uniform(0.0, 2 * np.pi))
         self.wave_period_s = float(rng.uniform(*surface.WAVE_PERIOD_S))
         self.startup_s = surface.startup_s(launch.model_dump())
-        clock.advance(self.startup_s)
+        self.ready_at = clock.now + self.startup_s
+        if wait:
+            clock.advance(self.startup_s)
+
+    def start(self, *, on_phase: PhaseCallback | None = None) -> ReplaySession:
+        """A launch started beside another (PendingSession): the clock runs on to when it is
+        up. The surface knows no contention: the launch it overlaps measures as if alone."""
+        self.clock.advance(self.ready_at - self.clock.now)
+        return self
 
     def alive(self) -> bool:
         return True
