@@ -125,6 +125,14 @@ LAUNCH_PARAMS: tuple[str, ...] = PARAM_NAMES[: PARAM_NAMES.index("image_max_side
 # measuring a server someone else started (--endpoint).
 REQUEST_PARAMS: frozenset[str] = frozenset(PARAM_NAMES) - frozenset(LAUNCH_PARAMS)
 
+# The levers: the searched parameters that move throughput several-fold (bench/results/h200-*),
+# the request-time ones a running launch takes, then the launch-time ones. The study's first
+# proposals work through them: the covering start-up draws every level of each
+# (autotune.study.coverage), and the one-lever steps change the request-time ones on the
+# incumbent's launch before any launch parameter (autotune.study.steps).
+REQUEST_LEVERS: tuple[str, ...] = ("image_max_side", "batch_size")
+LEVERS: tuple[str, ...] = (*REQUEST_LEVERS, "kv_cache_fraction", "compile_mode")
+
 # Seeds reach numpy's and torch's generators, which take 32-bit unsigned seeds only.
 MAX_SEED = 2**32 - 1
 

@@ -27,10 +27,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.params import base_param
-
-# The parameters that move throughput most (bench/results/h200-*: several-fold each).
-LEVERS = ("image_max_side", "batch_size", "kv_cache_fraction", "compile_mode")
+from autotune.params import LEVERS, base_param
 
 
 class CoveringSampler(BaseSampler):

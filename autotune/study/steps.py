@@ -39,15 +39,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.params import LAUNCH_PARAMS, PARAM_NAMES, base_param
+from autotune.params import LAUNCH_PARAMS, PARAM_NAMES, REQUEST_LEVERS, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
 from autotune.study.counting import SURPLUS
 from autotune.study.select import is_feasible, recommend
 
-# The request-time levers: what moves throughput most without a new launch.
-REQUEST_LEVERS = ("image_max_side", "batch_size")
+# Launch steps change any launch parameter; request-time steps the request-time levers.
 STEPPED = (*LAUNCH_PARAMS, *REQUEST_LEVERS)
 ON_ANY_LAUNCH = ("backend", *REQUEST_LEVERS)
 

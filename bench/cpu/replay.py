@@ -47,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.checkpoints.dummy import without_accuracy
 from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
+from autotune.params import REQUEST_LEVERS
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
 from autotune.space import load_space
 from autotune.study.loop import run_study
@@ -54,7 +55,6 @@ from autotune.study.plan import StudyPlan
 from autotune.study.progress import Progress
 from autotune.study.runtime import Runtime
 from autotune.study.select import recommend
-from autotune.study.steps import REQUEST_LEVERS
 from autotune.study.timeshare import time_share
 
 LAUNCH_LEVERS = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
