@@ -124,3 +124,16 @@ def test_a_module_patch_is_found(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert _module_attribute_writes(script) == ["patched.py:3 objective_module.time"]
+
+
+def test_racing_and_the_steps_read_the_front_not_the_whole_recommendation() -> None:
+    """During every trial racing and the steps need the top of the feasible front only
+    (autotune.study.select.front_top), not the recommendation with its what-ifs."""
+    for name in ("racing.py", "steps.py"):
+        tree = ast.parse((REPO / "autotune" / "study" / name).read_text(encoding="utf-8"))
+        called = {
+            node.func.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
+        assert "front_top" in called and "recommend" not in called, (name, sorted(called))

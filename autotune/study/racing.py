@@ -26,7 +26,7 @@ from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import with_launch_spread
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.select import is_feasible, objective_names, recommend, throughput_interval
+from autotune.study.select import front_top, objective_names, throughput_interval
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,12 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     if not space.workload.racing or not names or names[0] != THROUGHPUT:
         return None
     try:
-        best = recommend(study)
-    except StudyError:  # nothing completed, or nothing deployable yet
+        found = front_top(study)
+    except StudyError:  # a deploy target not registered here: no incumbent to race
         return None
-    top = best.top
-    if top is None or not is_feasible(best.trial):
+    if found is None:  # nothing feasible and deployable has finished yet
         return None
+    top = found.top
     same_launch = TrialRecord.of(top).launch_id == launch_id
     interval = throughput_interval(top, same_launch=same_launch)
     if interval is None:  # too short for an interval: it ties with every trial

@@ -210,6 +210,47 @@ def split_equal_work(
     return equal, unequal
 
 
+@dataclass(frozen=True)
+class FrontTop:
+    """The feasible Pareto front, its top on the first objective, and the trial recommended
+    from it: the top, or a trial tied with it that is better on the next objective."""
+
+    top: FrozenTrial
+    best: FrozenTrial
+    front: list[FrozenTrial]
+    ties: list[FrozenTrial]  # tied with the top, beside the one recommended
+    reason: str
+
+
+def front_top(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> FrontTop | None:
+    """The top of the feasible front of `trials` (by default every completed, deployable
+    trial that did the forced work); None when none is feasible. What racing and the steps
+    read while a study runs; `recommend` adds the what-ifs and the best effort."""
+    if trials is None:
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        equal, _ = split_equal_work(measured_trials(complete, study.get_trials(deepcopy=False)))
+        trials, _ = split_deployable(study, equal)
+    feasible = [t for t in trials if is_feasible(t)]
+    if not feasible:
+        return None
+    directions = _direction_names(study)
+    names = objective_names(study)
+    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
+    front = pareto_front(feasible, directions)
+    top = max(front, key=lambda t: (signs[0] * t.values[0], -t.number))
+    ties = [t for t in front if t is not top and tied(t, top)]
+    best = top
+    reason = f"best {names[0]} on the feasible Pareto front"
+    if ties and len(signs) > 1:
+        best = max([top, *ties], key=lambda t: (signs[1] * t.values[1], -t.number))
+        if best is not top:
+            reason = (
+                f"tied on {names[0]} with trial {top.number} (the difference lies inside "
+                f"its interval), better {names[1]}"
+            )
+    return FrontTop(top, best, front, [t for t in [top, *ties] if t is not best], reason)
+
+
 def recommend(study: optuna.Study) -> Recommendation:
     """The best deployable trial: on the feasible Pareto front, best on the first objective
     (a tie inside the intervals goes to the next objective); without a feasible one, the
@@ -239,34 +280,19 @@ def recommend(study: optuna.Study) -> Recommendation:
             "run more trials, or pick one with --trial N",
             what_ifs,
         )
-    directions = _direction_names(study)
-    names = objective_names(study)
-    feasible = [t for t in candidates if is_feasible(t)]
-    signs = [1.0 if d == "maximize" else -1.0 for d in directions]
-    if feasible:
-        front = pareto_front(feasible, directions)
-        top = max(front, key=lambda t: (signs[0] * t.values[0], -t.number))
-        ties = [t for t in front if t is not top and tied(t, top)]
-        best = top
-        reason = f"best {names[0]} on the feasible Pareto front"
-        if ties and len(signs) > 1:
-            best = max([top, *ties], key=lambda t: (signs[1] * t.values[1], -t.number))
-            if best is not top:
-                reason = (
-                    f"tied on {names[0]} with trial {top.number} (the difference lies inside "
-                    "its interval), better "
-                    f"{names[1]}"
-                )
+    found = front_top(study, candidates)
+    if found is not None:
         return Recommendation(
-            trial=best,
+            trial=found.best,
             feasible=True,
-            reason=reason,
-            front=front,
+            reason=found.reason,
+            front=found.front,
             target=target,
-            ties=[t for t in [top, *ties] if t is not best],
+            ties=found.ties,
             what_ifs=what_ifs,
-            top=top,
+            top=found.top,
         )
+    signs = [1.0 if d == "maximize" else -1.0 for d in _direction_names(study)]
     least = min(
         candidates,
         key=lambda t: (sum(max(v, 0.0) for v in constraint_values(t)), -signs[0] * t.values[0]),

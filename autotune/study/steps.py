@@ -44,7 +44,7 @@ from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
 from autotune.study.counting import SURPLUS
-from autotune.study.select import is_feasible, recommend
+from autotune.study.select import front_top
 
 # Launch steps change any launch parameter; request-time steps the request-time levers.
 STEPPED = (*LAUNCH_PARAMS, *REQUEST_LEVERS)
@@ -141,11 +141,12 @@ def _ran(trial: FrozenTrial) -> bool:
 
 
 def _incumbent(study: optuna.Study) -> FrozenTrial | None:
+    """The trial the study would recommend now, when a feasible deployable one finished."""
     try:
-        best = recommend(study)
-    except StudyError:  # nothing completed, or nothing deployable yet
+        found = front_top(study)
+    except StudyError:  # a deploy target not registered here: no incumbent to step from
         return None
-    return best.trial if best.feasible and is_feasible(best.trial) else None
+    return None if found is None else found.best
 
 
 def _request_steps(space: SearchSpace, base: dict[str, Any], order: random.Random) -> list[Lever]:
