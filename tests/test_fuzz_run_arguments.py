@@ -1,4 +1,4 @@
-"""Bad input, round 3: study files, --gpus, candidates, eval-set images, adapters, passwords.
+"""Bad input to `autotune run`: study files, --gpus, candidates, images, adapters, passwords.
 
 Over a thousand more invalid inputs, generated from random.Random(0) so that a failure repeats,
 for what came after the first rounds (tests/test_fuzz_inputs.py): journal and SQLite files that

@@ -1,4 +1,4 @@
-"""Bad input, round 4: the process registry and --enqueue files, generated from a fixed seed.
+"""Bad input: the process registry and --enqueue files, generated from a fixed seed.
 
 The registry (autotune.engines.leftovers) is data anyone who can write the temporary folder
 may have shaped: each generated entry (garbage bytes, JSON of every type, wrong field types,
