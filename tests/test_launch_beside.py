@@ -81,7 +81,7 @@ def scheduler(world: FakeWorld, *, device: str = "cuda") -> LaunchScheduler:
         storage_url="sqlite://",
         dummy_weights=True,
     )
-    return LaunchScheduler(plan, optuna.samplers.RandomSampler(seed=0), runtime=world.runtime())
+    return LaunchScheduler(plan, runtime=world.runtime())
 
 
 def test_the_next_launch_starts_beside_the_reference_and_its_trial_waits_only_for_the_rest():

@@ -149,6 +149,7 @@ _FIELDS: dict[str, Callable[[object], Any]] = {
     "unsupported": _why_map,
     "cuda_only": _why_map,
     "adapters_refused": _optional_text,
+    "sizes_cache_from_free_memory": _flag,
 }
 
 

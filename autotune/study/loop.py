@@ -33,6 +33,7 @@ from autotune.study.resume import COMPARISON_BASIS, await_setup, check_resumable
 from autotune.study.runtime import REAL, Runtime
 from autotune.study.sampler import make_sampler
 from autotune.study.select import reference_trial
+from autotune.study.steering import Steering
 from autotune.study.storage import (
     StorageUnavailable,
     local_file,
@@ -151,14 +152,15 @@ class _AfterTrial:
         plan: StudyPlan,
         target: int,
         progress: Progress,
-        launches: LaunchScheduler,
+        launches: tuple[LaunchScheduler, Steering],
         budget: Budget,
         spool: Spool,
     ) -> None:
+        """`launches`: the launch that is up, and the policy that proposes on it."""
         self.plan = plan
         self.target = target
         self.progress = progress
-        self.launches = launches
+        self.launches, self.steering = launches
         self.budget = budget
         self.spool = spool
         self.repeats = 0
@@ -170,8 +172,13 @@ class _AfterTrial:
         self.spool.remove(trial.number)
         counted = counted_trials(study)
         self.progress.trial_finished(study, trial, counted=counted)
-        self.launches.after_trial(study, trial)
-        if self.held_back and later_candidates_due(study, self.launches.step):
+        self.steering.after_trial(
+            study,
+            trial,
+            on_this_launch=self.launches.on_this_launch(trial),
+            trials_on_launch=self.launches.trials_on_session,
+        )
+        if self.held_back and later_candidates_due(study, self.steering.step):
             self.held_back = False
             room = self.target - counted_trials(study, include_running=True)
             for note in queue_reference_and_candidates(study, self.plan, room=room):
@@ -207,14 +214,14 @@ class _AfterTrial:
             study.stop()
 
     def fits(self, study: optuna.Study) -> bool:
-        launches = self.launches
+        steering = self.steering
         return budget_allows(
             study,
             self.plan,
             self.budget,
             self.progress,
-            keeps_launch=launches.keeps_launch(),
-            pinned_backend=launches.pinned_backend,
+            keeps_launch=steering.keeps_launch(),
+            pinned_backend=steering.pinned_backend,
         )
 
 
@@ -301,14 +308,16 @@ def optimize(
     clock and launch opener (autotune.study.runtime; the replay benchmark passes its own)."""
     study, base_sampler = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
-    launches = LaunchScheduler(plan, base_sampler, runtime=runtime)
-    launches.steer(study)  # a resumed study or another worker: a launch step may be due
+    steering = Steering(plan, base_sampler)
+    launches = LaunchScheduler(plan, runtime=runtime, on_new_launch=steering.new_launch)
+    steering.steer(study)  # a resumed study or another worker: a launch step may be due
     budget = Budget(plan.budget_s)
-    after = _AfterTrial(plan, target, progress, launches, budget, spool)
+    after = _AfterTrial(plan, target, progress, (launches, steering), budget, spool)
     gate = InterruptGate()
     objective = Objective(
-        plan, progress, launches, budget, spool, target=target, gate=gate, runtime=runtime
-    )
+        plan, progress, (launches, steering), budget, spool, target=target, gate=gate,
+        runtime=runtime,
+    )  # fmt: skip
     try:
         with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -47,6 +47,7 @@ from autotune.study.recovery import Spool, owner, spool_payload
 from autotune.study.reference_load import only_a_baseline, reference_plan
 from autotune.study.runtime import REAL, Runtime
 from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+from autotune.study.steering import Steering
 from autotune.study.timeshare import timed
 from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.verdicts import (
@@ -185,7 +186,7 @@ class Objective:
         self,
         plan: StudyPlan,
         progress: Progress,
-        launches: LaunchScheduler,
+        launches: tuple[LaunchScheduler, Steering],
         budget: Budget,
         spool: Spool,
         *,
@@ -200,7 +201,7 @@ class Objective:
         self.plan = plan
         self.target = target
         self.progress = progress
-        self.launches = launches
+        self.launches, self.steering = launches  # the launch that is up, what it proposes
         self.budget = budget
         self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
@@ -292,7 +293,7 @@ class Objective:
         trial.set_user_attr("config", config.model_dump())
         trial.set_user_attr("output_key", output_key)
         self.progress.trial_started(trial.number, config)
-        if (step := self.launches.step_of(trial)) is not None:
+        if (step := self.steering.step_of(trial)) is not None:
             trial.set_user_attr("step", step.describe())
         return _Proposal(config, output_key, is_reference, sampled=not (is_reference or candidate))
 
