@@ -250,7 +250,8 @@ class ServerSession:
 
     def start(self, *, on_phase: PhaseCallback | None = None) -> ServerSession:
         """Start the server (or finish `begin`) until it is ready; a lost port race retries."""
-        _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
+        if self._watch is None:  # `begin` refused what it could not serve already
+            _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
         if on_phase is not None:
             on_phase("starting server" if self._watch is None else "waiting for the server")
         try:
@@ -295,11 +296,9 @@ class ServerSession:
     def _launch(self) -> None:
         for attempt in range(1, LAUNCH_ATTEMPTS + 1):
             watch, self._watch = self._watch, None
-            server = self.server if watch else self._spawn(attempt=attempt)
-            assert server is not None
+            server = watch.server if watch else self._spawn(attempt=attempt)
             try:
-                wait = watch.result if watch else server.wait_ready
-                self.ready = wait(self.startup_timeout_s)
+                self.ready = watch.result() if watch else server.wait_ready(self.startup_timeout_s)
                 self.startup_s = self.ready.startup_s
                 return
             except TrialFailure as exc:

@@ -143,6 +143,7 @@ class ReadyWatch:
     it. Stopping the server ends the watch at its next poll (an exit is a crash)."""
 
     def __init__(self, server: ServerProcess, timeout_s: float) -> None:
+        self.server = server
         self._ready: Ready | None = None
         self._error: BaseException | None = None
         self.thread = threading.Thread(
@@ -156,8 +157,8 @@ class ReadyWatch:
         except BaseException as exc:  # handed to the caller of result()
             self._error = exc
 
-    def result(self, _timeout_s: float = 0.0) -> Ready:
-        """Its Ready, once the server answered (its own time-out is the watch's)."""
+    def result(self) -> Ready:
+        """Its Ready, once the server answered (or the watch's time-out passed)."""
         self.thread.join()
         if self._error is not None:
             raise self._error

@@ -152,15 +152,16 @@ class _AfterTrial:
         plan: StudyPlan,
         target: int,
         progress: Progress,
-        launches: tuple[LaunchScheduler, Steering],
+        launches: LaunchScheduler,
+        steering: Steering,
         budget: Budget,
         spool: Spool,
     ) -> None:
-        """`launches`: the launch that is up, and the policy that proposes on it."""
         self.plan = plan
         self.target = target
         self.progress = progress
-        self.launches, self.steering = launches
+        self.launches = launches
+        self.steering = steering
         self.budget = budget
         self.spool = spool
         self.repeats = 0
@@ -312,10 +313,10 @@ def optimize(
     launches = LaunchScheduler(plan, runtime=runtime, on_new_launch=steering.new_launch)
     steering.steer(study)  # a resumed study or another worker: a launch step may be due
     budget = Budget(plan.budget_s)
-    after = _AfterTrial(plan, target, progress, (launches, steering), budget, spool)
+    after = _AfterTrial(plan, target, progress, launches, steering, budget, spool)
     gate = InterruptGate()
     objective = Objective(
-        plan, progress, (launches, steering), budget, spool, target=target, gate=gate,
+        plan, progress, launches, steering, budget, spool, target=target, gate=gate,
         runtime=runtime,
     )  # fmt: skip
     try:

@@ -186,7 +186,8 @@ class Objective:
         self,
         plan: StudyPlan,
         progress: Progress,
-        launches: tuple[LaunchScheduler, Steering],
+        launches: LaunchScheduler,
+        steering: Steering,
         budget: Budget,
         spool: Spool,
         *,
@@ -201,7 +202,8 @@ class Objective:
         self.plan = plan
         self.target = target
         self.progress = progress
-        self.launches, self.steering = launches  # the launch that is up, what it proposes
+        self.launches = launches
+        self.steering = steering
         self.budget = budget
         self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
