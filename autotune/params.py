@@ -117,7 +117,7 @@ def clear_unused_launch_params(values: dict[str, Any]) -> None:
 
 # What an engine is started with: changing one of these needs a new launch (a new server
 # process, or a new model load in the worker). Everything else is chosen per request, so
-# several trials can share one launch (autotune.study.launches).
+# several trials can share one launch (autotune.study.run.launches).
 LAUNCH_PARAMS: tuple[str, ...] = PARAM_NAMES[: PARAM_NAMES.index("image_max_side")]
 
 # Parameters a client controls per request (batch_size as the number of requests in flight):
@@ -128,8 +128,8 @@ REQUEST_PARAMS: frozenset[str] = frozenset(PARAM_NAMES) - frozenset(LAUNCH_PARAM
 # The levers: the searched parameters that move throughput several-fold (bench/results/h200-*),
 # the request-time ones a running launch takes, then the launch-time ones. The study's first
 # proposals work through them: the covering start-up draws every level of each
-# (autotune.study.coverage), and the one-lever steps change the request-time ones on the
-# incumbent's launch before any launch parameter (autotune.study.steps).
+# (autotune.study.proposals.coverage), and the one-lever steps change the request-time ones on the
+# incumbent's launch before any launch parameter (autotune.study.proposals.steps).
 REQUEST_LEVERS: tuple[str, ...] = ("image_max_side", "batch_size")
 LEVERS: tuple[str, ...] = (*REQUEST_LEVERS, "kv_cache_fraction", "compile_mode")
 

@@ -32,7 +32,7 @@ from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS, THROUGHPUT
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.select import chosen_trial, deploy_target
+from autotune.study.results.select import chosen_trial, deploy_target
 
 DEFAULT_TOLERANCE = 0.25
 

@@ -22,8 +22,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.params import TrialConfig
-from autotune.study.select import CONSTRAINT_NAMES
-from autotune.study.storage import artifact_dir
+from autotune.study.results.select import CONSTRAINT_NAMES
+from autotune.study.store.storage import artifact_dir
 
 DISTRIBUTIONS = {
     "attn_implementation": CategoricalDistribution(["sdpa", "eager"]),
@@ -109,7 +109,7 @@ def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
     for item_id, category, _prompt, _refs in ITEMS:
         by_category.setdefault(category, []).append(scores[item_id])
     accuracy_drop = reference_accuracy - spec.accuracy
-    # The floor's rule (autotune.study.objective.constraint_values): the paired interval's
+    # The floor's rule (autotune.study.run.objective.constraint_values): the paired interval's
     # lower end, here the drop widened by PAIRED_HALF_WIDTH, must stay above -max_drop.
     ci_low = -accuracy_drop - PAIRED_HALF_WIDTH
     attrs.update(
@@ -261,7 +261,7 @@ def build_study(
         twin = specs[spec.duplicate_of] if spec.duplicate_of is not None else None
         study.enqueue_trial(twin.params if twin else spec.params)
         trial = study.ask(DISTRIBUTIONS)
-        if twin is not None:  # as autotune.study.objective.copy_twin records it
+        if twin is not None:  # as autotune.study.run.objective.copy_twin records it
             attrs = {**_user_attrs(twin, reference_accuracy), "is_reference": False}
             trial.set_user_attr("duplicate_of", spec.duplicate_of)
             for key, value in attrs.items():

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from small_space import run_study, small_evalset, small_space
 
-from autotune.study.select import recommend
+from autotune.study.results.select import recommend
 
 pytestmark = pytest.mark.slow
 

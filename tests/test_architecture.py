@@ -29,7 +29,36 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_every_package_imports_only_the_ones_below_it() -> None:
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "1 kept, 0 broken" in result.stdout
+    assert "2 kept, 0 broken" in result.stdout
+
+
+def test_the_study_s_rooms_import_only_the_ones_below_them(tmp_path: Path) -> None:
+    """Issue 41: the proposal policy may read results but never reach up into the loop that
+    runs it; storage knows nothing of either."""
+    shutil.copytree(REPO / "autotune", tmp_path / "autotune")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    steps = tmp_path / "autotune" / "study" / "proposals" / "steps.py"
+    steps.write_text(
+        steps.read_text(encoding="utf-8") + "\nfrom autotune.study.run import objective  # noqa\n",
+        encoding="utf-8",
+    )
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "autotune.study.proposals.steps -> autotune.study.run.objective" in result.stdout
+
+
+MAX_PACKAGE_MODULES = 15
+
+
+def test_no_package_of_the_study_holds_more_than_15_modules() -> None:
+    """Issue 41: a package is a room a reader can take in; past 15 modules it is a hall."""
+    sizes = {
+        str(package.relative_to(REPO)): len(list(package.glob("*.py")))
+        for package in (REPO / "autotune" / "study").rglob("__init__.py")
+        for package in [package.parent]
+    }
+    assert not {p: n for p, n in sizes.items() if n > MAX_PACKAGE_MODULES}, sizes
+    assert sizes["autotune/study/run"] >= 10  # the rule reads the real packages
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
@@ -38,7 +67,8 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     statistics = tmp_path / "autotune" / "measure" / "steady.py"
     # The statistics reaching up to the study loop: the kind of import that made the cycle.
     statistics.write_text(
-        statistics.read_text(encoding="utf-8") + "\nfrom autotune.study import select  # noqa\n",
+        statistics.read_text(encoding="utf-8")
+        + "\nfrom autotune.study.results import select  # noqa\n",
         encoding="utf-8",
     )
     result = lint_imports(tmp_path)
@@ -107,7 +137,7 @@ def _module_attribute_writes(path: Path) -> list[str]:
 
 def test_the_replay_benchmark_patches_no_module_but_passes_the_loops_seams() -> None:
     """bench/cpu/replay.py runs the real study loop on a simulated clock and engine through
-    run_study's `runtime` (autotune.study.runtime), not by swapping the loop's globals."""
+    run_study's `runtime` (autotune.study.run.runtime), not by swapping the loop's globals."""
     writes = [
         write
         for script in ("replay.py", "replay_engine.py")
@@ -119,7 +149,7 @@ def test_the_replay_benchmark_patches_no_module_but_passes_the_loops_seams() -> 
 def test_a_module_patch_is_found(tmp_path: Path) -> None:
     script = tmp_path / "patched.py"
     script.write_text(
-        "import autotune.study.objective as objective_module\nimport time\n"
+        "import autotune.study.run.objective as objective_module\nimport time\n"
         "objective_module.time = None\nlocal = object()\n",
         encoding="utf-8",
     )
@@ -128,8 +158,8 @@ def test_a_module_patch_is_found(tmp_path: Path) -> None:
 
 def test_racing_and_the_steps_read_the_front_not_the_whole_recommendation() -> None:
     """During every trial racing and the steps need the top of the feasible front only
-    (autotune.study.select.front_top), not the recommendation with its what-ifs."""
-    for name in ("racing.py", "steps.py"):
+    (autotune.study.results.select.front_top), not the recommendation with its what-ifs."""
+    for name in ("run/racing.py", "proposals/steps.py"):
         tree = ast.parse((REPO / "autotune" / "study" / name).read_text(encoding="utf-8"))
         called = {
             node.func.id

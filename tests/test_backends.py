@@ -22,7 +22,7 @@ from autotune.export.reproduce import COMMANDS
 from autotune.params import BACKEND_PARAMS, PARAM_NAMES, Backend, TrialConfig
 from autotune.space.availability import missing_reason
 from autotune.space.support import supported_choices, unsupported_reason
-from autotune.study.budget import STARTUP_GUESS_S
+from autotune.study.run.budget import STARTUP_GUESS_S
 
 ENGINES = sorted(BACKENDS)
 SERVERS = sorted(server_backends())

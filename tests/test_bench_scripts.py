@@ -17,7 +17,7 @@ import optuna
 import pytest
 from small_space import FIGURES_WORKLOAD, REPO, autotune_cli, run_study, small_space
 
-from autotune.study.storage import open_storage
+from autotune.study.store.storage import open_storage
 
 pytestmark = pytest.mark.slow
 

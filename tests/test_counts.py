@@ -21,9 +21,9 @@ from autotune.cli import main
 from autotune.params import TrialConfig
 from autotune.report.data import MIN_IMPORTANCE_TRIALS, collect
 from autotune.report.text import best_json, best_text
-from autotune.study.counting import trial_counts
-from autotune.study.loop import finish_study
-from autotune.study.progress import Progress
+from autotune.study.results.counting import trial_counts
+from autotune.study.results.progress import Progress
+from autotune.study.run.loop import finish_study
 
 # 0 the reference; 1 faster but infeasible; 2 repeats 0; 3 ties with 0 on throughput (their
 # intervals overlap) with a worse p95, so the reference wins; 4 repeats 1; 5 out of memory;

@@ -21,9 +21,9 @@ from autotune.errors import SpaceError
 from autotune.records.stored import TrialRecord
 from autotune.space import load_space
 from autotune.space.files import with_enqueued
-from autotune.study.loop import prepare_study
 from autotune.study.plan import plan_study
-from autotune.study.progress import Progress
+from autotune.study.results.progress import Progress
+from autotune.study.run.loop import prepare_study
 
 CANDIDATES = [
     {"name": "small-images", "config": {"image_max_side": 128}},

@@ -29,7 +29,7 @@ from autotune.measure.equal_work import (
 )
 from autotune.measure.lengths import AnswerLengths
 from autotune.measure.timing import RequestTiming
-from autotune.study.select import split_equal_work
+from autotune.study.results.select import split_equal_work
 
 FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
 FORCED = 32

@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from small_space import LOOP_WORKLOAD, run_study, small_space
 
-from autotune.study.loop import FAILURES_IN_A_ROW
+from autotune.study.run.loop import FAILURES_IN_A_ROW
 
 pytestmark = pytest.mark.slow
 

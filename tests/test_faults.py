@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from small_space import small_space
 from study_factory import build_study
 
-from autotune.study.storage import StorageUnavailable, open_storage
+from autotune.study.store.storage import StorageUnavailable, open_storage
 
 pytestmark = pytest.mark.slow
 # Eight configurations: enough for three measured trials whatever the sampler repeats.
@@ -77,7 +77,7 @@ def one_storage_error(stderr: str) -> None:
 
 
 def every_failure_has_a_reason(study: optuna.Study) -> None:
-    from autotune.study.failures import failure_of
+    from autotune.study.store.failures import failure_of
 
     for trial in study.trials:
         if trial.state == TrialState.FAIL:
@@ -260,7 +260,7 @@ def test_every_storage_call_of_optunas_cache_waits_out_a_lock() -> None:
 
     from optuna.storages import _cached_storage
 
-    from autotune.study.storage import RetryingRDBStorage
+    from autotune.study.store.storage import RetryingRDBStorage
 
     called = set(re.findall(r"self\._backend\.(\w+)\(", inspect.getsource(_cached_storage)))
     settings = {"get_heartbeat_interval", "get_heartbeat_stale_trial_callback", "delete_study"}
@@ -407,9 +407,9 @@ def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(
     """Recorded PRUNED with its memory constraint violated: TPE ranks it among the worst
     instead of ignoring it (as it ignores FAIL), and --trials does not count it."""
     from autotune.errors import TrialFailure
-    from autotune.study.artifacts import ArtifactRecorder
-    from autotune.study.counting import counted_trials
-    from autotune.study.objective import OOM_VIOLATION, fail_trial
+    from autotune.study.results.counting import counted_trials
+    from autotune.study.run.artifacts import ArtifactRecorder
+    from autotune.study.run.objective import OOM_VIOLATION, fail_trial
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     trial = study.ask({"batch_size": optuna.distributions.CategoricalDistribution([64, 256])})

@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError
 from autotune.records.repeats import impossible_repeats
 from autotune.records.stored import TrialRecord
 from autotune.report.text import best_json, best_text
-from autotune.study.select import recommend
+from autotune.study.results.select import recommend
 
 SEED = 6
 CASES = 160

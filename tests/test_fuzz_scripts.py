@@ -341,7 +341,7 @@ def test_a_nul_byte_in_a_storage_url_is_one_line_and_leaves_no_file(
 
     from autotune.cli import main
     from autotune.errors import StudyError
-    from autotune.study.storage import open_storage
+    from autotune.study.store.storage import open_storage
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StudyError, match="NUL byte") as refused:

@@ -1,7 +1,7 @@
 """Bad input, the spool: folders and files anyone who can write the temporary folder may have
 shaped, and payloads that are not this study's measurements, generated from a fixed seed.
 
-Each case goes through the real recovery (autotune.study.recovery.recover, which `autotune
+Each case goes through the real recovery (autotune.study.store.recovery.recover, which `autotune
 run` calls before its first trial) in this process, under a private temporary folder. A
 measurement is recorded only when its folders are this user's and nobody else can write them,
 its file is a regular file of this user under the size bound, and it matches a trial this
@@ -28,8 +28,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from test_fuzz_inputs import CASE_TIMEOUT_S, deadline
 from test_fuzz_stored import json_value, unexpected
 
-from autotune.study.recovery import Spool, recover, spool_payload
-from autotune.study.spool import SPOOL_FILE_MAX_BYTES
+from autotune.study.store.recovery import Spool, recover, spool_payload
+from autotune.study.store.spool import SPOOL_FILE_MAX_BYTES
 
 SEED = 5
 FOLDER_CASES = 120

@@ -39,10 +39,10 @@ from autotune.errors import AutotuneError
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.report.data import collect
 from autotune.report.text import best_json, best_text
-from autotune.study.exports import export_trial
-from autotune.study.recovery import Spool, recover, spool_payload
-from autotune.study.snapshot import read_study
-from autotune.study.storage import open_storage
+from autotune.study.results.exports import export_trial
+from autotune.study.store.recovery import Spool, recover, spool_payload
+from autotune.study.store.snapshot import read_study
+from autotune.study.store.storage import open_storage
 
 SEED = 30
 DATABASE_CASES = 160  # damaged studies read in-process, over one storage

@@ -18,9 +18,9 @@ from autotune.params import TrialConfig
 from autotune.space import load_space
 from autotune.space.narrowing import for_gpus
 from autotune.space.sampling import applies
-from autotune.study.counting import is_surplus
-from autotune.study.storage import check_several_writers, default_storage_url
-from autotune.study.timeshare import budget_seconds
+from autotune.study.results.counting import is_surplus
+from autotune.study.results.timeshare import budget_seconds
+from autotune.study.store.storage import check_several_writers, default_storage_url
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Ctrl-C lands where a trial can record it (autotune.study.interrupts): a SIGINT between two
+"""Ctrl-C lands where a trial can record it (autotune.study.run.interrupts): a SIGINT between two
 trials waits for the next one to begin instead of failing, inside Optuna, a trial that has no
 reason recorded."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from autotune.study.interrupts import InterruptGate
+from autotune.study.run.interrupts import InterruptGate
 
 
 def sigint() -> None:

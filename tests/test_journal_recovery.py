@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from autotune.cli import main
-from autotune.study.storage import StorageUnavailable, open_storage
+from autotune.study.store.storage import StorageUnavailable, open_storage
 
 RECOMMENDED = 2  # the small study's recommendation
 
@@ -120,7 +120,7 @@ def test_a_torn_last_record_is_ignored_by_readers_and_cut_off_by_a_run(
         [
             sys.executable,
             "-c",
-            "from autotune.study.storage import open_storage; import optuna, sys; "
+            "from autotune.study.store.storage import open_storage; import optuna, sys; "
             "s = optuna.load_study(study_name='small', storage=open_storage(sys.argv[1], "
             "create=True)); s.set_user_attr('resumed', True)",
             str(journal),

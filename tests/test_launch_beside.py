@@ -20,10 +20,10 @@ from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
 from autotune.space import load_space
-from autotune.study.launches import LaunchScheduler
 from autotune.study.plan import StudyPlan
-from autotune.study.progress import time_line
-from autotune.study.runtime import Runtime
+from autotune.study.results.progress import time_line
+from autotune.study.run.launches import LaunchScheduler
+from autotune.study.run.runtime import Runtime
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = TrialConfig(backend="transformers", batch_size=1)

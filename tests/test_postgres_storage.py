@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 from small_space import small_space
 
-from autotune.study.storage import failure_of
+from autotune.study.store.storage import failure_of
 
 pytestmark = [
     pytest.mark.slow,

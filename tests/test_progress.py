@@ -14,7 +14,7 @@ from rich.console import Console
 
 from autotune.cli import main
 from autotune.params import TrialConfig
-from autotune.study.progress import Progress
+from autotune.study.results.progress import Progress
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_the_time_line_leaves_the_counting_to_the_counts_line() -> None:
     "1 launches"); which trials were repeats or failures is the counts line's to say."""
     from optuna.trial import TrialState, create_trial
 
-    from autotune.study.timeshare import time_share
+    from autotune.study.results.timeshare import time_share
 
     def trial(state: TrialState, **attrs: object) -> optuna.trial.FrozenTrial:
         time_s = {"total": 10.0, "startup": 2.0, "measuring": 6.0}
@@ -121,7 +121,7 @@ def test_the_time_line_names_what_other_is_and_every_part_it_timed() -> None:
     is named; a part no trial spent time in is left out."""
     from optuna.trial import TrialState, create_trial
 
-    from autotune.study.timeshare import OTHER, time_share
+    from autotune.study.results.timeshare import OTHER, time_share
 
     time_s = {
         "total": 100.0,
@@ -152,7 +152,7 @@ def test_what_was_other_is_split_into_named_parts() -> None:
     timed parts now; what is left is named too."""
     from optuna.trial import TrialState, create_trial
 
-    from autotune.study.timeshare import OTHER, time_share
+    from autotune.study.results.timeshare import OTHER, time_share
 
     time_s = {"total": 100.0, "startup": 20.0, "warmup": 5.0, "measuring": 50.0,
               "accuracy": 10.0, "recording": 2.0, "proposal": 4.0, "study_reads": 3.0,
@@ -170,8 +170,8 @@ def test_a_part_no_one_timed_counts_as_none() -> None:
     """An endpoint study's start-up is NaN (autotune did not start the server)."""
     from optuna.trial import TrialState, create_trial
 
-    from autotune.study.progress import time_line
-    from autotune.study.timeshare import time_share
+    from autotune.study.results.progress import time_line
+    from autotune.study.results.timeshare import time_share
 
     time_s = {"total": 10.0, "startup": float("nan"), "measuring": 8.0}
     trial = create_trial(state=TrialState.COMPLETE, values=[1.0], user_attrs={"time_s": time_s})

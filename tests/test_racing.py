@@ -25,7 +25,7 @@ from autotune.measure.convergence import (
     SteadyRule,
 )
 from autotune.measure.steady import BIN_S
-from autotune.study.live import LiveEstimate
+from autotune.study.results.live import LiveEstimate
 
 
 def steady_load(rate_per_s: float, seconds: float, *, noise: float = 0.1) -> LoadSnapshot:

@@ -1,6 +1,6 @@
 """The "x the reference" figure carries both intervals, and the named candidates after the
 first wait until a one-lever step has beaten the first (autotune.report.ratio,
-autotune.study.candidate_order)."""
+autotune.study.proposals.candidate_order)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.report.ratio import versus_reference
-from autotune.study.candidate_order import later_candidates_due
-from autotune.study.steps import Step
+from autotune.study.proposals.candidate_order import later_candidates_due
+from autotune.study.proposals.steps import Step
 
 
 def measured(rate: float, ci_rel: float | None, **attrs: object) -> optuna.trial.FrozenTrial:

@@ -1,4 +1,4 @@
-"""The reference first, and one of each: what a run queues (autotune.study.queueing).
+"""The reference first, and one of each: what a run queues (autotune.study.proposals.queueing).
 
 The storage states are the ones an interrupted run, a killed --gpus coordinator or a second run
 on the same study leave behind, written into a real SQLite study; `prepare_study` is the code
@@ -17,11 +17,11 @@ from small_space import small_space
 
 from autotune.records.stored import TrialRecord
 from autotune.space import load_space
-from autotune.study.counting import SURPLUS, trial_counts
-from autotune.study.loop import prepare_study
 from autotune.study.plan import StudyPlan, plan_study
-from autotune.study.progress import Progress
-from autotune.study.queueing import QUEUED_AS
+from autotune.study.proposals.queueing import QUEUED_AS
+from autotune.study.results.counting import SURPLUS, trial_counts
+from autotune.study.results.progress import Progress
+from autotune.study.run.loop import prepare_study
 
 CANDIDATES = [
     {"name": "batch-2", "config": {"batch_size": 2}},
@@ -33,7 +33,7 @@ PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None
 @pytest.fixture
 def plan(tmp_path: Path) -> StudyPlan:
     # Without steps, a run queues every named candidate up front (with them, the first only:
-    # autotune.study.candidate_order), as the studies of issue 39 did.
+    # autotune.study.proposals.candidate_order), as the studies of issue 39 did.
     space = small_space(
         tmp_path, name="q", candidates=CANDIDATES, params=PARAMS, sampler={"steps": False}
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study.budget import FIRST_TRIAL_GUESS_S, Budget
-from autotune.study.coverage import CoveringSampler
+from autotune.study.proposals.coverage import CoveringSampler
+from autotune.study.run.budget import FIRST_TRIAL_GUESS_S, Budget
 
 REPO = Path(__file__).resolve().parent.parent
 SIDES = [None, 1024, 768, 512]

@@ -15,7 +15,7 @@ from autotune.cli import main
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.select import NoDeployableTrial, recommend
+from autotune.study.results.select import NoDeployableTrial, recommend
 
 IN_PROCESS = {"runner": "inprocess", "device": "cpu"}
 

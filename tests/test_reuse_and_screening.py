@@ -14,7 +14,7 @@ from autotune.engines.inprocess.session import WorkerSession
 from autotune.engines.session import MeasurePlan
 from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
-from autotune.study.loop import EXHAUSTED_AFTER
+from autotune.study.run.loop import EXHAUSTED_AFTER
 
 pytestmark = pytest.mark.slow
 

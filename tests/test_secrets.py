@@ -15,7 +15,7 @@ import pytest
 from postgres_server import available, postgres
 from small_space import autotune_cli, small_space
 
-from autotune.study.storage_urls import display_url
+from autotune.study.store.storage_urls import display_url
 
 SECRET = "S3cretPw0rd-do-not-print"
 needs_postgres = pytest.mark.skipif(

@@ -13,7 +13,7 @@ from autotune.accuracy.reuse import find_reusable, screening_ids
 from autotune.errors import StudyError
 from autotune.evalset.dataset import load_evalset
 from autotune.measure.summary import with_launch_spread
-from autotune.study.select import is_feasible, pareto_front, recommend, tied
+from autotune.study.results.select import is_feasible, pareto_front, recommend, tied
 
 
 def add(

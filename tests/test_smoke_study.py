@@ -178,7 +178,7 @@ def test_one_count_in_the_progress_best_and_the_report(
     from autotune.report.data import collect
     from autotune.report.html import render
     from autotune.report.text import best_json, best_text
-    from autotune.study.counting import trial_counts
+    from autotune.study.results.counting import trial_counts
 
     workdir, study = smoke_study
     counts = trial_counts(study)

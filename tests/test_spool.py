@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study.failures import failure_of
-from autotune.study.recovery import Spool, recover, spool_payload
+from autotune.study.store.failures import failure_of
+from autotune.study.store.recovery import Spool, recover, spool_payload
 
 CONFIG = {"backend": "transformers"}
 

@@ -23,7 +23,7 @@ import pytest
 from small_space import autotune_cli, run_study, small_space
 from test_journal_recovery import RECOMMENDED, journal_of, whole_lines
 
-from autotune.study.spool import SPOOL_FILE_MAX_BYTES, Spool
+from autotune.study.store.spool import SPOOL_FILE_MAX_BYTES, Spool
 
 OTHER_UID = 12345
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root")
@@ -171,7 +171,7 @@ def test_a_torn_tail_of_two_mebibytes_is_cut_off_before_a_run_appends(
     journal.write_bytes(whole + b'{"op_code": 5, "user_attr": "' + b"x" * torn)
     run = subprocess.run(  # a run opening the study (the open, in a process of its own)
         [sys.executable, "-c",
-         "from autotune.study.storage import open_storage; import optuna, sys; "
+         "from autotune.study.store.storage import open_storage; import optuna, sys; "
          "s = optuna.load_study(study_name='small', storage=open_storage(sys.argv[1], "
          "create=True)); s.set_user_attr('resumed', True)", str(journal)],
         capture_output=True, text=True, timeout=600, check=False,

@@ -1,5 +1,5 @@
-"""One-lever steps from the incumbent (autotune.study.steps): which neighbour comes next, and
-when a step counts as tried. The incumbent is given directly; the real study loop runs the
+"""One-lever steps from the incumbent (autotune.study.proposals.steps): which neighbour comes
+next, and when a step counts as tried. The incumbent is given directly; the real study loop runs the
 steps in tests/test_replay.py and tests/test_racing.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from optuna.trial import TrialState, create_trial
 from small_space import run_study, small_space
 from step_checks import assert_one_lever_each
 
-import autotune.study.steps as steps
+import autotune.study.proposals.steps as steps
 from autotune.params import TrialConfig
 from autotune.space import load_space
 

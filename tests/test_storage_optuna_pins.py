@@ -1,4 +1,4 @@
-"""autotune.study.storage wraps Optuna's storages method by method, five of them private (what
+"""autotune.study.store.storage wraps Optuna's storages method by method, five of them private (what
 Optuna's cached storage calls instead of the public ones). These tests pin that surface to the
 installed Optuna: a renamed, removed or new write method fails here, not in a user's study."""
 
@@ -8,7 +8,7 @@ import inspect
 
 import optuna
 
-from autotune.study import storage
+from autotune.study.store import storage
 
 # Public writes autotune never makes: a study is never deleted by autotune.
 NOT_WRITTEN_BY_AUTOTUNE = {"delete_study"}

@@ -225,7 +225,7 @@ def test_json_output_never_carries_nan_or_infinity(
 def test_a_journal_study_reads_through_the_same_layer(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:
-    from autotune.study.storage import open_storage
+    from autotune.study.store.storage import open_storage
 
     url, name = small_study
     journal = tmp_path / "small.journal"

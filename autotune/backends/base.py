@@ -42,7 +42,7 @@ class Backend:
     # never records a knob that had no effect (autotune.params.BACKEND_PARAMS).
     lacks: frozenset[str]
     # Seconds its first launch is guessed to take before a study has timed one
-    # (autotune.study.budget).
+    # (autotune.study.run.budget).
     startup_guess_s: float
     # Measured through a server process (else in-process, in autotune's worker).
     server: bool = False
@@ -84,7 +84,7 @@ class Backend:
     # Why it cannot serve a LoRA adapter of Qwen3-VL; None: it can.
     adapters_refused: str | None = None
     # Its KV cache takes a share of the GPU memory free when it starts, so it can start while
-    # another engine (a study's reference) still holds some (autotune.study.launches).
+    # another engine (a study's reference) still holds some (autotune.study.run.launches).
     sizes_cache_from_free_memory: bool = False
 
     @property

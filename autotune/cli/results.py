@@ -33,7 +33,7 @@ from autotune.params import DEPLOY_TARGETS
 def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     """Show the feasible Pareto front and the recommended trial."""
     from autotune.report.text import best_json, best_text
-    from autotune.study.storage import load_study
+    from autotune.study.store.storage import load_study
 
     study = load_study(study_name, storage)
     if as_json:
@@ -100,8 +100,8 @@ def export(
 ) -> None:
     """Print the deploy command of the recommended (or a chosen) trial."""
     from autotune.errors import ExportError
-    from autotune.study.exports import export_trial
-    from autotune.study.storage import load_study
+    from autotune.study.results.exports import export_trial
+    from autotune.study.store.storage import load_study
 
     study = load_study(study_name, storage)
     result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
@@ -163,7 +163,7 @@ def verify(
     unless --one-sided).
     """
     from autotune.checkpoints.adapters import parse_adapters
-    from autotune.study.storage import load_study
+    from autotune.study.store.storage import load_study
     from autotune.verify import verify_text, verify_trial
 
     adapters = parse_adapters(adapter_specs)
@@ -198,7 +198,7 @@ def dashboard(
 ) -> None:
     """Serve optuna-dashboard for the study, with each trial's artifacts; Ctrl-C stops it."""
     from autotune.report.dashboard import create_dashboard
-    from autotune.study.storage import display_url
+    from autotune.study.store.storage import display_url
 
     server = create_dashboard(study_name, storage, host=host, port=port, allow_edits=allow_edits)
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -236,7 +236,7 @@ def dashboard(
 def report(study_name: str | None, storage: str | None, out_path: str) -> None:
     """Write a self-contained HTML report of the study (opens offline)."""
     from autotune.report.html import write_report
-    from autotune.study.storage import load_study
+    from autotune.study.store.storage import load_study
 
     # Resolved once: a storage that cannot be read at all is refused before anything is
     # written, and the trials left out are named after the report is.

@@ -88,7 +88,7 @@ def run(
     from autotune.engines.gpus import select_gpus
     from autotune.space import load_space, with_enqueued
     from autotune.study import plan_study, run_study
-    from autotune.study.progress import Progress
+    from autotune.study.results.progress import Progress
 
     budget_s = _option_duration("--budget", budget)
     loaded = load_space(space)
@@ -109,7 +109,7 @@ def run(
     )
     total = trials if trials is not None else loaded.trials
     if worker:
-        from autotune.study.loop import optimize
+        from autotune.study.run.loop import optimize
 
         with Progress(total=total, quiet=quiet, live=False) as progress:
             optimize(plan, target=total, timeout_s=timeout, progress=progress)
@@ -126,7 +126,7 @@ def run(
     # The context manager takes the progress bar down on Ctrl-C too.
     with Progress(total=total, quiet=quiet, live=plan.workers == 1) as progress:
         if plan.workers > 1:
-            from autotune.study.workers import run_on_workers
+            from autotune.study.run.workers import run_on_workers
 
             args = [
                 *("--space", space, "--study", plan.study_name, "--storage", plan.storage_url),
@@ -144,8 +144,8 @@ def run(
         else:
             study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report.text import best_text, failures_text
-    from autotune.study.select import has_completed_trial
-    from autotune.study.storage import display_url
+    from autotune.study.results.select import has_completed_trial
+    from autotune.study.store.storage import display_url
 
     click.echo(f"study stored in {display_url(plan.storage_url)}", err=True)
     if not has_completed_trial(study):

@@ -53,7 +53,7 @@ def open_session(
 ) -> EngineSession:
     """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not).
 
-    `gpus`: the devices the launch holds (autotune.study.gpu_pool); the engine sees only
+    `gpus`: the devices the launch holds (autotune.study.run.gpu_pool); the engine sees only
     those. None leaves it what this process sees. `adapters`: LoRA adapters to serve, the
     first one measured. `quantized_paths`: the model's checkpoints in a quantised layout, by
     weight_quant value, for engines that load one (LMDeploy's FP8).

@@ -138,7 +138,7 @@ _OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory"
 
 def as_oom(failure: TrialFailure) -> TrialFailure:
     """A crash whose log says the memory ran out is an `oom` failure: the study learns from
-    those (autotune.study.objective) instead of treating them as a broken command."""
+    those (autotune.study.run.objective) instead of treating them as a broken command."""
     if failure.kind in ("crash", "request") and any(
         marker in failure.log_tail.lower() for marker in _OOM_MARKERS
     ):
@@ -239,7 +239,7 @@ class ServerSession:
 
     def begin(self) -> ServerSession:
         """Start the server without waiting: a watcher times its start-up to when it first
-        answers (autotune.study.launches.LaunchStarter); `start` waits, `close` stops it."""
+        answers (autotune.study.run.launches.LaunchStarter); `start` waits, `close` stops it."""
         _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
         try:
             self._watch = ReadyWatch(self._spawn(attempt=1), self.startup_timeout_s)

@@ -11,12 +11,12 @@ a snapshot of the load now and then; the rule stops it once
 or, racing (a study's incumbent given), once the trial cannot win: its steady rate's interval
 (at RACE_CONFIDENCE, widened by the spread between launches) lies wholly below the
 incumbent's. A study recommends the best rate, and a later objective only breaks ties
-(autotune.study.select.tied: a difference inside its interval), so such a trial can no longer be
-recommended; the study spends its time on the contenders instead, and keeps a loser's partial
-figures with the reason. The interval it is judged on comes from at least MIN_BATCHES batch
-means of a settled rate (widened while they are too few for their correlation to be tested):
-a warm-up still climbing never stops a trial, and the replay benchmark (bench/cpu/replay.py)
-counts every stop it got wrong;
+(autotune.study.results.select.tied: a difference inside its interval), so such a trial
+can no longer be recommended; the study spends its time on the contenders instead, and keeps
+a loser's partial figures with the reason. The interval it is judged on comes from at least
+MIN_BATCHES batch means of a settled rate (widened while they are too few for their
+correlation to be tested): a warm-up still climbing never stops a trial, and the replay
+benchmark (bench/cpu/replay.py) counts every stop it got wrong;
 
 or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all
 (warm-up included), or `max_requests`. A trial stopped by a cap says so; its interval is then

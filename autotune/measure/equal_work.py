@@ -6,7 +6,7 @@ their tokens per second compare. An engine that ignores those fields answers as 
 likes: an endpoint answering 10 tokens whatever was asked was measured and recommended as if it
 had done the forced work (issue 30). Each trial's answers are therefore compared with what was
 asked of them; a trial outside the tolerance is recorded as unequal work and never ranked with
-the others on tokens per second (autotune.study.select).
+the others on tokens per second (autotune.study.results.select).
 """
 
 from __future__ import annotations

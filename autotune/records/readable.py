@@ -5,7 +5,7 @@ completed trial), its record (autotune.records.stored.TrialRecord, its configura
 included, which a completed trial must have). One that fails, edited by hand or damaged, is
 shown to every reader as a stand-in: a failed trial whose failure_reason names the field, so
 `best` and `report` leave it out of the ranking and name it, the sampler skips it, and the
-rest of the study stays readable. The storage classes (autotune.study.storage) put the
+rest of the study stays readable. The storage classes (autotune.study.store.storage) put the
 stand-ins in place; nothing is written back.
 """
 
@@ -73,7 +73,7 @@ def stand_in(
 ) -> FrozenTrial:
     """The failed trial readers see in place of an unreadable one. Its parameters, where they
     could be read, stay: Optuna checks a new trial's against every stored one, and a run says
-    so first (autotune.study.loop)."""
+    so first (autotune.study.run.loop)."""
     return FrozenTrial(
         number=number,
         state=TrialState.FAIL,

@@ -1,7 +1,7 @@
 """Repeated proposals, checked for what they claim.
 
 A trial that repeats a measured configuration stores `duplicate_of`, the trial whose figures
-it copied (autotune.study.twins), and readers leave it out of the ranking: the twin stands for
+it copied (autotune.study.run.twins), and readers leave it out of the ranking: the twin stands for
 those figures. A stored attribute is data anyone who can write the study may have shaped: a
 `duplicate_of` naming the trial itself, a missing or later trial, -1, a trial that did not
 complete or one with another configuration would silently drop a measured trial, the

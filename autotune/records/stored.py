@@ -111,14 +111,14 @@ class _Stored(BaseModel):
         return record
 
 
-# Environment entries of a launch started beside another (autotune.study.launches): on the
+# Environment entries of a launch started beside another (autotune.study.run.launches): on the
 # trial that took it over, and on the reference it started beside.
 STARTUP_BESIDE = "startup_beside"
 MEASURED_BESIDE = "measured_beside"
 
 
 class TrialRecord(_Stored):
-    """One trial's user attributes (autotune.study.objective writes them)."""
+    """One trial's user attributes (autotune.study.run.objective writes them)."""
 
     config: dict[str, Any] = {}
     output_key: str | None = None
@@ -149,10 +149,11 @@ class TrialRecord(_Stored):
     # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).
     accuracy_floor: dict[str, Any] | None = None
     measure_stop_reason: str | None = None
-    # Stopped by racing (autotune.study.racing): the incumbent it lost to, and why.
+    # Stopped by racing (autotune.study.run.racing): the incumbent it lost to, and why.
     raced_by: int | None = None
     raced_reason: str | None = None
-    # The one-lever step from an incumbent the trial was proposed as (autotune.study.steps).
+    # The one-lever step from an incumbent the trial was proposed as
+    # (autotune.study.proposals.steps).
     step: dict[str, Any] | None = None
     owner: dict[str, Any] | None = None
     failure_kind: str | None = None
@@ -238,7 +239,8 @@ class StudyRecord(_Stored):
 
 
 class _SpoolFile(BaseModel):
-    """A JSON file autotune keeps in the spool (autotune.study.recovery writes and reads it)."""
+    """A JSON file autotune keeps in the spool (autotune.study.store.recovery writes and
+    reads it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -19,7 +19,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from autotune.errors import StudyError
-from autotune.study.storage import artifact_dir, default_storage_url, load_study, open_storage
+from autotune.study.store.storage import artifact_dir, default_storage_url, load_study, open_storage
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

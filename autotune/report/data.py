@@ -22,9 +22,9 @@ from autotune.records.repeats import impossible_repeats
 from autotune.records.repeats import measured as measured_trials
 from autotune.records.repeats import repeats as valid_repeats
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.study.counting import TrialCounts, trial_counts
-from autotune.study.exports import export_trial
-from autotune.study.select import (
+from autotune.study.results.counting import TrialCounts, trial_counts
+from autotune.study.results.exports import export_trial
+from autotune.study.results.select import (
     NoDeployableTrial,
     Recommendation,
     deploy_target,
@@ -34,7 +34,7 @@ from autotune.study.select import (
     recommend,
     reference_trial,
 )
-from autotune.study.timeshare import TimeShare, study_time_share
+from autotune.study.results.timeshare import TimeShare, study_time_share
 
 TOP_N = 5
 SAMPLE_ROWS = 12

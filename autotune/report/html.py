@@ -130,7 +130,7 @@ def write_report(study_name: str | None, storage_url: str | None, *, out: str | 
     """Write the report of an existing study to `out`; never creates a database."""
     from optuna.artifacts import FileSystemArtifactStore
 
-    from autotune.study.storage import artifact_dir, default_storage_url, load_study
+    from autotune.study.store.storage import artifact_dir, default_storage_url, load_study
 
     output_target(out, "the report")  # refused before the work, not after
     study = load_study(study_name, storage_url)

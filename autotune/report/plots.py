@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial
 from autotune.measure.registry import THROUGHPUT
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.data import Importances, ReportData, changed_params, finite, params_words
-from autotune.study.select import (
+from autotune.study.results.select import (
     CONSTRAINT_NAMES,
     constraint_values,
     is_feasible,

@@ -2,7 +2,7 @@
 
 Both figures come from load tests with intervals of their own: the recommendation's to
 +-3% (launch spread included), the reference's often far wider, since a reference the deploy
-target cannot run is measured only to +-10% or a short cap (autotune.study.reference_load).
+target cannot run is measured only to +-10% or a short cap (autotune.study.run.reference_load).
 The ratio carries both: two independent measurements, so on the log scale (where a ratio is
 a difference) their relative half-widths add in quadrature, the delta method's first order.
 """

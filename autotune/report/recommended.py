@@ -26,7 +26,7 @@ from autotune.report.data import (
     why_no_tpot,
 )
 from autotune.report.text import gpu_mismatch
-from autotune.study.select import tied
+from autotune.study.results.select import tied
 
 
 def _versus(rec: FrozenTrial, ref: FrozenTrial, key: str, higher_better: bool) -> str:

@@ -30,7 +30,7 @@ from autotune.report.data import (
     what_ifs_title,
 )
 from autotune.report.text import gpu_mismatch
-from autotune.study.storage import failure_of
+from autotune.study.store.storage import failure_of
 
 
 def _section(anchor: str, title: str, intro: str, head: str, rows: list[str]) -> str:

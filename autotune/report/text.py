@@ -25,9 +25,9 @@ from autotune.report.data import (
     why_no_tpot,
 )
 from autotune.report.ratio import versus_reference
-from autotune.study.counting import trial_counts
-from autotune.study.provenance import provenance, reference_config
-from autotune.study.select import (
+from autotune.study.results.counting import trial_counts
+from autotune.study.results.provenance import provenance, reference_config
+from autotune.study.results.select import (
     CONSTRAINT_NAMES,
     UNEQUAL_PREFIX,
     NoDeployableTrial,
@@ -41,8 +41,8 @@ from autotune.study.select import (
     reference_trial,
     throughput_interval,
 )
-from autotune.study.storage import failure_of
-from autotune.study.timeshare import study_time_share
+from autotune.study.results.timeshare import study_time_share
+from autotune.study.store.storage import failure_of
 
 HEADLINE = (
     "throughput_output_tokens_per_s",

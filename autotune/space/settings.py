@@ -213,7 +213,7 @@ class Workload(_Strict):
     racing: bool = Field(
         True,
         description="Stop a trial's load test once its throughput interval lies wholly below "
-        "the incumbent's (autotune.study.racing): it is recorded as stopped by racing with its "
+        "the incumbent's (autotune.study.run.racing): it is recorded as stopped by racing with its "
         "partial figures, and the time goes to the contenders. false: every trial measures to "
         "its target interval or cap.",
     )
@@ -315,12 +315,13 @@ class Workload(_Strict):
 
 
 class SamplerSettings(_Strict):
-    """How the study proposes configurations (autotune.study.sampler.make_sampler)."""
+    """How the study proposes configurations (autotune.study.proposals.sampler.make_sampler)."""
 
     kind: Literal["tpe", "random"] = Field(
         "tpe",
         description="tpe: one-lever steps from the incumbent first (steps), then Optuna's "
-        "TPESampler, its start-up covering the big levers (autotune.study.coverage). random: "
+        "TPESampler, its start-up covering the big levers "
+        "(autotune.study.proposals.coverage). random: "
         "Optuna's RandomSampler, its proposals drawn uniformly (random search, with `steps: "
         "false`: the baseline of bench/cpu/replay.py); the reference and named candidates still "
         "come first, launches are still reused.",
@@ -336,7 +337,8 @@ class SamplerSettings(_Strict):
     steps: bool = Field(
         True,
         description="Propose one-lever steps from the incumbent before the sampler's own "
-        "proposals (autotune.study.steps): every other level of image side and concurrency on "
+        "proposals (autotune.study.proposals.steps): every other level of image side and "
+        "concurrency on "
         "the running launch, then launches with one launch parameter changed "
         "(launches.launch_steps); a step that wins is the next steps' incumbent. false: the "
         "sampler from the first proposal.",
@@ -351,7 +353,7 @@ def _default_objectives() -> list[Objective]:
 
 
 class LaunchSettings(_Strict):
-    """How long one engine launch is kept for request-time trials (autotune.study.launches)."""
+    """How long one engine launch is kept for request-time trials (autotune.study.run.launches)."""
 
     trials_per_launch: int = Field(
         4,

@@ -21,7 +21,11 @@ from autotune.space.model import check_name
 from autotune.space.narrowing import for_endpoint, for_gpus, runnable_here
 from autotune.space.sampling import applies, unsupported_notes
 from autotune.space.support import supported_choices
-from autotune.study.storage import check_several_writers, check_storage_url, default_storage_url
+from autotune.study.store.storage import (
+    check_several_writers,
+    check_storage_url,
+    default_storage_url,
+)
 
 
 @dataclass
@@ -36,7 +40,7 @@ class StudyPlan:
     notes: list[str] = field(default_factory=list)
     dummy_weights: bool = False
     image_geometry: dict[str, int] = field(default_factory=dict)
-    # The GPUs the run's launches are handed out from (autotune.study.gpu_pool); none on the
+    # The GPUs the run's launches are handed out from (autotune.study.run.gpu_pool); none on the
     # CPU or for an endpoint. `workers`: how many trials run at once, one per GPU with --gpus.
     gpus: list[Gpu] = field(default_factory=list)
     workers: int = 1

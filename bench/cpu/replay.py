@@ -3,7 +3,7 @@
     python bench/cpu/replay.py --seeds 10 --out bench/results --name replay-DATE
     python bench/cpu/replay.py --seeds 2 --budget-min 10 --grid-seeds 0      # CI's reduced run
 
-autotune's own study loop (autotune.study.loop.run_study: TPE and its start-up, launch reuse,
+autotune's own study loop (autotune.study.run.loop.run_study: TPE and its start-up, launch reuse,
 the budget, racing, recording, the recommendation) runs the default space as the H200 runs it
 (LMDeploy only, one GPU, random weights) against a simulated engine and clock
 (replay_engine.py) that answer from a surface measured on the H200 (replay_surface.py). Per
@@ -50,12 +50,12 @@ from autotune.evalset.dataset import load_evalset
 from autotune.params import REQUEST_LEVERS
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
 from autotune.space import load_space
-from autotune.study.loop import run_study
 from autotune.study.plan import StudyPlan
-from autotune.study.progress import Progress
-from autotune.study.runtime import Runtime
-from autotune.study.select import recommend
-from autotune.study.timeshare import time_share
+from autotune.study.results.progress import Progress
+from autotune.study.results.select import recommend
+from autotune.study.results.timeshare import time_share
+from autotune.study.run.loop import run_study
+from autotune.study.run.runtime import Runtime
 
 LAUNCH_LEVERS = ("backend", "compile_mode", "kv_cache_fraction", "dtype")
 
@@ -99,7 +99,7 @@ def run_one(method: str, seed: int, budget_s: float) -> dict[str, Any]:
     """One study on the surface; its recommendation's true share of the best after each trial."""
     clock = replay_engine.SimClock()
     streams = replay_engine.LaunchStreams(seed)
-    # The loop's seams (autotune.study.runtime): simulated seconds, and a launch that answers
+    # The loop's seams (autotune.study.run.runtime): simulated seconds, and a launch that answers
     # from the surface instead of starting an engine.
     runtime = Runtime(
         clock=clock.seconds,
@@ -200,7 +200,7 @@ def _proposal(trial: FrozenTrial) -> dict[str, Any]:
         "raced_by": attrs.get("raced_by"),
         "true_tokens_per_s": round(surface.tokens_per_s(config), 1) if config else None,
         "tokens_per_s": attrs.get("throughput_output_tokens_per_s"),
-        # A launch started beside the reference (autotune.study.launches): its own start-up,
+        # A launch started beside the reference (autotune.study.run.launches): its own start-up,
         # and what the trial that opened it still waited for.
         "launch_startup_s": attrs.get("startup_s") if attrs.get("launch_started") else None,
         "startup_waited_s": (attrs.get("time_s") or {}).get("startup"),

@@ -1,6 +1,6 @@
 """A simulated engine and clock under autotune's real study loop (bench/cpu/replay.py).
 
-The loop is the one `autotune run` runs (autotune.study.loop.run_study: its sampler, launch
+The loop is the one `autotune run` runs (autotune.study.run.loop.run_study: its sampler, launch
 reuse, budget, racing, recording and recommendation). Two things are replaced:
 
 - the engine: `ReplaySession` answers a trial with a load test drawn from the response
@@ -32,7 +32,7 @@ RECORDING_S = 1.0  # judging, the storage's writes: measured 0.1-0.7 s a trial o
 
 
 class SimClock:
-    """Simulated seconds: `seconds` is the study loop's clock (autotune.study.runtime)."""
+    """Simulated seconds: `seconds` is the study loop's clock (autotune.study.run.runtime)."""
 
     def __init__(self) -> None:
         self.now = 0.0

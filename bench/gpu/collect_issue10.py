@@ -21,8 +21,8 @@ import optuna
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from autotune.study.select import recommend  # noqa: E402
-from autotune.study.timeshare import study_time_share  # noqa: E402
+from autotune.study.results.select import recommend  # noqa: E402
+from autotune.study.results.timeshare import study_time_share  # noqa: E402
 
 TPS = "throughput_output_tokens_per_s"
 P95 = "e2e_latency_p95_ms"

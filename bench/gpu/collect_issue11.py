@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.storage import open_storage
+from autotune.study.store.storage import open_storage
 
 
 def _study(path: Path, name: str) -> optuna.Study:

@@ -18,8 +18,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.study.select import NoDeployableTrial, recommend
-from autotune.study.storage import open_storage
+from autotune.study.results.select import NoDeployableTrial, recommend
+from autotune.study.store.storage import open_storage
 
 FIGURES = (
     "throughput_output_tokens_per_s",

@@ -28,9 +28,9 @@ import optuna
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from autotune.study.select import recommend  # noqa: E402
-from autotune.study.storage import open_storage  # noqa: E402
-from autotune.study.timeshare import study_time_share  # noqa: E402
+from autotune.study.results.select import recommend  # noqa: E402
+from autotune.study.results.timeshare import study_time_share  # noqa: E402
+from autotune.study.store.storage import open_storage  # noqa: E402
 
 TPS = "throughput_output_tokens_per_s"
 CI = "throughput_ci_rel"

@@ -2,12 +2,12 @@
 the first, or the steps leave its launch.
 
 The first named candidate is the study's first deployable launch (after the reference), and
-the one-lever steps (autotune.study.steps) start from its figure. On the H200 the second
+the one-lever steps (autotune.study.proposals.steps) start from its figure. On the H200 the second
 candidate (the guide's recipe, on the same launch and as fast as the first) took 100-200 s
 before the first step, and the step that found the best (images at 512 px) ran at minute 9.
 So with steps on, a run queues the reference and the first candidate; the others are queued
 as soon as a step has beaten the first (they are then raced against the front like any
-trial, autotune.study.racing, and a loser stops within seconds), or when no request-time step
+trial, autotune.study.run.racing, and a loser stops within seconds), or when no request-time step
 on the running launch is left, and in any case before a launch step leaves that launch.
 """
 
@@ -17,7 +17,7 @@ import optuna
 
 from autotune.records.stored import TrialRecord
 from autotune.study.plan import StudyPlan
-from autotune.study.steps import Step
+from autotune.study.proposals.steps import Step
 
 
 def candidates_now(plan: StudyPlan) -> int | None:

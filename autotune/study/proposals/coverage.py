@@ -12,7 +12,7 @@ a seeded shuffled order, repeated, with the levers shuffled independently of eac
 that after k proposals every level of every lever has been tried about k/levels times and
 the combinations differ. Everything else is drawn as TPE draws it. Named candidates and the
 reference are enqueued trials and do not count; the running launch's own parameters stay
-fixed around this sampler (autotune.study.launches), so a launch's request-side levers are
+fixed around this sampler (autotune.study.run.launches), so a launch's request-side levers are
 covered before a new launch is paid for.
 """
 

@@ -2,7 +2,7 @@
 
 A URL is checked before anything is written: no in-memory SQLite that would lose the study, no
 folder created at a typo's path, no write into another program's database, and a password in
-it is never printed (`display_url`). autotune.study.storage opens what passes.
+it is never printed (`display_url`). autotune.study.store.storage opens what passes.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from autotune.errors import StudyError
-from autotune.study.optuna_schema import describe, not_optunas
+from autotune.study.store.optuna_schema import describe, not_optunas
 
 # How long SQLite waits for another writer's lock before a write gives up (seconds); the
-# retries after that are autotune.study.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
+# retries after that are autotune.study.store.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
 SQLITE_BUSY_TIMEOUT_S = 30.0
 SQLITE_BUSY_TIMEOUT_ENV = "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S"
 

@@ -13,7 +13,7 @@ from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
 from autotune.space import SearchSpace
-from autotune.study.select import CONSTRAINT_NAMES
+from autotune.study.results.select import CONSTRAINT_NAMES
 
 
 def constraint_values(

@@ -17,10 +17,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records.repeats import is_repeat
 from autotune.records.stored import TrialRecord
-from autotune.study.select import is_feasible
-from autotune.study.storage import failure_of
+from autotune.study.results.select import is_feasible
+from autotune.study.store.storage import failure_of
 
-# The failure_kind of a trial another worker made unnecessary (autotune.study.objective).
+# The failure_kind of a trial another worker made unnecessary (autotune.study.run.objective).
 SURPLUS = "surplus"
 # A failure kind in words, where its short name would not say it.
 FAILURE_WORDS = {"oom": "out of memory", "interrupted": "interrupted (Ctrl-C)"}

@@ -19,7 +19,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
-from autotune.study.storage import artifact_dir
+from autotune.study.store.storage import artifact_dir
 
 SAMPLE_OUTPUTS = "sample_outputs.json"
 SAMPLE_OUTPUTS_TABLE = "sample_outputs.jsonl"

@@ -2,18 +2,18 @@
 sampler's free choice.
 
 After each trial the study's sampler is pointed at the next proposal, through Optuna's
-PartialFixedSampler around the study's own (autotune.study.sampler):
+PartialFixedSampler around the study's own (autotune.study.proposals.sampler):
 
-- while the incumbent has an untried one-lever neighbour (autotune.study.steps), that step's
-  levers: request-time steps on the incumbent's launch, then up to `launches.launch_steps`
-  launches with one launch parameter changed;
+- while the incumbent has an untried one-lever neighbour (autotune.study.proposals.steps),
+  that step's levers: request-time steps on the incumbent's launch, then up to
+  `launches.launch_steps` launches with one launch parameter changed;
 - else, while the running launch has trials left (`launches.trials_per_launch`), its
   launch-time parameters, the sampler proposing request-time settings;
 - else nothing: the sampler chooses freely, a new launch included.
 
 Every trial is an ordinary Optuna trial, so the search stays Optuna's. A launch whose first
 two trials both lost their races is left early (RACED_TO_LEAVE). Which launch is up is the
-launch scheduler's (autotune.study.launches); it says when a new one starts (`new_launch`).
+launch scheduler's (autotune.study.run.launches); it says when a new one starts (`new_launch`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from autotune.params import LAUNCH_PARAMS, base_param
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import searched
 from autotune.study.plan import StudyPlan
-from autotune.study.steps import Step, chosen_launches, next_step
+from autotune.study.proposals.steps import Step, chosen_launches, next_step
 
 # Trials on a launch, every one stopped by racing, after which the launch is given up.
 RACED_TO_LEAVE = 2
@@ -80,7 +80,7 @@ class Steering:
     ) -> None:
         """Fix the next proposal's launch parameters to this trial's, or free them.
         `on_this_launch`: the trial ran on the launch still up, its `trials_on_launch`-th
-        (autotune.study.launches.LaunchScheduler)."""
+        (autotune.study.run.launches.LaunchScheduler)."""
         record = TrialRecord.of(trial)
         duplicate = record.duplicate_of is not None
         self.repeats_in_a_row = self.repeats_in_a_row + 1 if duplicate else 0
@@ -106,7 +106,7 @@ class Steering:
 
     def steer(self, study: optuna.Study) -> None:
         """Point the study's sampler at the next proposal: the incumbent's next one-lever step
-        while one is left (autotune.study.steps), else the launch that is kept, else the
+        while one is left (autotune.study.proposals.steps), else the launch that is kept, else the
         sampler unrestricted. Run after every trial, and once when a process joins (a
         resumed study, another worker)."""
         space = self.plan.space

@@ -2,15 +2,15 @@
 
 Starting an engine (a server, a model load, a compile) costs far more than one measurement,
 so a launch is kept for several trials: what the next trial is proposed on is the proposal
-policy's (autotune.study.steering); this holds the launch that is up and starts the next.
+policy's (autotune.study.proposals.steering); this holds the launch that is up and starts the next.
 
 A trial whose launch parameters differ from the running launch's stops it first (a GPU holds
 one engine at a time) and starts its own. A failed trial ends its launch. The one exception is
-the reference that only feeds the "x the reference" figure (autotune.study.reference_load):
+the reference that only feeds the "x the reference" figure (autotune.study.run.reference_load):
 while it starts and measures, the next launch's server may start beside it, when
 its engine sizes its KV cache from the memory left free (LMDeploy), so the first deployable
 launch's start-up is not paid on top of the reference's time. Each launch holds
-its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.gpu_pool)
+its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.run.gpu_pool)
 until it stops, so the engines of parallel workers never share a device.
 """
 
@@ -26,9 +26,9 @@ from autotune.engines.gpus import Gpu
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.gpu_pool import GpuLease, GpuPool
 from autotune.study.plan import StudyPlan
-from autotune.study.runtime import REAL, Runtime
+from autotune.study.run.gpu_pool import GpuLease, GpuPool
+from autotune.study.run.runtime import REAL, Runtime
 
 
 class LaunchScheduler:
@@ -41,7 +41,7 @@ class LaunchScheduler:
         runtime: Runtime = REAL,
         on_new_launch: Callable[[], None] = lambda: None,
     ) -> None:
-        """`on_new_launch`: told when a trial starts a new launch (autotune.study.steering
+        """`on_new_launch`: told when a trial starts a new launch (autotune.study.proposals.steering
         forgets the launch it kept)."""
         self.plan = plan
         self.on_new_launch = on_new_launch

@@ -29,8 +29,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
-from autotune.study.failures import failure_of, record_failure
-from autotune.study.spool import FAILED, Spool, UnsafeSpool
+from autotune.study.store.failures import failure_of, record_failure
+from autotune.study.store.spool import FAILED, Spool, UnsafeSpool
 
 __all__ = ["FAILED", "Spool", "fail_orphaned", "fail_stale", "owner", "recover", "spool_payload"]
 

@@ -13,7 +13,7 @@ from autotune.export import Export, render_export
 from autotune.export.reproduce import reproduction
 from autotune.params import TrialConfig
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.study.select import chosen_trial, deploy_target, infeasibility
+from autotune.study.results.select import chosen_trial, deploy_target, infeasibility
 
 
 def trial_config(trial: FrozenTrial) -> TrialConfig:

@@ -1,7 +1,7 @@
 """One Optuna trial: propose, measure on the right launch, judge, record.
 
 Each trial runs its request-time settings on the launch the scheduler provides
-(autotune.study.launches), records its figures as user attributes, its constraint values, how
+(autotune.study.run.launches), records its figures as user attributes, its constraint values, how
 its time was spent and whether its export reproduces on the deploy target. A failed trial is a
 FAIL with its reason, and the study goes on.
 """
@@ -33,29 +33,29 @@ from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.space.sampling import suggest
-from autotune.study.artifacts import ArtifactRecorder
-from autotune.study.budget import Budget
-from autotune.study.counting import FAILURE_WORDS, is_surplus
-from autotune.study.interrupts import InterruptGate
-from autotune.study.launches import LaunchScheduler
-from autotune.study.live import LiveEstimate
 from autotune.study.plan import StudyPlan
-from autotune.study.progress import SURPLUS, Progress
-from autotune.study.queueing import next_queued_launch
-from autotune.study.racing import Incumbent, incumbent, record_raced
-from autotune.study.recovery import Spool, owner, spool_payload
-from autotune.study.reference_load import only_a_baseline, reference_plan
-from autotune.study.runtime import REAL, Runtime
-from autotune.study.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
-from autotune.study.steering import Steering
-from autotune.study.timeshare import timed
-from autotune.study.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
-from autotune.study.verdicts import (
+from autotune.study.proposals.queueing import next_queued_launch
+from autotune.study.proposals.steering import Steering
+from autotune.study.results.counting import FAILURE_WORDS, is_surplus
+from autotune.study.results.live import LiveEstimate
+from autotune.study.results.progress import SURPLUS, Progress
+from autotune.study.results.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+from autotune.study.results.timeshare import timed
+from autotune.study.run.artifacts import ArtifactRecorder
+from autotune.study.run.budget import Budget
+from autotune.study.run.interrupts import InterruptGate
+from autotune.study.run.launches import LaunchScheduler
+from autotune.study.run.racing import Incumbent, incumbent, record_raced
+from autotune.study.run.reference_load import only_a_baseline, reference_plan
+from autotune.study.run.runtime import REAL, Runtime
+from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
+from autotune.study.run.verdicts import (
     constraint_values,
     judge,
     judge_absolute,
     record_constraints,
 )
+from autotune.study.store.recovery import Spool, owner, spool_payload
 
 # The memory constraint of a trial that ran out of memory: far beyond any measured one.
 OOM_VIOLATION = 1e9
@@ -104,7 +104,7 @@ class _Run:
     measure_accuracy: bool
     reference: FrozenTrial | None  # None when this is the reference, or it failed
     cached: FrozenTrial | None  # the earlier trial whose answers this one reuses
-    rival: Incumbent | None = None  # the trial it raced (autotune.study.racing)
+    rival: Incumbent | None = None  # the trial it raced (autotune.study.run.racing)
     # What ran beside its launch's start-up, or beside its measuring (environment entries).
     overlap: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -196,7 +196,7 @@ class Objective:
         runtime: Runtime = REAL,
     ) -> None:
         """`target`: the study's trial target, shared with other workers. `gate`: where Ctrl-C
-        may land (autotune.study.interrupts). `runtime`: the clock the time split reads."""
+        may land (autotune.study.run.interrupts). `runtime`: the clock the time split reads."""
         self.gate = gate or InterruptGate()
         self.clock = runtime.clock
         self.plan = plan
@@ -241,7 +241,7 @@ class Objective:
             trial.set_user_attr("time_s", time_s)
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
-        with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.timeshare
+        with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.results.timeshare
             proposal = self._propose(trial)
         if proposal.sampled:
             waited = self.clock()

@@ -1,6 +1,6 @@
 """The study's sampler: TPE with a start-up that covers the big levers, or plain random search.
 
-The one-lever steps that come before either (autotune.study.steps) are pinned around it by
+The one-lever steps that come before either (autotune.study.proposals.steps) are pinned around it by
 the launch scheduler; this is what proposes everything they leave open, and everything after
 them.
 """
@@ -12,7 +12,7 @@ import warnings
 import optuna
 
 from autotune.space import SearchSpace
-from autotune.study.coverage import CoveringSampler
+from autotune.study.proposals.coverage import CoveringSampler
 
 # A study's typical trial, in seconds, for sizing TPE's start-up from the budget before any
 # trial has run: 898 s bought 15 trials of the default study on the H200 (60 s each,
@@ -46,5 +46,5 @@ def make_sampler(space: SearchSpace) -> optuna.samplers.BaseSampler:
             group=True,  # conditional parameters (sampling only when do_sample, ...)
             n_startup_trials=startup,
         )
-    # Its start-up covers the levers that move throughput most (autotune.study.coverage).
+    # Its start-up covers the levers that move throughput most (autotune.study.proposals.coverage).
     return CoveringSampler(tpe, startup=startup, seed=space.seed)

@@ -24,7 +24,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study.storage import STUDIES_DIR, local_file
+from autotune.study.store.storage import STUDIES_DIR, local_file
 
 # A spooled trial is a few kilobytes (predictions included, far less than this); a larger
 # file was not written by Spool.write.

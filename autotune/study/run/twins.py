@@ -15,8 +15,8 @@ from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.select import reference_trial
-from autotune.study.verdicts import judge, record_constraints
+from autotune.study.results.select import reference_trial
+from autotune.study.run.verdicts import judge, record_constraints
 
 # Attributes that describe a trial's own run, not its configuration's figures.
 _NOT_INHERITED = frozenset(
@@ -74,8 +74,8 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
 
     Without it a relative floor cannot be judged, and a candidate must never pass unjudged. A
     reference that is only queued is not waited for: this process would run it after this
-    trial (the run queues it first, autotune.study.queueing, so that takes two runs queueing
-    at once); a named candidate failed so is queued again by the next run.
+    trial (the run queues it first, autotune.study.proposals.queueing, so that takes two runs
+    queueing at once); a named candidate failed so is queued again by the next run.
     """
     accuracy = space.constraints.accuracy
     needs_reference = accuracy.enabled and accuracy.mode == "relative"

@@ -33,12 +33,12 @@ from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
 from autotune.records.readable import ReadableView
-from autotune.study.failures import failure_of, heartbeat_grace_s, record_stale
-from autotune.study.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
-from autotune.study.optuna_schema import describe, not_optunas
-from autotune.study.rdb_rows import ROW_ERRORS, build_readable
-from autotune.study.snapshot import read_study
-from autotune.study.storage_urls import (
+from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
+from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
+from autotune.study.store.optuna_schema import describe, not_optunas
+from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable
+from autotune.study.store.snapshot import read_study
+from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
     STUDIES_DIR,
     check_several_writers,
@@ -195,7 +195,7 @@ def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
 class GuardedJournalStorage(optuna.storages.JournalStorage):
     """Optuna's journal storage whose failed writes (disk full) are one StorageUnavailable
     line, the measured results staying in the spool, as for a database; a line it cannot
-    replay is one line too (autotune.study.journal), and an unreadable trial a stand-in."""
+    replay is one line too (autotune.study.store.journal), and an unreadable trial a stand-in."""
 
     _readable: ReadableView | None = None
 
@@ -325,8 +325,8 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
     A call that still fails (the lock outlived the retries, the disk is full) raises
     StorageUnavailable, which `autotune run` prints as one line, keeping the trial's results
-    in its spool (autotune.study.recovery) for the next run to record. A trial whose rows
-    cannot be read is a stand-in (autotune.study.rdb_rows), the others read as before.
+    in its spool (autotune.study.store.recovery) for the next run to record. A trial whose rows
+    cannot be read is a stand-in (autotune.study.store.rdb_rows), the others read as before.
     """
 
     def _build_frozen_trial_from_trial_model(self, trial: Any) -> FrozenTrial:

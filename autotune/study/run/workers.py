@@ -3,7 +3,7 @@
 The coordinator prepares the study once (repairs, the reference and the candidates queued),
 then starts one `autotune run` worker per GPU on the same storage and trial target. Each
 worker runs Optuna's own optimize loop; its launches take their GPUs from the host's pool
-(autotune.study.gpu_pool), so a tensor-parallel launch gets a disjoint set. Workers run in
+(autotune.study.run.gpu_pool), so a tensor-parallel launch gets a disjoint set. Workers run in
 their own process group: Ctrl-C reaches the coordinator, which hands it on to each worker
 once, so every worker marks its trial interrupted and stops its engine. A worker that dies
 (killed, crashed) has its running trial failed at once with the reason; its GPU locks go
@@ -27,11 +27,11 @@ import optuna
 from autotune.engines.guard import parent_death_signal
 from autotune.engines.threads import ENGINES_AT_ONCE_ENV
 from autotune.errors import StudyError
-from autotune.study.loop import finish_study, prepare_study
 from autotune.study.plan import StudyPlan
-from autotune.study.progress import Progress
-from autotune.study.recovery import fail_orphaned
-from autotune.study.storage import load_study
+from autotune.study.results.progress import Progress
+from autotune.study.run.loop import finish_study, prepare_study
+from autotune.study.store.recovery import fail_orphaned
+from autotune.study.store.storage import load_study
 
 # How long workers get to stop their engines and record their trials after Ctrl-C.
 STOP_GRACE_S = 60.0

@@ -28,10 +28,10 @@ from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.counting import FAILURE_WORDS, SURPLUS, counts_towards_target
-from autotune.study.provenance import provenance, reference_config
-from autotune.study.select import NoDeployableTrial, is_feasible, recommend
-from autotune.study.timeshare import PARTS, part_seconds
+from autotune.study.results.counting import FAILURE_WORDS, SURPLUS, counts_towards_target
+from autotune.study.results.provenance import provenance, reference_config
+from autotune.study.results.select import NoDeployableTrial, is_feasible, recommend
+from autotune.study.results.timeshare import PARTS, part_seconds
 
 # A log shows the running estimate at most this often (a terminal's bar, as it comes).
 PLAIN_ESTIMATE_EVERY_S = 30.0
@@ -225,8 +225,8 @@ class Progress:
         self.bar.refresh()
 
     def estimate(self, entry: dict[str, object]) -> None:
-        """The running trial's estimate so far (autotune.study.live): on the bar as it comes;
-        in a log, a line every PLAIN_ESTIMATE_EVERY_S of load, so a long GPU trial shows
+        """The running trial's estimate so far (autotune.study.results.live): on the bar as it
+        comes; in a log, a line every PLAIN_ESTIMATE_EVERY_S of load, so a long GPU trial shows
         where its rate stands without a line every few seconds."""
         rate, ci, elapsed = entry.get("tokens_per_s"), entry.get("ci_rel"), entry.get("elapsed_s")
         interval = f" ±{ci:.1%}" if isinstance(ci, float) and math.isfinite(ci) else ""

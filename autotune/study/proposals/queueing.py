@@ -22,10 +22,10 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.space.sampling import fixed_params, reference_params
-from autotune.study.counting import SURPLUS
-from autotune.study.failures import failure_of
 from autotune.study.plan import StudyPlan
-from autotune.study.recovery import owner
+from autotune.study.results.counting import SURPLUS
+from autotune.study.store.failures import failure_of
+from autotune.study.store.recovery import owner
 
 REFERENCE = "reference"
 # What a trial ended "not run" had been queued as (its is_reference and candidate are cleared,
@@ -123,7 +123,7 @@ def queue_reference_and_candidates(
     candidates not held yet as the run has `room` for (its trials left): each waiting trial
     is a database row, and an --enqueue file of 20,000 of them took minutes to queue for a
     run of one trial. What is not queued waits for a later run. `candidates`: at most this
-    many now (the others wait for the steps: autotune.study.candidate_order). The lines to
+    many now (the others wait for the steps: autotune.study.proposals.candidate_order). The lines to
     show."""
     notes = _reference_first(study, plan)
     trials = study.get_trials(deepcopy=False)

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.backends import BACKENDS
 from autotune.records.stored import TrialRecord
-from autotune.study.timeshare import budget_seconds, trial_seconds
+from autotune.study.results.timeshare import budget_seconds, trial_seconds
 
 # Start-up guesses before a study has launched anything of its own, in seconds.
 STARTUP_GUESS_S = {name: backend.startup_guess_s for name, backend in BACKENDS.items()}

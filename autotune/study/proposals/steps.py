@@ -43,8 +43,8 @@ from autotune.params import LAUNCH_PARAMS, PARAM_NAMES, REQUEST_LEVERS, base_par
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
-from autotune.study.counting import SURPLUS
-from autotune.study.select import front_top
+from autotune.study.results.counting import SURPLUS
+from autotune.study.results.select import front_top
 
 # Launch steps change any launch parameter; request-time steps the request-time levers.
 STEPPED = (*LAUNCH_PARAMS, *REQUEST_LEVERS)

@@ -1,9 +1,9 @@
 """The Optuna study: the reference trial first, then the sampler's trials, each contained.
 
 `run_study` is what `autotune run` calls. It runs Optuna's own optimize loop; callbacks after
-each trial print progress, keep or free the running launch (autotune.study.launches), stop at
+each trial print progress, keep or free the running launch (autotune.study.run.launches), stop at
 the trial target (a repeated proposal does not count) and stop before a trial that would not
-fit in the budget (autotune.study.budget).
+fit in the budget (autotune.study.run.budget).
 """
 
 from __future__ import annotations
@@ -19,28 +19,33 @@ from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.study.budget import Budget
-from autotune.study.candidate_order import candidates_now, later_candidates_due
-from autotune.study.counting import counted_trials, trial_counts
-from autotune.study.interrupts import InterruptGate
-from autotune.study.launches import LaunchScheduler
-from autotune.study.objective import Objective
 from autotune.study.plan import StudyPlan, study_attrs
-from autotune.study.progress import SURPLUS, Progress
-from autotune.study.queueing import queue_reference_and_candidates
-from autotune.study.recovery import Spool, fail_orphaned, fail_stale, recover
-from autotune.study.resume import COMPARISON_BASIS, await_setup, check_resumable, comparison_basis
-from autotune.study.runtime import REAL, Runtime
-from autotune.study.sampler import make_sampler
-from autotune.study.select import reference_trial
-from autotune.study.steering import Steering
-from autotune.study.storage import (
+from autotune.study.proposals.candidate_order import candidates_now, later_candidates_due
+from autotune.study.proposals.queueing import queue_reference_and_candidates
+from autotune.study.proposals.sampler import make_sampler
+from autotune.study.proposals.steering import Steering
+from autotune.study.results.counting import counted_trials, trial_counts
+from autotune.study.results.progress import SURPLUS, Progress
+from autotune.study.results.select import reference_trial
+from autotune.study.results.timeshare import study_time_share
+from autotune.study.run.budget import Budget
+from autotune.study.run.interrupts import InterruptGate
+from autotune.study.run.launches import LaunchScheduler
+from autotune.study.run.objective import Objective
+from autotune.study.run.resume import (
+    COMPARISON_BASIS,
+    await_setup,
+    check_resumable,
+    comparison_basis,
+)
+from autotune.study.run.runtime import REAL, Runtime
+from autotune.study.store.recovery import Spool, fail_orphaned, fail_stale, recover
+from autotune.study.store.storage import (
     StorageUnavailable,
     local_file,
     open_storage,
     remove_study_file,
 )
-from autotune.study.timeshare import study_time_share
 
 # Proposals of measured configurations in a row after which the space counts as exhausted.
 EXHAUSTED_AFTER = 10
@@ -166,7 +171,9 @@ class _AfterTrial:
         self.spool = spool
         self.repeats = 0
         self.failures = 0
-        self.held_back = candidates_now(plan) is not None  # autotune.study.candidate_order
+        self.held_back = (
+            candidates_now(plan) is not None
+        )  # autotune.study.proposals.candidate_order
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # The storage holds the finished trial now: its spooled copy is no longer needed.
@@ -306,7 +313,7 @@ def optimize(
 ) -> optuna.Study:
     """Run trials in this process until the study holds `target` counted trials, the budget
     ends or another worker's stop condition holds; prepare_study has run. `runtime`: the
-    clock and launch opener (autotune.study.runtime; the replay benchmark passes its own)."""
+    clock and launch opener (autotune.study.run.runtime; the replay benchmark passes its own)."""
     study, base_sampler = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
     steering = Steering(plan, base_sampler)

@@ -1,6 +1,6 @@
 """Where a study's time went: start-up, warm-up (compile), measuring, accuracy, the rest.
 
-Every trial records `time_s` (autotune.study.objective): the start-up it paid (zero when it
+Every trial records `time_s` (autotune.study.run.objective): the start-up it paid (zero when it
 reused a running launch), its warm-up, its measured requests, its accuracy pass and its wall
 time. Summed over the study, the shares say how much of the trial time bought measurements.
 """
@@ -34,7 +34,7 @@ PARTS = (
 WAITS = ("gpu_wait", "twin_wait")
 # The engine's phases: what is left of the engine call beside them is the hand-off.
 ENGINE_PHASES = ("warmup", "measuring", "screening", "accuracy")
-# What the study process spends around the engine, each timed (autotune.study.objective):
+# What the study process spends around the engine, each timed (autotune.study.run.objective):
 # the sampler's proposal with the trial's configuration written to the storage; the reads of
 # the study before measuring (the reference, reusable answers, the racing incumbent); and the
 # hand-off: the engine call less its phases (the plan and the result between autotune and its
@@ -54,7 +54,8 @@ class TimeShare:
     total_s: float
     parts_s: dict[str, float]
     launches: int
-    trials: int  # every trial that recorded its time (autotune.study.counting says what each was)
+    # Every trial that recorded its time (autotune.study.results.counting says what each was).
+    trials: int
 
     @property
     def other_s(self) -> float:
@@ -93,7 +94,8 @@ class TimeShare:
             # A part no trial spent time in says nothing; measuring always shows.
             if key == "measuring" or round(100 * self.share(key)) > 0
         )
-        # No count of trials here: the counts line (autotune.study.counting) says what they were.
+        # No count of trials here: the counts line (autotune.study.results.counting) says what
+        # they were.
         launches = f"{self.launches} launch" + ("" if self.launches == 1 else "es")
         return f"{self.total_s:.0f} s of trial time on {launches}: {parts}"
 

@@ -2,7 +2,7 @@
 
 The trial it races is the top of the feasible front: the best throughput among the trials
 that meet every constraint. The recommendation is the best throughput, a later objective
-(p95 latency, say) breaking ties only (autotune.study.select.tied), so a trial whose
+(p95 latency, say) breaking ties only (autotune.study.results.select.tied), so a trial whose
 throughput interval lies wholly below the top's can no longer be recommended. The stop rule
 (autotune.measure.convergence) ends such a load as soon as that is known; the trial is then
 PRUNED, with its partial figures and the reason, and never reaches the accuracy pass. The
@@ -26,7 +26,7 @@ from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import with_launch_spread
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
-from autotune.study.select import front_top, objective_names, throughput_interval
+from autotune.study.results.select import front_top, objective_names, throughput_interval
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     finished.
 
     It is the top of the feasible front (the best throughput), not the recommendation: a
-    trial tied with the top may be recommended for its latency (autotune.study.select), so
+    trial tied with the top may be recommended for its latency (autotune.study.results.select), so
     only a trial whose interval lies below the top's is out of the running. On the top's own
     launch the two load tests' own intervals are compared, as `select.tied` compares them;
     on another, the top's recorded interval and the trial's, both widened by the spread

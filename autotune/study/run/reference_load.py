@@ -9,7 +9,7 @@ REFERENCE_MAX_MEASURE_S of steady window, and the figure carries the interval it
 (autotune.report.ratio propagates it into the ratio). A reference the target can deploy (an
 endpoint's, a swift space's) may be the recommendation and is measured like any trial.
 
-The next launch starts beside such a reference (autotune.study.launches), so the first
+The next launch starts beside such a reference (autotune.study.run.launches), so the first
 deployable launch's start-up (49-69 s for LMDeploy with CUDA graphs on the H200) runs during
 the reference's own start-up, warm-up and window (13 + 26 + 47 s there) instead of after
 them. A 30 s window was tried: in the replay it cut the reference to about 66 s but left
