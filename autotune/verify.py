@@ -4,8 +4,10 @@ The recommendation is a claim: "this command, on this machine, gives these figur
 starts the very command `autotune export` prints (or measures `--endpoint`), re-measures
 accuracy and speed with the study's own workload, and checks each figure against what the
 trial recorded. Each judged figure has a band: for throughput, the study's 95% interval widened
-by a relative tolerance (of the recorded figure) on each side; for latencies, which record no
-interval, the figure +-tolerance; for accuracy, +-the space's max_drop. By default the check is
+by a relative tolerance (of the recorded figure) on each side; for end-to-end latencies under a
+closed loop, the same relative interval (the latency of a fixed number in flight goes as one
+over the request rate) plus the tolerance, and under open-loop arrivals the figure
++-tolerance; for accuracy, +-the space's max_drop. By default the check is
 two-sided: a relaunch far faster than recorded misses as surely as one far slower, since either
 way the study's figures do not describe this deployment. `one_sided` judges the worse side only.
 """
@@ -191,7 +193,9 @@ def compare(
     for metric in speed:
         if metric in ("accuracy", "peak_memory_mib", "startup_s", "compile_s"):
             continue
-        rel = _number(recorded.get("throughput_ci_rel")) if metric == THROUGHPUT else None
+        rel = (
+            _number(recorded.get("throughput_ci_rel")) if _carries_interval(metric, space) else None
+        )
         check = speed_check(
             metric,
             recorded.get(metric),
@@ -216,6 +220,20 @@ def compare(
         else:
             checks.append(Check(metric, rec, mes, None, None, "shown only", None))
     return checks
+
+
+# End-to-end latencies under a closed loop: with a fixed number of requests in flight, the mean
+# latency is that number over the request rate (Little's law), so a relaunch that moves the
+# rate by x moves the latencies by about 1/x, and they carry the throughput's interval. Under
+# open-loop arrivals they do not (queueing is not linear in the rate): the tolerance only.
+CLOSED_LOOP_LATENCIES = ("e2e_latency_p50_ms", "e2e_latency_p95_ms")
+
+
+def _carries_interval(metric: str, space: SearchSpace) -> bool:
+    """Whether `metric`'s band includes the recorded throughput interval."""
+    if metric == THROUGHPUT:
+        return True
+    return metric in CLOSED_LOOP_LATENCIES and space.workload.request_rate_per_s is None
 
 
 def stored_space(study: optuna.Study) -> SearchSpace:
@@ -420,8 +438,9 @@ def _band(check: Check) -> str:
 def rule_text(result: VerifyResult) -> str:
     """The rule the verdict applied, in words."""
     band = (
-        f"the study's 95% interval (throughput) or figure (latencies) ±{result.tolerance:.0%} "
-        "of the recorded figure (--tolerance), accuracy ±max_drop"
+        f"the study's 95% throughput interval ±{result.tolerance:.0%} of the recorded figure "
+        "(--tolerance); latencies under a closed loop carry the same interval (Little's law), "
+        "under open-loop arrivals the tolerance only; accuracy ±max_drop"
     )
     if result.rule == ONE_SIDED:
         return (

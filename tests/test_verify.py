@@ -89,6 +89,35 @@ def test_verify_says_whether_the_recorded_interval_covers_the_relaunch() -> None
     assert bare.recorded_interval is None and bare.covered is None
 
 
+@pytest.mark.parametrize(("arrivals", "latency_band_rel"), [(None, 0.12 + 0.05), (20.0, 0.05)])
+def test_closed_loop_latencies_carry_the_throughput_interval(
+    arrivals: float | None, latency_band_rel: float
+) -> None:
+    """Issue 42's relaunch: 11.3% slower (inside throughput's band), so its latencies at 64 in
+    flight were 11.7% and 19% longer, and failed a band of the tolerance alone. Under a closed
+    loop a latency moves as one over the rate, so it carries the same interval; under
+    open-loop arrivals it does not."""
+    from optuna.trial import create_trial
+
+    from autotune.engines.measurement import Measurement
+    from autotune.params import TrialConfig
+    from autotune.space import load_space
+    from autotune.verify import compare
+
+    space = load_space("default")
+    space.workload.request_rate_per_s = arrivals
+    recorded = {THROUGHPUT: 2920.8, "throughput_ci_rel": 0.12, P50: 2817.0, P95: 3620.0}
+    trial = create_trial(values=[2920.8], user_attrs=recorded)
+    relaunch = {THROUGHPUT: 2589.9, "throughput_ci_rel": 0.12, P50: 3147.0, P95: 4307.0}
+    m = Measurement(TrialConfig(), relaunch, None, {}, "none")
+    checks = {c.metric: c for c in compare(trial, m, space, 0.05)}
+    assert checks[THROUGHPUT].passed
+    for metric in (P50, P95):
+        assert checks[metric].high == pytest.approx(recorded[metric] * (1 + latency_band_rel))
+    assert checks[P50].passed is (arrivals is None)
+    assert checks[P95].passed is False  # +19%: beyond even 12% + 5%
+
+
 # --- a real study through a (fake) server, verified against faster and slower servers --------
 
 # Seconds per streamed word (an answer is five): the study's server, one ten times faster and
@@ -96,6 +125,7 @@ def test_verify_says_whether_the_recorded_interval_covers_the_relaunch() -> None
 # whatever load the machine carries.
 RECORDED_PACE, FAST_PACE, SLOW_PACE = 0.05, 0.005, 0.15
 P50 = "e2e_latency_p50_ms"
+P95 = "e2e_latency_p95_ms"
 
 
 def _serve(pace: float) -> tuple[subprocess.Popen[bytes], str]:
