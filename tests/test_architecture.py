@@ -167,3 +167,49 @@ def test_racing_and_the_steps_read_the_front_not_the_whole_recommendation() -> N
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         }
         assert "front_top" in called and "recommend" not in called, (name, sorted(called))
+
+
+# Optuna's ways of writing a user attribute: the trial's and study's own, and the storage's.
+ATTRIBUTE_WRITES = frozenset({"set_user_attr", "set_trial_user_attr", "set_study_user_attr"})
+ONE_WRITER = REPO / "autotune" / "records" / "writer.py"
+
+
+def _attribute_writes(path: Path, root: Path = REPO) -> list[str]:
+    """Calls of an attribute writer in `path` ('file:line name', the file from `root`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        f"{path.relative_to(root)}:{node.lineno} {node.func.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ATTRIBUTE_WRITES
+    ]
+
+
+def test_one_module_writes_what_studies_and_trials_store() -> None:
+    """Issue 41: every user attribute is written by autotune.records.writer, which checks it
+    as part of its record first; no other module calls Optuna's writers."""
+    elsewhere = [
+        write
+        for path in _package_modules()
+        if path != ONE_WRITER
+        for write in _attribute_writes(path)
+    ]
+    assert not elsewhere, elsewhere
+    assert {w.rsplit(" ", 1)[1] for w in _attribute_writes(ONE_WRITER)} == {
+        "set_user_attr",
+        "set_trial_user_attr",
+    }
+
+
+def test_a_write_outside_the_writer_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "writes.py"
+    module.write_text(
+        "def f(trial, storage):\n    trial.set_user_attr('x', 1)\n"
+        "    storage.set_trial_user_attr(0, 'x', 1)\n    trial.user_attrs.get('x')\n",
+        encoding="utf-8",
+    )
+    assert _attribute_writes(module, tmp_path) == [
+        "writes.py:2 set_user_attr",
+        "writes.py:3 set_trial_user_attr",
+    ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -260,13 +260,23 @@ class _SpoolFile(BaseModel):
 
 class SpooledTrial(_SpoolFile):
     """A measured trial kept until the storage takes it: a file that does not read as one is
-    no measurement to record."""
+    no measurement to record. COMPLETE with its objective values, or PRUNED (stopped by
+    racing) with its partial figures in `user_attrs` and no values."""
 
-    values: list[FiniteFloat] = Field(min_length=1)
+    state: Literal["COMPLETE", "PRUNED"] = "COMPLETE"
+    values: list[FiniteFloat] = []
     params: dict[str, Any] = {}
     # Optuna's distribution_to_json of each parameter's distribution.
     distributions: dict[str, str] = {}
     user_attrs: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _values_match_the_state(self) -> SpooledTrial:
+        if self.state == "COMPLETE" and not self.values:
+            raise ValueError("a completed trial has at least one objective value")
+        if self.state == "PRUNED" and self.values:
+            raise ValueError("a trial stopped by racing has no objective values")
+        return self
 
     @classmethod
     def read(cls, text: str) -> SpooledTrial:

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
+from autotune.records.writer import write_finished_trial
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
 from autotune.study.results.counting import SURPLUS
@@ -71,8 +72,7 @@ def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
         "failure_kind": SURPLUS,
         "failure_reason": reason,
     }
-    for key, value in attrs.items():
-        storage.set_trial_user_attr(trial._trial_id, key, value)
+    write_finished_trial(storage, trial, attrs)
     storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
     return True
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import optuna
 
+from autotune.records.writer import write_trial
+
 # What the running estimate keeps of a stop-rule trail entry.
 KEPT = ("elapsed_s", "tokens_per_s", "ci_rel", "batches", "window_s", "settled", "stop")
 # How long the end of a trial waits for the last writes.
@@ -67,7 +69,7 @@ class LiveEstimate:
     def _write(self) -> None:
         while (entry := self._queue.get()) is not None and not self._closed.is_set():
             try:
-                self.trial.set_user_attr("running_estimate", entry)
+                write_trial(self.trial, {"running_estimate": entry})
                 if self.single_objective:
                     self._report(entry)
             except Exception:  # a locked or unreachable storage: this figure is not kept

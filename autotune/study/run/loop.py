@@ -19,6 +19,7 @@ from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError, TrialFailure
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
+from autotune.records.writer import write_study
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.proposals.candidate_order import candidates_now, later_candidates_due
 from autotune.study.proposals.queueing import queue_reference_and_candidates
@@ -86,10 +87,9 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             study = _create(plan, storage, sampler, basis)
     check_resumable(study, plan, basis)
     if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
-        study.set_user_attr(COMPARISON_BASIS, basis)
+        write_study(study, {COMPARISON_BASIS: basis})
     if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
-        for key, value in study_attrs(plan).items():
-            study.set_user_attr(key, value)
+        write_study(study, study_attrs(plan))
         # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -124,7 +124,7 @@ def _create(
         study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
         await_setup(study)
         return study
-    study.set_user_attr(COMPARISON_BASIS, basis)
+    write_study(study, {COMPARISON_BASIS: basis})
     return study
 
 
@@ -138,7 +138,7 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
     if warning is not None:
         progress.note(f"warning: {warning}")
         if StudyRecord.of(study).floor_warning != warning:
-            study.set_user_attr("floor_warning", warning)
+            write_study(study, {"floor_warning": warning})
 
 
 def _launch_backends(plan: StudyPlan) -> set[str]:

@@ -32,6 +32,7 @@ from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
+from autotune.records.writer import end_trial, write_trial
 from autotune.space.sampling import suggest
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.queueing import next_queued_launch
@@ -45,7 +46,7 @@ from autotune.study.run.artifacts import ArtifactRecorder
 from autotune.study.run.budget import Budget
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
-from autotune.study.run.racing import Incumbent, incumbent, record_raced
+from autotune.study.run.racing import Incumbent, incumbent, raced_attrs
 from autotune.study.run.reference_load import only_a_baseline, reference_plan
 from autotune.study.run.runtime import REAL, Runtime
 from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
@@ -75,9 +76,14 @@ def fail_trial(
     which TPE ranks below every completed one, with a constraint violated (memory, or
     deployable); `failure_kind` keeps it a failure wherever autotune reports it.
     """
-    trial.set_user_attr("failure_kind", failure.kind)
-    trial.set_user_attr("failure_reason", failure.reason)
-    trial.set_user_attr("log_tail", failure.log_tail[-4000:])
+    write_trial(
+        trial,
+        {
+            "failure_kind": failure.kind,
+            "failure_reason": failure.reason,
+            "log_tail": failure.log_tail[-4000:],
+        },
+    )
     artifacts.log_tail(trial, failure.log_tail)
     if failure.kind != "oom" and started:
         raise failure
@@ -115,6 +121,20 @@ class _Verdict:
     attrs: dict[str, Any]  # what the trial records, beside its constraints
     constraints: dict[str, float]
     values: list[float]  # the objectives, in the space's order
+    raced: str | None = None  # why racing stopped it (it ends PRUNED, with no values)
+
+
+def raced_verdict(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
+    """A trial racing stopped: its partial figures and the incumbent it lost to; no accuracy,
+    no constraints, no values (autotune.study.run.racing)."""
+    assert run.rival is not None
+    m = to_measurement(
+        plan.space, run.config, run.result, startup_s=run.startup_s, evalset=plan.evalset,
+        measure_accuracy=False,
+    )  # fmt: skip
+    time_s.update(m.time_s)
+    attrs, reason = raced_attrs(m, run.rival, run.launch_id, run.result.stop_rule_trail)
+    return _Verdict(m, attrs, {}, [], raced=reason)
 
 
 def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
@@ -217,19 +237,18 @@ class Objective:
         time_s: dict[str, float] = {"startup": 0.0}
         self.gate.open = True  # Ctrl-C from here on is this trial's to record
         try:
-            trial.set_user_attr("owner", owner())
+            write_trial(trial, {"owner": owner()})
             self.gate.raise_pending()  # a Ctrl-C that landed while Optuna created the trial
             if self.target is not None and is_surplus(trial.study, trial.number, self.target):
                 trial.study.stop()
-                trial.set_user_attr("failure_kind", SURPLUS)
                 reason = "the trial target was reached by trials other workers started first"
-                trial.set_user_attr("failure_reason", reason)
+                write_trial(trial, {"failure_kind": SURPLUS, "failure_reason": reason})
                 raise TrialFailure(reason, kind=SURPLUS)
             return self._run(trial, time_s)
         except KeyboardInterrupt:
             # Optuna records the trial as failed; say why, so a resumed run need not guess.
-            trial.set_user_attr("failure_kind", "interrupted")
-            trial.set_user_attr("failure_reason", "interrupted (Ctrl-C) before it ended")
+            interrupted = "interrupted (Ctrl-C) before it ended"
+            write_trial(trial, {"failure_kind": "interrupted", "failure_reason": interrupted})
             raise
         finally:
             self.gate.open = False
@@ -238,7 +257,7 @@ class Objective:
                 # Judging, spooling, the storage's writes and the sample-output artifact.
                 time_s["recording"] = now - self.recording_from
             time_s["total"] = now - self.started
-            trial.set_user_attr("time_s", time_s)
+            write_trial(trial, {"time_s": time_s})
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
         with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.results.timeshare
@@ -259,12 +278,7 @@ class Objective:
         run = self._measure(trial, proposal, time_s)
         self.recording_from = self.clock()
         if run.rival is not None and run.result.stop_reason == RACED:
-            m = to_measurement(
-                self.plan.space, run.config, run.result, startup_s=run.startup_s,
-                evalset=self.plan.evalset, measure_accuracy=False,
-            )  # fmt: skip
-            time_s.update(m.time_s)
-            record_raced(trial, m, run.rival, run.launch_id, run.result.stop_rule_trail)
+            return self._record(trial, raced_verdict(self.plan, run, time_s), time_s)
         verdict = judge_run(self.plan, run, time_s)
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
@@ -292,11 +306,10 @@ class Objective:
             fixed = space.candidate_config(str(candidate))
         config = suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)
-        trial.set_user_attr("config", config.model_dump())
-        trial.set_user_attr("output_key", output_key)
+        write_trial(trial, {"config": config.model_dump(), "output_key": output_key})
         self.progress.trial_started(trial.number, config)
         if (step := self.steering.step_of(trial)) is not None:
-            trial.set_user_attr("step", step.describe())
+            write_trial(trial, {"step": step.describe()})
         return _Proposal(config, output_key, is_reference, sampled=not (is_reference or candidate))
 
     def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
@@ -313,16 +326,15 @@ class Objective:
         try:
             then = _next_beside(plan, trial, proposal)
             session, launched = self.launches.session_for(config, self.progress.phase, then=then)
-            trial.set_user_attr("launch_id", session.launch_id)
-            trial.set_user_attr("launch_started", launched)
+            write_trial(trial, {"launch_id": session.launch_id, "launch_started": launched})
             # The reference is never raced: every trial is judged against it. A named
             # candidate that can no longer tie the front is raced like any trial.
             if not proposal.is_reference:
                 with timed(time_s, "study_reads"):
                     rival = incumbent(trial.study, space, launch_id=session.launch_id)
             if self.launches.gpus:
-                trial.set_user_attr("gpus", [gpu.to_dict() for gpu in self.launches.gpus])
-                trial.set_user_attr("gpu_share", self.launches.gpu_share)
+                gpus = [gpu.to_dict() for gpu in self.launches.gpus]
+                write_trial(trial, {"gpus": gpus, "gpu_share": self.launches.gpu_share})
             if launched:  # what the trial waited for: less when it started beside another
                 time_s["startup"] = self.launches.startup_wait_s
                 time_s["gpu_wait"] = self.launches.gpu_wait_s
@@ -359,19 +371,25 @@ class Objective:
     def _record(
         self, trial: optuna.Trial, verdict: _Verdict, time_s: dict[str, float]
     ) -> list[float]:
-        """Spooled before it goes to the storage, so a storage that refuses the writes
-        (locked, full) costs no measurement."""
+        """Every measured ending (completed, screened out, stopped by racing): checked as one
+        TrialRecord, spooled before it goes to the storage (so a storage that refuses the
+        writes, locked or full, costs no measurement), then stored."""
         m = verdict.measurement
-        # What the trial stores must read back as a TrialRecord: a writer that breaks the
-        # record fails here, in its own trial, not later in `best` or `report`.
-        TrialRecord.from_attrs({**trial.user_attrs, **verdict.attrs}, number=trial.number)
-        if not m.screened_out:
+
+        def keep() -> None:
+            if m.screened_out:  # no figures to keep: its screening is redone on a rerun
+                return
             # Only what was recorded: a null would stand for a value the trial never had.
             earlier = {k: trial.user_attrs[k] for k in _RECORDED_EARLY if k in trial.user_attrs}
             payload = {**earlier, **verdict.attrs, "time_s": time_s}
-            self.spool.write(trial.number, spool_payload(trial, verdict.values, payload))
-        for key, value in verdict.attrs.items():
-            trial.set_user_attr(key, value)
+            state = TrialState.PRUNED if verdict.raced else TrialState.COMPLETE
+            self.spool.write(
+                trial.number, spool_payload(trial, verdict.values, payload, state=state)
+            )
+
+        end_trial(trial, verdict.attrs, keep=keep)
+        if verdict.raced is not None:
+            raise optuna.TrialPruned(verdict.raced)
         record_constraints(trial, verdict.constraints)
         self.artifacts.sample_outputs(trial, self.plan.evalset, m)
         if m.screened_out:

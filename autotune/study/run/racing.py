@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import optuna
 
@@ -92,20 +92,13 @@ def spread_of(space: SearchSpace) -> float:
     return with_launch_spread(0.0, workload.launch_spread_rel, workload.ci_confidence)
 
 
-def record_raced(
-    trial: optuna.Trial,
-    m: Measurement,
-    rival: Incumbent,
-    launch_id: str,
-    trail: list[dict[str, Any]],
-) -> NoReturn:
-    """PRUNED, with the figures measured until the race was lost and the reason: the sampler
-    learns the region is worse, and the study's time goes to the contenders."""
+def raced_attrs(
+    m: Measurement, rival: Incumbent, launch_id: str, trail: list[dict[str, Any]]
+) -> tuple[dict[str, Any], str]:
+    """What a trial stopped by racing records, and why it stopped: the figures measured until
+    the race was lost, and the incumbent it lost to. It ends PRUNED (autotune.study.run.
+    objective): the sampler learns the region is worse, and the time goes to the contenders."""
     m.environment = {**m.environment, "launch_id": launch_id}
-    for key, value in m.user_attrs().items():
-        if key != "time_s":
-            trial.set_user_attr(key, value)
+    attrs = {key: value for key, value in m.user_attrs().items() if key != "time_s"}
     reason = rival.reason(trail[-1] if trail else {})
-    trial.set_user_attr("raced_by", rival.number)
-    trial.set_user_attr("raced_reason", reason)
-    raise optuna.TrialPruned(reason)
+    return {**attrs, "raced_by": rival.number, "raced_reason": reason}, reason

@@ -4,7 +4,7 @@ whose reference another worker still runs waits for it."""
 from __future__ import annotations
 
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -14,6 +14,7 @@ from autotune.errors import TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
+from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
 from autotune.study.results.select import reference_trial
 from autotune.study.run.verdicts import judge, record_constraints
@@ -98,13 +99,10 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
         time.sleep(TWIN_POLL_S)
 
 
-def _inherit(trial: optuna.Trial, twin: FrozenTrial) -> None:
-    """The twin's figures on the repeat, and where they came from; nothing was computed."""
-    for key, value in twin.user_attrs.items():
-        if key not in _NOT_INHERITED:
-            trial.set_user_attr(key, value)
-    trial.set_user_attr("duplicate_of", twin.number)
-    trial.set_user_attr("answers_computed", 0)
+def _inherited(twin: FrozenTrial) -> dict[str, Any]:
+    """The twin's figures for the repeat, and where they came from; nothing was computed."""
+    attrs = {key: value for key, value in twin.user_attrs.items() if key not in _NOT_INHERITED}
+    return {**attrs, "duplicate_of": twin.number, "answers_computed": 0}
 
 
 def copy_twin(
@@ -115,14 +113,15 @@ def copy_twin(
     GPU time goes to configurations not yet seen; `duplicate_of` says where the figures
     came from, and the trial does not count towards --trials.
     """
-    _inherit(trial, twin)
+    attrs = _inherited(twin)
     twin_record = TrialRecord.of(twin)
     constraints = dict(twin_record.constraints or {})
     if twin_record.is_reference and twin_record.item_passed:
         # The reference's twin is still a candidate: judged like every other one (a zero
         # difference), not left without a comparison.
         paired = judge(stored_accuracy(twin), twin, space, evalset)
-        trial.set_user_attr("paired_vs_reference", paired.to_dict())
+        attrs["paired_vs_reference"] = paired.to_dict()
+    end_trial(trial, attrs)
     record_constraints(trial, constraints)
     return list(twin.values)
 
@@ -130,5 +129,5 @@ def copy_twin(
 def copy_raced_twin(trial: optuna.Trial, twin: FrozenTrial) -> NoReturn:
     """The sampler proposed a configuration that lost its race: PRUNED again, with the twin's
     partial figures and reason, not re-run (and not counted, as any repeat)."""
-    _inherit(trial, twin)
+    end_trial(trial, _inherited(twin))
     raise optuna.TrialPruned(str(TrialRecord.of(twin).raced_reason))

@@ -12,6 +12,7 @@ from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
+from autotune.records.writer import write_trial
 from autotune.space import SearchSpace
 from autotune.study.results.select import CONSTRAINT_NAMES
 
@@ -61,7 +62,7 @@ def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
     "deployable" (0 or 1) is given to the sampler too, so TPE learns where configurations
     that reproduce on the deploy target lie; feasibility reads the other three only.
     """
-    trial.set_user_attr("constraints", values)
+    write_trial(trial, {"constraints": values})
     for name, value in values.items():
         trial.set_constraint(name, value)
 

@@ -8,6 +8,8 @@ import os
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.records.writer import write_study
+
 # A trial whose process sent no heartbeat for this long is failed by the next run or host.
 HEARTBEAT_GRACE_S = 120
 HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
@@ -29,8 +31,8 @@ LOST_ATTR_PREFIX = "lost_trial_"
 
 def record_failure(study: optuna.Study, number: int, kind: str, reason: str) -> None:
     """Why trial `number` failed, kept in the study: the trial is finished already."""
-    study.set_user_attr(
-        f"{LOST_ATTR_PREFIX}{number}", {"failure_kind": kind, "failure_reason": reason}
+    write_study(
+        study, {f"{LOST_ATTR_PREFIX}{number}": {"failure_kind": kind, "failure_reason": reason}}
     )
 
 

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
+from autotune.records.writer import write_finished_trial
 from autotune.study.store.failures import failure_of, record_failure
 from autotune.study.store.spool import FAILED, Spool, UnsafeSpool
 
@@ -81,8 +82,7 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
 
 def _fail(storage: Any, trial: FrozenTrial, kind: str, reason: str) -> None:
     """Record why `trial` ended, then end it as FAIL (a finished trial takes no attributes)."""
-    storage.set_trial_user_attr(trial._trial_id, "failure_kind", kind)
-    storage.set_trial_user_attr(trial._trial_id, "failure_reason", reason)
+    write_finished_trial(storage, trial, {"failure_kind": kind, "failure_reason": reason})
     storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
 
 
@@ -126,11 +126,18 @@ def set_aside(path: Path, why: str) -> str:
 
 
 def spool_payload(
-    trial: optuna.Trial, values: list[float], user_attrs: dict[str, Any]
+    trial: optuna.Trial,
+    values: list[float],
+    user_attrs: dict[str, Any],
+    *,
+    state: TrialState = TrialState.COMPLETE,
 ) -> dict[str, Any]:
+    """What the spool keeps of a trial that ended COMPLETE (with its values) or PRUNED by
+    racing (none): enough to record it again when the storage refused it."""
     started = trial.datetime_start
     return {
         "number": trial.number,
+        "state": state.name,
         # Which trial of which study: another study later made at the same path under the same
         # name has its own trial with this number, started at another time.
         "started": started.isoformat() if started is not None else None,
@@ -141,6 +148,8 @@ def spool_payload(
     }
 
 
+# The states of a trial whose spooled results the storage took after all.
+_RECORDED = (TrialState.COMPLETE, TrialState.PRUNED)
 # The states of a trial whose measured results the storage may have refused: it was started,
 # and its end was either never written or written as a failure.
 _REFUSED_STATES = (TrialState.RUNNING, TrialState.FAIL)
@@ -187,19 +196,19 @@ _BAD_TRIAL = (AttributeError, IndexError, KeyError, TypeError, ValueError)
 def _spooled_trial(
     path: Path, *, read: Callable[[Path], str], objectives: int
 ) -> tuple[SpooledTrial, FrozenTrial]:
-    """The spooled trial at `path` and the completed trial to record; ValueError saying why
-    when it holds no measurement of this study."""
+    """The spooled trial at `path` and the finished trial to record (completed, or stopped by
+    racing); ValueError saying why when it holds no measurement of this study."""
     spooled = SpooledTrial.read(read(path))
     if path.name != f"trial-{spooled.number}.json":
         raise ValueError(f"number: {spooled.number} in the file of another trial")
-    if len(spooled.values) != objectives:
+    if spooled.values and len(spooled.values) != objectives:
         raise ValueError(f"values: {len(spooled.values)} for {objectives} objective(s)")
     attrs = dict(spooled.user_attrs)
     constraints = attrs.get("constraints") or {}
     try:
         frozen = optuna.trial.create_trial(
-            state=TrialState.COMPLETE,
-            values=spooled.values,
+            state=TrialState[spooled.state],
+            values=spooled.values or None,
             params=spooled.params,
             distributions={k: json_to_distribution(d) for k, d in spooled.distributions.items()},
             user_attrs={**attrs, "recovered_from_trial": spooled.number},
@@ -246,9 +255,7 @@ def recover(study: optuna.Study, spool: Spool) -> list[str]:
     for path, (spooled, frozen) in _read_each(spool.pending(), read, notes):
         number = spooled.number
         original: FrozenTrial | None = trials.get(number)
-        if number in recorded_now or (
-            original is not None and original.state == TrialState.COMPLETE
-        ):
+        if number in recorded_now or (original is not None and original.state in _RECORDED):
             path.unlink(missing_ok=True)  # recorded after all
             continue
         why = _not_this_study(original, spooled)

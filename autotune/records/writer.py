@@ -1,0 +1,63 @@
+"""The one writer of what a study and its trials store (tests/test_architecture.py keeps it so).
+
+Every attribute goes through here, checked as part of its record (autotune.records.stored)
+before Optuna takes it: a writer that would store `"batch_size": "x"` or a NaN accuracy fails
+in its own trial, by field, instead of leaving a record that `best`, `report` and `verify` can no
+longer read. A trial's ending (completed, screened out, raced, a repeat of its twin) is checked
+whole, with what the trial already holds; a write along the way is checked on its own, so a
+record already damaged never hides why a trial failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.errors import StudyError
+from autotune.records.stored import StudyRecord, TrialRecord
+
+
+def _checked(record: type[TrialRecord | StudyRecord], attrs: Mapping[str, Any], what: str) -> None:
+    problem = record.problem(dict(attrs))
+    if problem is not None:
+        raise StudyError(f"{what} would store an unreadable record: {problem}")
+
+
+def write_trial(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """Store `attrs` on a running trial, each checked as a TrialRecord field."""
+    _checked(TrialRecord, attrs, f"trial {trial.number}")
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def end_trial(
+    trial: optuna.Trial, attrs: Mapping[str, Any], *, keep: Callable[[], None] | None = None
+) -> None:
+    """Store a trial's ending: `attrs` with what the trial holds must read as one whole
+    TrialRecord. `keep` runs once the record is known good, before the storage is written
+    (the spool: autotune.study.store.recovery)."""
+    _checked(TrialRecord, {**trial.user_attrs, **attrs}, f"trial {trial.number}")
+    if keep is not None:
+        keep()
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def write_finished_trial(
+    storage: optuna.storages.BaseStorage, trial: FrozenTrial, attrs: Mapping[str, Any]
+) -> None:
+    """Store `attrs` on a trial this process does not run (failed by a later run, or queued
+    by an earlier one), through its storage: Optuna's Trial is only the running one's."""
+    _checked(TrialRecord, attrs, f"trial {trial.number}")
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial._trial_id, key, value)
+
+
+def write_study(study: optuna.Study, attrs: Mapping[str, Any]) -> None:
+    """Store `attrs` on the study, each checked as a StudyRecord field."""
+    _checked(StudyRecord, attrs, f"study {study.study_name!r}")
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
