@@ -204,24 +204,33 @@ def snapshot(series: np.ndarray, upto_s: float, *, turnover: float | None = 5.0)
 
 def test_the_monitor_holds_the_warm_up_to_the_turnover_and_the_first_requests() -> None:
     """The one monitor every load loop uses: its floor is the later of the batch's turnover
-    and the warm-up requests' completion; before the turnover it never stops converged; it
-    keeps a trail entry every TRAIL_EVERY_S and shows each to the running estimate."""
+    and the warm-up requests' completion, and what the load records is 0 until the turnover;
+    before the turnover it never stops converged; it keeps a trail entry every TRAIL_EVERY_S
+    and shows each to the running estimate."""
     series = poisson(waves(2500.0, slow_s=12.0))
+    ends = [100.0 + 0.5 * k for k in range(1, 400)]  # a request every 0.5 s
+
+    def timing(end: float) -> RequestTiming:
+        return RequestTiming(end - 4.5, end - 4.0, end, end, 128)
+
+    for turnover, floor in ((101.0, 2.0), (107.5, 7.5)):  # the 4th request ends at 2 s
+        early = StopRuleMonitor(rule(), start=100.0, min_requests=4)
+        for end in ends[:10]:
+            early.completed(timing(end))
+        assert early.warmup_floor_s is None and early.min_warmup_s == 0.0
+        early.turned_over(turnover)
+        early.turned_over(150.0)  # the first call counts
+        assert early.warmup_floor_s == early.min_warmup_s == floor
     shown: list[dict[str, object]] = []
     monitor = StopRuleMonitor(rule(), start=100.0, min_requests=4, on_estimate=shown.append)
-    ends = [100.0 + 0.5 * k for k in range(1, 400)]  # a request every 0.5 s
-    assert monitor.warmup_floor_s(ends, turnover_s=1.0) == 2.0  # the 4th request, at 2 s
-    assert monitor.warmup_floor_s(ends, turnover_s=7.5) == 7.5
-    stops = []
+    stops, reported = [], 0
     for second in range(1, 100):
-        done = [end for end in ends if end <= 100.0 + second]
-        reason = monitor.look(
-            now=100.0 + second,
-            series=series[: int(second / BIN_S)],
-            ends=done,
-            e2e_s=[4.5] * len(done),
-            turnover_s=None if second < 40 else 5.0,
-        )
+        while reported < len(ends) and ends[reported] <= 100.0 + second:
+            monitor.completed(timing(ends[reported]))
+            reported += 1
+        if second == 40:
+            monitor.turned_over(105.0)
+        reason = monitor.look(now=100.0 + second, series=series[: int(second / BIN_S)])
         if reason is not None:
             stops.append((second, reason))
             break

@@ -3,14 +3,19 @@ the H200's response surface, bench/cpu/replay.py) runs in a reduced setting, as 
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import optuna
+import pytest
 
+from autotune.engines.session import measure_plan
+from autotune.params import TrialConfig
 from autotune.study.proposals.coverage import CoveringSampler
 from autotune.study.run.budget import FIRST_TRIAL_GUESS_S, Budget
 
@@ -106,6 +111,32 @@ def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path:
     eager = [launch for launch in launches if launch["compile_mode"] == "none"]
     assert all(launch["trials"] <= 2 for launch in eager), launches
     assert (tmp_path / "r.md").read_text(encoding="utf-8").startswith("# Replay")
+
+
+def test_the_replay_session_measures_through_the_phases_every_engine_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay's session runs autotune.engines.phases.run_phases on its simulated driver:
+    the phases a server shows, a load the rule stopped and whose requests drained, and the
+    floor the one monitor works out (the later of the turnover and the warm-up requests)."""
+    monkeypatch.syspath_prepend(str(REPO / "bench" / "cpu"))
+    replay = importlib.import_module("replay")
+    replay_engine = importlib.import_module("replay_engine")
+    space = replay.replay_space(tmp_path, budget_s=1800, seed=0, method="random")
+    point = next(p for p in replay.surface.grid_points() if p["batch_size"] == 16)
+    config = TrialConfig(**point, max_new_tokens=128)
+    clock = replay_engine.SimClock()
+    session = replay_engine.ReplaySession(config, clock, np.random.default_rng(0))
+    up_at, phases = clock.now, []
+    plan = measure_plan(space, config, accuracy_ids=None)
+    result = session.measure(config, plan, on_phase=phases.append)
+    assert phases == ["load test"] and result.stop_reason and not result.predictions
+    ends = [t.end for t in result.timings]
+    assert ends == sorted(ends) and result.load_s == ends[-1] > result.load_stop  # drained
+    # As many requests as lanes ended: the surface's first round turned over.
+    assert result.min_warmup_s == max(ends[16 - 1], ends[plan.warmup_requests - 1])
+    assert result.stop_rule_trail[-1]["stop"] == result.stop_reason
+    assert clock.now == pytest.approx(up_at + result.load_s + replay_engine.RECORDING_S)
 
 
 def test_the_budget_does_not_judge_the_next_trial_by_the_reference() -> None:

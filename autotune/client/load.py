@@ -171,11 +171,9 @@ async def closed_loop_until(
 
     concurrency = max(1, concurrency)
     replies: list[Reply] = []
-    e2e: list[float] = []
     started = 0
     stop: str | None = None
     stop_at = 0.0
-    turnover: float | None = None
     first_round_left = concurrency
     t0 = time.perf_counter()
     live.begin(t0)
@@ -187,7 +185,7 @@ async def closed_loop_until(
             stop, stop_at = reason, time.perf_counter()
 
     async def worker() -> None:
-        nonlocal started, turnover, first_round_left
+        nonlocal started, first_round_left
         first = True
         while stop is None and started < rule.max_requests:
             prompt = workload[started % len(workload)]
@@ -197,25 +195,18 @@ async def closed_loop_until(
             reply = await send(prompt)
             live.settle(reply.timing)
             replies.append(reply)
-            e2e.append(reply.timing.e2e_s)
-            if first:
+            rule_monitor.completed(reply.timing)
+            if first:  # the first round turns over when every worker's first request has ended
                 first = False
                 first_round_left -= 1
                 if first_round_left == 0:
-                    turnover = reply.timing.end - t0
+                    rule_monitor.turned_over(reply.timing.end)
 
     async def watch() -> None:
         while stop is None:
             await asyncio.sleep(check_every_s)
             now = time.perf_counter()
-            rule_monitor.look(
-                now=now,
-                series=live.series(now),
-                ends=[reply.timing.end for reply in replies],
-                e2e_s=e2e,
-                turnover_s=turnover,
-                on_stop=stop_now,
-            )
+            rule_monitor.look(now=now, series=live.series(now), on_stop=stop_now)
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(watch()))
@@ -225,7 +216,7 @@ async def closed_loop_until(
         start=t0,
         stop=stop_at,
         stop_reason=stop or MAX_REQUESTS,
-        min_warmup_s=rule_monitor.warmup_floor_s([r.timing.end for r in replies], turnover) or 0.0,
+        min_warmup_s=rule_monitor.min_warmup_s,
         trail=rule_monitor.trail,
     )
 

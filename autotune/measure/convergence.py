@@ -48,6 +48,7 @@ from autotune.measure.steady import (
     batch_seconds,
     steady_state,
 )
+from autotune.measure.timing import RequestTiming
 
 CONVERGED = "converged"
 RACED = "raced"
@@ -204,48 +205,60 @@ def trail_entry(
 class StopRuleMonitor:
     """One load test's stop rule, looked at while the load runs. Every load loop (the HTTP
     client's, autotune.client.load; the in-process worker's static batches; the replay
-    benchmark's simulated engine) shows it the load the same way: the warm-up floor worked out
-    once (`warmup_floor_s`), the snapshot built once, the trail kept once."""
+    benchmark's simulated engine) tells it the same two things: each request as it completes
+    (`completed`, drained ones too) and when the batch's first round has turned over
+    (`turned_over`, by the loop's own count of its rounds). From them it keeps the warm-up
+    floor, the snapshot it shows the rule and the trail, and the floor the load records
+    (`min_warmup_s`): each worked out here alone."""
 
     rule: SteadyRule
     start: float  # when the load began, on the loop's clock
     min_requests: int  # completed requests the warm-up holds at least
     on_estimate: Callable[[dict[str, Any]], None] | None = None
     trail: list[dict[str, float | bool | str | None]] = field(default_factory=list)
-    min_warmup_s: float | None = None  # the floor the last look used
+    ends: list[float] = field(default_factory=list)  # of the completed requests, as they came
+    e2e_s: list[float] = field(default_factory=list)  # their latencies, in the same order
+    turnover_s: float | None = None  # from `start`; None while the first round runs
 
-    def warmup_floor_s(self, ends: Sequence[float], turnover_s: float | None) -> float | None:
-        """The shortest warm-up, from `start`: until the batch's first round has turned over
-        (`turnover_s`, the loop's own; None while it has not, and so is the floor) and
-        `min_requests` requests have completed."""
-        if turnover_s is None:
+    def completed(self, timing: RequestTiming) -> None:
+        """A request of the load has completed (in the order they complete)."""
+        self.ends.append(timing.end)
+        self.e2e_s.append(timing.e2e_s)
+
+    def turned_over(self, at: float) -> None:
+        """The batch's first round turned over at `at` (the loop's clock); a later call
+        changes nothing."""
+        if self.turnover_s is None:
+            self.turnover_s = at - self.start
+
+    @property
+    def warmup_floor_s(self) -> float | None:
+        """The shortest warm-up, from `start`: until the first round has turned over (None
+        while it has not, and so is the floor) and `min_requests` requests have completed."""
+        if self.turnover_s is None:
             return None
-        return max(
-            turnover_s, first_round_end(ends, start=self.start, min_requests=self.min_requests)
-        )
+        first = first_round_end(self.ends, start=self.start, min_requests=self.min_requests)
+        return max(self.turnover_s, first)
+
+    @property
+    def min_warmup_s(self) -> float:
+        """The floor the load records, once its requests have drained: 0 when its first round
+        never turned over (a cap of fewer requests than the batch)."""
+        return self.warmup_floor_s or 0.0
 
     def look(
-        self,
-        *,
-        now: float,
-        series: np.ndarray,
-        ends: Sequence[float],
-        e2e_s: Sequence[float],
-        turnover_s: float | None,
-        on_stop: Callable[[str], None] | None = None,
+        self, *, now: float, series: np.ndarray, on_stop: Callable[[str], None] | None = None
     ) -> str | None:
-        """Why the load stops now, or None. `ends`: the completed requests' end instants, in
-        order; `e2e_s`: their latencies; `turnover_s`: seconds from `start` until the first
-        round turned over (None while it has not). `on_stop`: told the reason before the trail
-        is kept (a concurrent loop stops starting requests at once)."""
-        self.min_warmup_s = self.warmup_floor_s(ends, turnover_s)
+        """Why the load stops now, or None. `series`: its tokens per BIN_S bin from `start`
+        to `now`. `on_stop`: told the reason before the trail is kept (a concurrent loop stops
+        starting requests at once)."""
         snapshot = LoadSnapshot(
             series=series,
             elapsed_s=now - self.start,
-            completed=len(ends),
-            e2e_median_s=statistics.median(e2e_s) if e2e_s else None,
-            min_warmup_s=self.min_warmup_s,
-            ends_s=[end - self.start for end in ends],
+            completed=len(self.ends),
+            e2e_median_s=statistics.median(self.e2e_s) if self.e2e_s else None,
+            min_warmup_s=self.warmup_floor_s,
+            ends_s=[end - self.start for end in self.ends],
         )
         reason = self.rule.reason_to_stop(snapshot)
         if reason is not None and on_stop is not None:

@@ -3,10 +3,12 @@
 The loop is the one `autotune run` runs (autotune.study.run.loop.run_study: its sampler, launch
 reuse, budget, racing, recording and recommendation). Two things are replaced:
 
-- the engine: `ReplaySession` answers a trial with a load test drawn from the response
-  surface (replay_surface.py). Requests run in `batch_size` lanes, back to back, each as long
-  as the surface's rate says times its own noise; the real stop rule of the trial's measure
-  plan (racing included) is shown the load every simulated second and decides when it ends;
+- the engine: `ReplaySession` measures a trial through the phases every engine runs
+  (autotune.engines.phases.run_phases) on `ReplayDriver`, whose load test is drawn from the
+  response surface (replay_surface.py). Requests run in `batch_size` lanes, back to back, each
+  as long as the surface's rate says times its own noise; the real stop rule of the trial's
+  measure plan (racing included) is shown the load every simulated second and decides when it
+  ends;
 - the clock: the study's trial time (what its budget counts) is read from `SimClock`, which
   the session advances by the start-up, the load and a fixed recording time instead of
   sleeping. A 30-minute study replays in seconds.
@@ -14,14 +16,17 @@ reuse, budget, racing, recording and recommendation). Two things are replaced:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import replay_surface as surface
 
+from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallback, new_launch_id
-from autotune.measure.convergence import StopRuleMonitor
+from autotune.measure.convergence import SteadyRule, StopRuleMonitor
+from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
@@ -110,21 +115,16 @@ class ReplaySession:
         on_phase: PhaseCallback | None = None,
         on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
-        values = config.model_dump()
-        rate = surface.tokens_per_s(values) * self.offset
-        timings, stop, trail, min_warmup, stopped_at = self._load(
-            config.batch_size, rate, plan, on_estimate
+        """The trial's phases, as every engine runs them; the surface answers nothing, so a
+        replay study runs without accuracy (judge None)."""
+        driver = ReplayDriver(self, config, plan)
+        phases = run_phases(
+            driver, plan, config.batch_size, judge=None, on_phase=on_phase, on_estimate=on_estimate
         )
-        load_s = max((t.end for t in timings), default=0.0)  # the requests in flight drain
-        self.clock.advance(load_s + RECORDING_S)
+        passes = asyncio.run(phases)
+        self.clock.advance(passes.load_s + RECORDING_S)
         return SessionResult(
-            load_s=load_s,
-            load_start=0.0,
-            load_stop=stopped_at,
-            min_warmup_s=min_warmup,
-            timings=timings,
-            stop_reason=stop,
-            stop_rule_trail=trail,
+            **dict(passes),
             peak_memory_mib=40000.0,
             memory_source="replay",
             environment=self._environment(),
@@ -138,54 +138,101 @@ class ReplaySession:
             return env | {"runner": "inprocess"}
         return env | {"runner": "server", "server_format": self.launch.backend}
 
-    def _swing(self, seconds: float) -> float:
+    def swing(self, seconds: float) -> float:
         """The launch's pace after `seconds` more, between -1 and 1: its wave's phase turns
         at its period and drifts by a random walk (WAVE_DRIFT radians per root second)."""
         drift = surface.WAVE_DRIFT * np.sqrt(seconds) * float(self.rng.standard_normal())
         self.wave_phase += 2 * np.pi * seconds / self.wave_period_s + drift
         return float(np.sin(self.wave_phase))
 
-    def _load(
-        self, batch: int, rate: float, plan: MeasurePlan, on_estimate: EstimateCallback | None
-    ) -> tuple[list[RequestTiming], str, list[dict[str, Any]], float, float]:
-        """Closed-loop lanes until the plan's rule stops the load (times from its start)."""
-        lengths = plan.answer_lengths()
-        mean_tokens = plan.output_tokens or 128
-        per_request_s = batch * mean_tokens / rate  # at the steady rate
-        lanes = [0.0] * batch  # when each lane's next request starts
-        timings: list[RequestTiming] = []
-        monitor = StopRuleMonitor(plan.rule(), 0.0, plan.warmup_requests, on_estimate)
+
+class ReplayDriver:
+    """One trial's requests on the surface (autotune.engines.phases.PhaseDriver): closed-loop
+    lanes at the trial's concurrency, instants in simulated seconds from the load's start."""
+
+    separate_warmup = False  # as a server's: the load warms up in its own first seconds
+
+    def __init__(self, session: ReplaySession, config: TrialConfig, plan: MeasurePlan) -> None:
+        self.session = session
+        self.plan = plan
+        self.batch = config.batch_size
+        self.lengths = plan.answer_lengths()
+        self.mean_tokens = plan.output_tokens or 128
+        rate = surface.tokens_per_s(config.model_dump()) * session.offset
+        self.per_request_s = self.batch * self.mean_tokens / rate  # at the steady rate
+        self.lanes = [0.0] * self.batch  # when each lane's next request starts
+        self.started = 0
+        self.in_flight: list[RequestTiming] = []
+        self.clock_s = 0.0
+
+    def now(self) -> float:
+        return self.clock_s
+
+    async def warm_up(self) -> None:
+        return None
+
+    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
+        raise NotImplementedError("the surface answers nothing: a replay runs without accuracy")
+
+    async def load_test(
+        self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None
+    ) -> LoadOutcome:
+        """Every simulated second the lanes start what they can and the rule looks at what
+        ended; after its stop the requests in flight drain. No image is sent: `repeats` is
+        not drawn from."""
+        monitor = StopRuleMonitor(rule, 0.0, self.plan.warmup_requests, on_estimate)
+        done: list[RequestTiming] = []
         stop: str | None = None
-        now, started, min_warmup = 0.0, 0, 0.0
         while stop is None:
-            now += CHECK_EVERY_S
-            pace = 1.0 + surface.WAVE_AMPLITUDE * self._swing(CHECK_EVERY_S)
-            for lane in range(batch):
-                while lanes[lane] < now and started < plan.max_requests:
-                    tokens = lengths.next() if lengths is not None else mean_tokens
-                    first_round = started < batch
-                    slow = 1.0 / surface.WARMUP_RATE_SHARE if first_round else 1.0
-                    noise = float(
-                        self.rng.lognormal(-(surface.REQUEST_CV**2) / 2, surface.REQUEST_CV)
-                    )
-                    e2e = per_request_s * tokens / mean_tokens * noise * slow / pace
-                    start = lanes[lane]
-                    first = start + e2e * (0.05 + 0.42 * batch / 64)  # TTFT: ~47% at 64
-                    timings.append(RequestTiming(start, first, start + e2e, start + e2e, tokens))
-                    lanes[lane] = start + e2e
-                    started += 1
-            done = sorted((t for t in timings if t.end <= now), key=lambda t: t.end)
-            if not done:
-                continue
-            ends = [t.end for t in done]
-            # The load's floor so far, even before its first round has turned over (what the
-            # session records when the cap stops a load that early).
-            min_warmup = monitor.warmup_floor_s(ends, ends[min(batch, len(ends)) - 1])
-            stop = monitor.look(
-                now=now,
-                series=token_series(done, start=0.0, end=now),
-                ends=ends,
-                e2e_s=[t.e2e_s for t in done],
-                turnover_s=ends[batch - 1] if len(done) >= batch else None,
-            )
-        return sorted(timings, key=lambda t: t.end), stop, monitor.trail, min_warmup, now
+            self.clock_s += CHECK_EVERY_S
+            done += self._completed(monitor, self._run_until(self.clock_s))
+            if done:
+                series = token_series(done, start=0.0, end=self.clock_s)
+                stop = monitor.look(now=self.clock_s, series=series)
+        drained, self.in_flight = sorted(self.in_flight, key=lambda t: t.end), []
+        done += self._completed(monitor, drained)
+        return LoadOutcome(
+            timings=done,
+            start=0.0,
+            stop=self.clock_s,
+            ended=max((t.end for t in done), default=0.0),
+            stop_reason=stop,
+            min_warmup_s=monitor.min_warmup_s,
+            trail=monitor.trail,
+        )
+
+    def _completed(
+        self, monitor: StopRuleMonitor, ended: list[RequestTiming]
+    ) -> list[RequestTiming]:
+        """Shows the monitor the requests that ended (in order of their ends). The replay's
+        first round turns over once as many requests as lanes have ended."""
+        for timing in ended:
+            monitor.completed(timing)
+        if len(monitor.ends) >= self.batch:
+            monitor.turned_over(monitor.ends[self.batch - 1])
+        return ended
+
+    def _run_until(self, now: float) -> list[RequestTiming]:
+        """Each lane starts its requests until `now`; those that ended by then leave the
+        flight, in order of their ends."""
+        pace = 1.0 + surface.WAVE_AMPLITUDE * self.session.swing(CHECK_EVERY_S)
+        for lane in range(self.batch):
+            while self.lanes[lane] < now and self.started < self.plan.max_requests:
+                timing = self._request(self.lanes[lane], pace)
+                self.in_flight.append(timing)
+                self.lanes[lane] = timing.end
+                self.started += 1
+        ended = sorted((t for t in self.in_flight if t.end <= now), key=lambda t: t.end)
+        self.in_flight = [t for t in self.in_flight if t.end > now]
+        return ended
+
+    def _request(self, start: float, pace: float) -> RequestTiming:
+        """The next request of a lane free at `start`; the load's first `batch` requests
+        (its first round) run at WARMUP_RATE_SHARE of the rate."""
+        tokens = self.lengths.next() if self.lengths is not None else self.mean_tokens
+        slow = 1.0 / surface.WARMUP_RATE_SHARE if self.started < self.batch else 1.0
+        rng = self.session.rng
+        noise = float(rng.lognormal(-(surface.REQUEST_CV**2) / 2, surface.REQUEST_CV))
+        e2e = self.per_request_s * tokens / self.mean_tokens * noise * slow / pace
+        first = start + e2e * (0.05 + 0.42 * self.batch / 64)  # TTFT: ~47% at 64
+        return RequestTiming(start, first, start + e2e, start + e2e, tokens)

@@ -181,17 +181,14 @@ class _BatchDriver:
             ]
             index += 1
             completions = engine.generate(group, self.config, forced_tokens=self.plan.output_tokens)
-            timings.extend(c.timing for c in completions)
+            for completion in completions:
+                timings.append(completion.timing)
+                monitor.completed(completion.timing)
+            # A static batch turns over all at once: the first batch is the first round (a
+            # later batch's call changes nothing).
+            monitor.turned_over(completions[-1].timing.end)
             now = clock.now()
-            # A static batch turns over all at once: the first batch is the first round.
-            ends = [t.end for t in timings]
-            stop = monitor.look(
-                now=now,
-                series=token_series(timings, start=load_start, end=now),
-                ends=ends,
-                e2e_s=[t.e2e_s for t in timings],
-                turnover_s=ends[len(completions) - 1] - load_start,
-            )
+            stop = monitor.look(now=now, series=token_series(timings, start=load_start, end=now))
         load_stop = clock.now()
         self.busy = _waited(clock, waited_before, wall_start)
         return LoadOutcome(
@@ -200,7 +197,7 @@ class _BatchDriver:
             stop=load_stop,
             ended=load_stop,  # a static batch has nothing in flight after it
             stop_reason=stop,
-            min_warmup_s=monitor.min_warmup_s or 0.0,
+            min_warmup_s=monitor.min_warmup_s,
             trail=monitor.trail,
         )
 
