@@ -32,6 +32,7 @@ from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS, THROUGHPUT
+from autotune.records.parts import Environment
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.results.select import chosen_trial, deploy_target
@@ -308,13 +309,14 @@ def verify_trial(
         result.failure = f"{failure.kind}: {failure.reason}"
         result.log_tail = failure.log_tail
         return result
-    result.recorded_clock = clock_of(trial_record.environment)
-    result.measured_clock = clock_of(m.environment)
+    result.recorded_clock = clock_of(trial_record.env)
+    result.measured_clock = clock_of(Environment.of(m.environment))
     unlike = clock_note(trial.number, result.recorded_clock, result.measured_clock)
     if unlike is not None:
         result.notes.append(unlike)
-    result.command = m.environment.get("server_command", "")
-    command_exact = m.environment.get("export_exact", "true") == "true"
+    environment = Environment.of(m.environment)
+    result.command = environment.server_command or ""
+    command_exact = (environment.export_exact or "true") == "true"
     result.exact = command_exact and check.deployable
     if not command_exact:
         result.notes.append(
@@ -334,10 +336,10 @@ def verify_trial(
 UNNAMED_CLOCK = "wall clock"
 
 
-def clock_of(environment: dict[str, Any]) -> str:
+def clock_of(environment: Environment) -> str:
     """The clock a measurement's environment names (autotune.engines.inprocess.clock for the
     in-process engine, autotune.engines.server for a server)."""
-    return str(environment.get("clock") or UNNAMED_CLOCK)
+    return environment.clock or UNNAMED_CLOCK
 
 
 def on_core(clock: str) -> bool:
@@ -359,7 +361,7 @@ def clock_note(number: int, recorded: str, measured: str) -> str | None:
 
 
 def measured_in_process(trial: FrozenTrial) -> bool:
-    return TrialRecord.of(trial).environment.get("runner", "inprocess") == "inprocess"
+    return (TrialRecord.of(trial).env.runner or "inprocess") == "inprocess"
 
 
 def _cell(value: float | None) -> str:

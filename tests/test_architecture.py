@@ -213,3 +213,63 @@ def test_a_write_outside_the_writer_is_found(tmp_path: Path) -> None:
         "writes.py:2 set_user_attr",
         "writes.py:3 set_trial_user_attr",
     ]
+
+
+# The parts of a trial's record kept as JSON mappings, whose keys autotune.records reads.
+RECORD_LEAVES = frozenset(
+    {"user_attrs", "environment", "time_s", "paired_vs_reference", "accuracy_floor", "owner",
+     "step", "config"}
+)  # fmt: skip
+
+
+def _leaf_reads(path: Path, root: Path = REPO) -> list[str]:
+    """Reads of a record part by a string key (`x.environment["runner"]`,
+    `x.time_s.get("total")`) in `path`: 'file:line part[key]'."""
+    reads = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            owner, key = node.value, node.slice
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+        ):
+            owner, key = node.func.value, node.args[0]
+        else:
+            continue
+        if (
+            isinstance(owner, ast.Attribute)
+            and owner.attr in RECORD_LEAVES
+            and isinstance(key, ast.Constant)
+            and isinstance(key.value, str)
+        ):
+            reads.append(f"{path.relative_to(root)}:{node.lineno} {owner.attr}[{key.value!r}]")
+    return reads
+
+
+def test_no_module_outside_the_records_reads_a_record_s_leaf_by_string() -> None:
+    """Issue 41: a record's parts are read through typed views (autotune.records.parts and
+    TrialRecord's properties), so a renamed key is one edit in records/. The space's own
+    candidates keep a `config` mapping of their own (autotune.space.model)."""
+    reads = [
+        read
+        for path in _package_modules()
+        if not {"records", "space"} & set(path.relative_to(REPO / "autotune").parts)
+        for read in _leaf_reads(path)
+    ]
+    assert reads == [], reads
+
+
+def test_a_leaf_read_by_string_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "reads.py"
+    module.write_text(
+        "def f(record, m):\n    a = record.environment['runner']\n"
+        "    b = m.time_s.get('total', 0.0)\n    c = record.env.runner\n"
+        "    record.environment['x'] = 1\n",
+        encoding="utf-8",
+    )
+    assert _leaf_reads(module, tmp_path) == [
+        "reads.py:2 environment['runner']",
+        "reads.py:3 time_s['total']",
+    ]

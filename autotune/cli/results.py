@@ -54,9 +54,9 @@ def _warn_impossible_repeats(study: Any) -> None:
 
 
 def _unreadable(study: Any) -> dict[str, str]:
-    from autotune.records.readable import unreadable_trials
+    from autotune.records.readable import unreadable_reason, unreadable_trials
 
-    return {str(t.number): str(t.user_attrs["failure_reason"]) for t in unreadable_trials(study)}
+    return {str(t.number): unreadable_reason(t) for t in unreadable_trials(study)}
 
 
 def _exit_if_unreadable(study: Any) -> None:

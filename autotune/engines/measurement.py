@@ -17,13 +17,13 @@ from autotune.evalset.dataset import EvalSet
 from autotune.measure.equal_work import (
     RATIO,
     UNEQUAL_WORK,
-    engine_name,
     forced_length_ratio,
     unequal_work,
 )
 from autotune.measure.summary import summarize
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
+from autotune.records.parts import Environment
 from autotune.space import SearchSpace
 
 
@@ -126,12 +126,13 @@ def _check_equal_work(
     """The forced-length ratio into `figures`; why the work was unequal, or None."""
     mean = space.workload.output_tokens
     assert mean is not None
-    in_process = result.environment.get("runner") == "inprocess"  # one length, no spread
+    environment = Environment.of(result.environment)
+    in_process = environment.runner == "inprocess"  # one length, no spread
     spread = 0.0 if in_process else space.workload.output_tokens_spread
     ratio = forced_length_ratio(result.timings, mean=mean, spread=spread)
     if ratio is not None:
         figures[RATIO] = ratio
-    return unequal_work(ratio, mean=mean, engine=engine_name(result.environment, config.backend))
+    return unequal_work(ratio, mean=mean, engine=environment.engine_name(config.backend))
 
 
 def measure_once(

@@ -31,13 +31,11 @@ class Reproduction:
 
 def measured_via(record: TrialRecord) -> str:
     """ "server:<format>", "inprocess" or "endpoint", from a trial's recorded environment."""
-    env = record.environment
-    runner = env.get("runner")
-    if runner == "endpoint":
+    env, backend = record.env, record.backend
+    if env.runner == "endpoint":
         return "endpoint"
-    backend = record.config.get("backend")
-    if runner == "server" or (runner is None and backend in SERVER_BACKENDS):
-        return f"server:{env.get('server_format') or backend}"
+    if env.runner == "server" or (env.runner is None and backend in SERVER_BACKENDS):
+        return f"server:{env.server_format or backend}"
     return "inprocess"
 
 

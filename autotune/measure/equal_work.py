@@ -51,12 +51,3 @@ def unequal_work(ratio: float | None, *, mean: int, engine: str) -> str | None:
         f"the {mean} tokens forced per answer (tolerance {FORCED_LENGTH_TOLERANCE_REL:.0%}), "
         "so its tokens/s is not the work the other trials did"
     )
-
-
-def engine_name(environment: dict[str, str], backend: str) -> str:
-    """The engine that answered, in words, for the line that names it."""
-    if environment.get("runner") == "endpoint":
-        return f"the endpoint {environment.get('endpoint', '?')}"
-    if environment.get("server_format"):
-        return f"the {environment['server_format']} server"
-    return f"the {backend} engine"

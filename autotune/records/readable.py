@@ -159,9 +159,14 @@ def unreadable_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if is_stand_in(t)]
 
 
+def unreadable_reason(trial: FrozenTrial) -> str:
+    """Why a stand-in's stored record cannot be read ('its stored record ...')."""
+    return str(trial.user_attrs["failure_reason"])
+
+
 def unreadable_line(study_name: str, trial: FrozenTrial) -> str:
     """'study S, trial N (its stored state) cannot be read: field: what is wrong'."""
-    reason = str(trial.user_attrs["failure_reason"]).removeprefix("its stored record ")
+    reason = unreadable_reason(trial).removeprefix("its stored record ")
     stored = str(trial.user_attrs[STORED_STATE]).lower()
     return f"study '{study_name}', trial {trial.number} ({stored}) {reason}"
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
 from autotune.params import TrialConfig
+from autotune.records.parts import Environment, TimeSplit
 
 # A share (accuracy, a score): NaN passes no comparison, so it is refused where it is read.
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -163,6 +164,24 @@ class TrialRecord(_Stored):
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         return cls.from_attrs(trial.user_attrs, number=trial.number)
+
+    @property
+    def env(self) -> Environment:
+        """Where and with what it ran, typed (autotune.records.parts)."""
+        view: Environment = Environment.of(self.environment)
+        return view
+
+    @property
+    def times(self) -> TimeSplit:
+        """Its seconds by part, typed (autotune.records.parts)."""
+        view: TimeSplit = TimeSplit.of(self.time_s)
+        return view
+
+    @property
+    def backend(self) -> str | None:
+        """The engine its configuration names; None when none was recorded."""
+        backend = self.config.get("backend")
+        return backend if isinstance(backend, str) else None
 
     @property
     def started_beside(self) -> bool:

@@ -124,7 +124,7 @@ def timed(time_s: dict[str, float], part: str) -> Iterator[None]:
 
 
 def trial_seconds(trial: FrozenTrial) -> float:
-    return float(TrialRecord.of(trial).time_s.get("total", 0.0))
+    return TrialRecord.of(trial).times.total
 
 
 def budget_seconds(trial: FrozenTrial) -> float:

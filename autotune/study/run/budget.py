@@ -67,9 +67,7 @@ class Budget:
         # judged the next trial by it and measured nothing else (bench/results/
         # h200-racing-2026-12-03.md).
         work = [
-            trial_seconds(t)
-            - float(TrialRecord.of(t).time_s.get("startup", 0.0))
-            - float(TrialRecord.of(t).time_s.get("gpu_wait", 0.0))
+            trial_seconds(t) - TrialRecord.of(t).times.startup - TrialRecord.of(t).times.gpu_wait
             for t in trials
             if TrialRecord.of(t).duplicate_of is None and not TrialRecord.of(t).is_reference
         ]
@@ -86,8 +84,10 @@ class Budget:
         records = [TrialRecord.of(t) for t in _finished(study)]
         measured = [r for r in records if r.time_s and r.duplicate_of is None]
         total = 0.0
-        for part in ("warmup", "accuracy") if accuracy else ("warmup",):
-            seconds = [float(r.time_s.get(part, 0.0)) for r in measured]
+        parts = [[r.times.warmup for r in measured]]
+        if accuracy:
+            parts.append([r.times.accuracy for r in measured])
+        for seconds in parts:
             ran = [s for s in seconds if s > 0]
             total += statistics.median(ran) if ran else 0.0
         return total
@@ -95,11 +95,7 @@ class Budget:
     @staticmethod
     def _startup(trials: list[FrozenTrial], backend: str) -> float:
         records = [TrialRecord.of(t) for t in trials]
-        same = [
-            float(r.time_s["startup"])
-            for r in records
-            if r.time_s.get("startup") and r.config.get("backend") == backend
-        ]
+        same = [r.times.startup for r in records if r.times.startup and r.backend == backend]
         return statistics.median(same) if same else STARTUP_GUESS_S.get(backend, 60.0)
 
     def fits(self, study: optuna.Study, *, launch_backends: set[str] | None) -> bool:

@@ -27,6 +27,7 @@ import psutil
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records.parts import Owner, owner_of, same_configuration
 from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
 from autotune.records.writer import write_finished_trial
@@ -50,14 +51,16 @@ def owner() -> dict[str, Any]:
     return {"host": host_name(), "pid": me.pid, "started": me.create_time()}
 
 
-def _owner_gone(record: dict[str, Any]) -> bool:
-    if record.get("host") != host_name():
+def _owner_gone(record: Owner) -> bool:
+    if record.host != host_name():
         return False  # another machine's trial: its heartbeat decides
-    try:
-        started = psutil.Process(int(record["pid"])).create_time()
-    except (psutil.Error, KeyError, TypeError, ValueError):
+    if record.pid is None:
         return True
-    return abs(started - float(record.get("started", 0.0))) > 1.0
+    try:
+        started = psutil.Process(record.pid).create_time()
+    except (psutil.Error, ValueError):
+        return True
+    return abs(started - (record.started or 0.0)) > 1.0
 
 
 def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> list[str]:
@@ -68,11 +71,11 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
     storage = study._storage
     notes = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        record = trial.user_attrs.get("owner")
-        if not isinstance(record, dict) or not _owner_gone(record):
+        record = owner_of(trial.user_attrs)
+        if record is None or not _owner_gone(record):
             continue
-        known = (why or {}).get(record["pid"]) if type(record.get("pid")) is int else None
-        reason = f"its process (pid {record.get('pid')} on {record.get('host')}) is gone: " + (
+        known = (why or {}).get(record.pid) if record.pid is not None else None
+        reason = f"its process (pid {record.pid} on {record.host}) is gone: " + (
             known or "the run was killed or interrupted before the trial ended"
         )
         _fail(storage, trial, "orphaned", reason)
@@ -180,9 +183,9 @@ def _not_this_study(original: FrozenTrial | None, spooled: SpooledTrial) -> str 
     why = _not_its_trial(original, spooled.number, spooled.started)
     if why is not None or original is None:
         return why
-    if original.params != spooled.params or original.user_attrs.get(
-        "config"
-    ) != spooled.user_attrs.get("config"):
+    if original.params != spooled.params or not same_configuration(
+        original.user_attrs, spooled.user_attrs
+    ):
         return f"its configuration is not the one trial {spooled.number} measured"
     return None
 
