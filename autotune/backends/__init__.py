@@ -15,7 +15,7 @@ each one lacks. The order is the order the CLI and the errors list them in.
 from __future__ import annotations
 
 from autotune.backends import lmdeploy, swift, transformers, vllm
-from autotune.backends.base import Backend, InnerEngine
+from autotune.backends.base import Backend, Flag, FlagTable, InnerEngine
 from autotune.backends.plugins import PLUGIN_GROUP, plugins
 
 _BUILT_IN = (transformers.BACKEND, swift.BACKEND, lmdeploy.BACKEND, vllm.BACKEND)
@@ -43,6 +43,8 @@ __all__ = [
     "PLUGINS",
     "PLUGIN_GROUP",
     "Backend",
+    "Flag",
+    "FlagTable",
     "InnerEngine",
     "deploy_targets",
     "server_backends",

@@ -7,15 +7,54 @@ reserved names, the engine a command really ran, the package that provides it, L
 the request fields that force answer lengths and the start-up guess of the budget all come from
 here: adding an engine is one module and one registry line (autotune.backends).
 
+A built-in engine's module spells each of its command's flags once, in a `FlagTable` (FLAGS);
+its renderer, its reserved flags and the inner-engine check all read that table.
+
 The renderer is named, not imported ("module:function"): it builds on the trial configuration
 and the export layer, which sit above this one; autotune.export resolves it when it renders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of an engine's command line, spelled here and nowhere else.
+
+    The renderer builds its argv words from it (`FLAGS.dtype("bfloat16")` is
+    `["--dtype", "bfloat16"]`), and a flag that something autotune controls sets is reserved:
+    a space's engine_args may not set it again (`Backend.reserved_flags`).
+    """
+
+    # As the engine spells it, without the dashes: `max-batch-size`, or `max_batch_size`.
+    name: str
+    # What sets it, as the refusal of an engine_args key names it; None: engine_args may set it.
+    set_by: str | None = None
+
+    @property
+    def option(self) -> str:
+        """The flag as a command line spells it: `--max-batch-size`."""
+        return f"--{self.name}"
+
+    def __call__(self, *values: object) -> list[str]:
+        """The flag and its values as argv words; no value: a bare switch."""
+        return [self.option, *(str(value) for value in values)]
+
+
+class FlagTable:
+    """An engine's flags, one class attribute (a `Flag`) each, in the order its reserved names
+    are listed."""
+
+    def __iter__(self) -> Iterator[Flag]:
+        return (value for value in vars(type(self)).values() if isinstance(value, Flag))
+
+    def reserved(self) -> dict[str, str]:
+        """Flag name -> what sets it, for the flags a space's engine_args may not set."""
+        return {flag.name: flag.set_by for flag in self if flag.set_by is not None}
 
 
 @dataclass(frozen=True)

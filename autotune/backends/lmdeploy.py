@@ -8,9 +8,35 @@ Qwen3-VL and lists no FP8 KV cache for it: autotune does not measure what the en
 claim. `--enable-prefix-caching` applies to Qwen3-VL (image hashes are part of the block keys).
 """
 
-from autotune.backends.base import Backend, InnerEngine
+from autotune.backends.base import Backend, Flag, FlagTable, InnerEngine
 
 _TABLE = "LMDeploy 0.18's supported-models table"
+
+
+class LMDeployFlags(FlagTable):
+    """`lmdeploy serve api_server`'s flags that autotune renders or reserves."""
+
+    model_path = Flag("model-path", "the model (--model)")
+    backend = Flag("backend", "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)")
+    dtype = Flag("dtype", "the dtype parameter")
+    max_batch_size = Flag("max-batch-size", "the max_batch_size parameter")
+    cache_max_entry_count = Flag("cache-max-entry-count", "the kv_cache_fraction parameter")
+    eager_mode = Flag("eager-mode", "the compile_mode parameter (none = eager, else CUDA graphs)")
+    tp = Flag("tp", "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)")
+    quant_policy = Flag("quant-policy", "the kv_quant parameter")
+    model_format = Flag(
+        "model-format", "the weight_quant parameter (fp8 serves the block-FP8 checkpoint)"
+    )
+    enable_prefix_caching = Flag("enable-prefix-caching", "the prefix_cache parameter")
+    adapters = Flag("adapters", "autotune --adapter NAME=PATH")
+    server_name = Flag("server-name", "autotune (--host)")
+    server_port = Flag("server-port", "autotune (--port)")
+    model_name = Flag("model-name", "autotune (served model name)")
+    # Its context length: engine_args may set it, unless the session_len serve option does.
+    session_len = Flag("session-len")
+
+
+FLAGS = LMDeployFlags()
 
 BACKEND = Backend(
     name="lmdeploy",
@@ -32,29 +58,14 @@ BACKEND = Backend(
     # log warning (lmdeploy/archs.py: "Fallback to pytorch engine because ... not supported by
     # turbomind engine", or "... turbomind engine is not installed correctly").
     inner_engine=InnerEngine(
-        flag="--backend",
+        flag=FLAGS.backend.option,
         default="turbomind",
         fallback_log=r"fall ?back to pytorch engine",
         fallback_to="pytorch",
     ),
     loads_quantized_checkpoints=True,
-    reserved_flags={
-        "model-path": "the model (--model)",
-        "backend": "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)",
-        "dtype": "the dtype parameter",
-        "max-batch-size": "the max_batch_size parameter",
-        "cache-max-entry-count": "the kv_cache_fraction parameter",
-        "eager-mode": "the compile_mode parameter (none = eager, else CUDA graphs)",
-        "tp": "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
-        "quant-policy": "the kv_quant parameter",
-        "model-format": "the weight_quant parameter (fp8 serves the block-FP8 checkpoint)",
-        "enable-prefix-caching": "the prefix_cache parameter",
-        "adapters": "autotune --adapter NAME=PATH",
-        "server-name": "autotune (--host)",
-        "server-port": "autotune (--port)",
-        "model-name": "autotune (served model name)",
-    },
-    session_len_flag="session-len",
+    reserved_flags=FLAGS.reserved(),
+    session_len_flag=FLAGS.session_len.name,
     unsupported={
         "kv_quant": {
             "int8": f"{_TABLE} marks KV int8 'No' for Qwen3-VL",

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..backends import Flag
 from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
 from ..params import TrialConfig
@@ -187,13 +188,13 @@ def sampling_request(
     return body
 
 
-def address_flags(opts: ServeOptions, *, host: str, port: str, name: str) -> list[str]:
-    """Bind address, port and served model name, under each engine's own flag names."""
-    flags = [host, opts.host]
+def address_flags(opts: ServeOptions, *, host: Flag, port: Flag, name: Flag) -> list[str]:
+    """Bind address, port and served model name, under each engine's own flags."""
+    flags = host(opts.host)
     if opts.port is not None:
-        flags += [port, str(opts.port)]
+        flags += port(opts.port)
     if opts.served_model_name is not None:
-        flags += [name, opts.served_model_name]
+        flags += name(opts.served_model_name)
     return flags
 
 

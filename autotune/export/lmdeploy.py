@@ -8,6 +8,7 @@ client's request body (`Export.request`) and in the client-side image resize.
 
 from __future__ import annotations
 
+from ..backends.lmdeploy import FLAGS as F
 from ..checkpoints.adapters import CANNOT_SERVE
 from ..engine_args import render_flags
 from ..errors import ExportError
@@ -48,31 +49,31 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
     # would fall back to pytorch only after a warning.
-    argv = ["lmdeploy", "serve", "api_server", _model(config, opts), "--backend", "pytorch"]
-    argv += ["--dtype", dtype, "--max-batch-size", str(batch_cap(config))]
+    argv = ["lmdeploy", "serve", "api_server", _model(config, opts), *F.backend("pytorch")]
+    argv += F.dtype(dtype) + F.max_batch_size(batch_cap(config))
     if config.kv_quant != "none":
-        argv += ["--quant-policy", config.kv_quant]
+        argv += F.quant_policy(config.kv_quant)
         reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
         if reason:
             n.block(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
     if config.prefix_cache:
-        argv += ["--enable-prefix-caching"]
+        argv += F.enable_prefix_caching()
     if config.kv_cache_fraction is not None:
-        argv += ["--cache-max-entry-count", str(config.kv_cache_fraction)]
+        argv += F.cache_max_entry_count(config.kv_cache_fraction)
     if config.tensor_parallel > 1:
-        argv += ["--tp", str(config.tensor_parallel)]
+        argv += F.tp(config.tensor_parallel)
     if config.compile_mode == "none":
-        argv += ["--eager-mode"]  # no CUDA graphs: what compile_mode none measured
+        argv += F.eager_mode()  # no CUDA graphs: what compile_mode none measured
     if opts.session_len is not None:
-        argv += ["--session-len", str(opts.session_len)]
+        argv += F.session_len(opts.session_len)
     if opts.adapters:
-        argv += ["--adapters", *adapter_specs(opts)]
+        argv += F.adapters(*adapter_specs(opts))
         n.block(
             f"{CANNOT_SERVE['lmdeploy']}: autotune did not measure this command with the "
             "adapter; serve it with swift deploy or vLLM."
         )
     argv += render_flags("lmdeploy", opts.engine_args)
-    argv += address_flags(opts, host="--server-name", port="--server-port", name="--model-name")
+    argv += address_flags(opts, host=F.server_name, port=F.server_port, name=F.model_name)
     n.add(
         *engine_knob_notes(
             config,

@@ -13,6 +13,7 @@ in-process transformers engine and `swift deploy` answer alike, item by item
 
 from __future__ import annotations
 
+from ..backends.swift import FLAGS as F
 from ..engine_args import render_flags
 from ..errors import ExportError
 from ..params import TrialConfig
@@ -22,6 +23,7 @@ from .base import (
     ServeOptions,
     adapter_notes,
     adapter_specs,
+    address_flags,
     backend_note,
     batch_cap,
     client_note,
@@ -54,25 +56,25 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     elif note:
         n.block(note)
 
-    argv = ["swift", "deploy", "--model", opts.model]
-    argv += ["--model_type", MODEL_TYPE, "--template", MODEL_TYPE, "--infer_backend", engine]
+    argv = ["swift", "deploy", *F.model(opts.model)]
+    argv += F.model_type(MODEL_TYPE) + F.template(MODEL_TYPE) + F.infer_backend(engine)
     # --torch_dtype accepts bfloat16/float16/float32 only; leaving it out reads config.json,
     # which is what "auto" means.
     if config.dtype != "auto":
-        argv += ["--torch_dtype", config.dtype]
+        argv += F.torch_dtype(config.dtype)
     if engine == "transformers":
-        argv += ["--attn_impl", config.attn_implementation]
-        argv += ["--max_batch_size", str(batch_cap(config))]
+        argv += F.attn_impl(config.attn_implementation)
+        argv += F.max_batch_size(batch_cap(config))
     else:
         # --max_batch_size only drives the transformers engine; vLLM batches by max_num_seqs.
-        argv += ["--vllm_max_num_seqs", str(batch_cap(config))]
-        argv += ["--vllm_limit_mm_per_prompt", compact_json(LIMIT_MM_PER_PROMPT)]
+        argv += F.vllm_max_num_seqs(batch_cap(config))
+        argv += F.vllm_limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
         if config.kv_cache_fraction is not None:
-            argv += ["--vllm_gpu_memory_utilization", str(config.kv_cache_fraction)]
+            argv += F.vllm_gpu_memory_utilization(config.kv_cache_fraction)
         if opts.session_len is not None:
-            argv += ["--vllm_max_model_len", str(opts.session_len)]
+            argv += F.vllm_max_model_len(opts.session_len)
         if config.compile_mode == "none":
-            argv += ["--vllm_enforce_eager", "true"]  # compile_mode none = eager on vLLM
+            argv += F.vllm_enforce_eager("true")  # compile_mode none = eager on vLLM
         if config.attn_implementation != "sdpa":
             n.add(
                 f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
@@ -81,13 +83,9 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     for gap in _gap_notes(config):
         n.block(gap)
     if opts.adapters:
-        argv += ["--adapters", *adapter_specs(opts)]
+        argv += F.adapters(*adapter_specs(opts))
     argv += render_flags("swift", opts.engine_args)
-    argv += ["--host", opts.host]
-    if opts.port is not None:
-        argv += ["--port", str(opts.port)]
-    if opts.served_model_name is not None:
-        argv += ["--served_model_name", opts.served_model_name]
+    argv += address_flags(opts, host=F.host, port=F.port, name=F.served_model_name)
 
     geometry = opts.image_geometry
     # What ms-swift's qwen3_vl loader reads (pixels = tokens x 32 x 32): the checkpoint

@@ -11,6 +11,7 @@ vLLM has no choice between torch.compile modes on its command line.
 
 from __future__ import annotations
 
+from ..backends.vllm import FLAGS as F
 from ..engine_args import render_flags
 from ..params import TrialConfig
 from ..space.support import unsupported_reason
@@ -51,22 +52,22 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if note:
         n.block(note)
 
-    argv = ["vllm", "serve", opts.model, "--dtype", config.dtype]
-    argv += ["--max-num-seqs", str(batch_cap(config))]
+    argv = ["vllm", "serve", opts.model, *F.dtype(config.dtype)]
+    argv += F.max_num_seqs(batch_cap(config))
     # For vLLM the fraction is the instance's share of total GPU memory (weights included),
     # the value the trial passed with this same flag.
     if config.kv_cache_fraction is not None:
-        argv += ["--gpu-memory-utilization", str(config.kv_cache_fraction)]
+        argv += F.gpu_memory_utilization(config.kv_cache_fraction)
     if config.tensor_parallel > 1:
-        argv += ["--tensor-parallel-size", str(config.tensor_parallel)]
+        argv += F.tensor_parallel_size(config.tensor_parallel)
     if opts.session_len is not None:
-        argv += ["--max-model-len", str(opts.session_len)]
+        argv += F.max_model_len(opts.session_len)
     if config.compile_mode == "none":
-        argv += ["--enforce-eager"]  # no compile, no CUDA graphs: what compile_mode none means
+        argv += F.enforce_eager()  # no compile, no CUDA graphs: what compile_mode none means
     if config.weight_quant == "fp8":
-        argv += ["--quantization", "fp8"]  # the bf16 weights, quantised on load
+        argv += F.quantization("fp8")  # the bf16 weights, quantised on load
     if config.kv_quant == "fp8":
-        argv += ["--kv-cache-dtype", "fp8"]
+        argv += F.kv_cache_dtype("fp8")
     elif config.kv_quant != "none":
         n.block(
             f"kv_quant {config.kv_quant}: {unsupported_reason('vllm', 'kv_quant', config.kv_quant)}"
@@ -75,15 +76,15 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     # Explicit both ways: vLLM caches prefixes and decoded images by default, and a trial
     # without the cache measured neither.
     if config.prefix_cache:
-        argv += ["--enable-prefix-caching"]
+        argv += F.enable_prefix_caching()
     else:
-        argv += ["--no-enable-prefix-caching", "--mm-processor-cache-gb", "0"]
+        argv += F.no_enable_prefix_caching() + F.mm_processor_cache_gb(0)
     if opts.adapters:
-        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank_flag(opts))]
-        argv += ["--lora-modules", *adapter_specs(opts)]
-    argv += ["--limit-mm-per-prompt", compact_json(LIMIT_MM_PER_PROMPT)]
+        argv += F.enable_lora() + F.max_lora_rank(lora_rank_flag(opts))
+        argv += F.lora_modules(*adapter_specs(opts))
+    argv += F.limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
     argv += render_flags("vllm", opts.engine_args)
-    argv += address_flags(opts, host="--host", port="--port", name="--served-model-name")
+    argv += address_flags(opts, host=F.host, port=F.port, name=F.served_model_name)
     n.add(
         *engine_knob_notes(
             config,
