@@ -11,7 +11,7 @@ instead of a silent None (tests/test_architecture.py counts the string reads lef
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -21,7 +21,7 @@ class _View(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     @classmethod
-    def of(cls, mapping: Mapping[str, Any] | None) -> Any:
+    def of(cls, mapping: Mapping[str, Any] | None) -> Self:
         data = dict(mapping or {})
         try:
             return cls.model_validate(data)
@@ -79,18 +79,4 @@ def owner_of(attrs: Mapping[str, Any]) -> Owner | None:
     """The owner a trial's attributes record, or None (none, or not a mapping). A field of
     the wrong kind (a hand edit) reads as unknown, so the rest can still be judged."""
     recorded = attrs.get("owner")
-    if not isinstance(recorded, Mapping):
-        return None
-    host, pid, started = recorded.get("host"), recorded.get("pid"), recorded.get("started")
-    return Owner(
-        host=host if isinstance(host, str) else None,
-        pid=_whole(pid),
-        started=float(started) if type(started) in (int, float) else None,
-    )
-
-
-def _whole(value: Any) -> int | None:
-    try:
-        return int(value) if type(value) in (int, float, str) else None
-    except ValueError:
-        return None
+    return Owner.of(recorded) if isinstance(recorded, Mapping) else None

@@ -168,14 +168,12 @@ class TrialRecord(_Stored):
     @property
     def env(self) -> Environment:
         """Where and with what it ran, typed (autotune.records.parts)."""
-        view: Environment = Environment.of(self.environment)
-        return view
+        return Environment.of(self.environment)
 
     @property
     def times(self) -> TimeSplit:
         """Its seconds by part, typed (autotune.records.parts)."""
-        view: TimeSplit = TimeSplit.of(self.time_s)
-        return view
+        return TimeSplit.of(self.time_s)
 
     @property
     def backend(self) -> str | None:

@@ -61,19 +61,20 @@ class Budget:
     def estimate(self, study: optuna.Study, *, launch_backends: set[str] | None) -> float:
         """Seconds the next trial should take. `launch_backends`: None when it reuses the
         running launch, else the backends its new launch may have (the slowest counts)."""
-        trials = [t for t in _finished(study) if TrialRecord.of(t).time_s]
+        timed = [(t, r) for t in _finished(study) if (r := TrialRecord.of(t)).time_s]
         # Not the reference's: another engine, one request in flight, run to its cap (on the
         # H200 200 s, where the LMDeploy trials after it took 20-140 s): a 7-minute study
         # judged the next trial by it and measured nothing else (bench/results/
         # h200-racing-2026-12-03.md).
         work = [
-            trial_seconds(t) - TrialRecord.of(t).times.startup - TrialRecord.of(t).times.gpu_wait
-            for t in trials
-            if TrialRecord.of(t).duplicate_of is None and not TrialRecord.of(t).is_reference
+            trial_seconds(t) - r.times.startup - r.times.gpu_wait
+            for t, r in timed
+            if r.duplicate_of is None and not r.is_reference
         ]
         estimate = statistics.median(work) if work else FIRST_TRIAL_GUESS_S
         if launch_backends:
-            estimate += max(self._startup(trials, backend) for backend in launch_backends)
+            records = [r for _, r in timed]
+            estimate += max(self._startup(records, backend) for backend in launch_backends)
         return estimate
 
     def overhead(self, study: optuna.Study, *, accuracy: bool = True) -> float:
@@ -82,20 +83,20 @@ class Budget:
         and once most trials are raced a median over all would reserve nothing for the next
         contender's. `accuracy`: False when the next trial reuses earlier answers."""
         records = [TrialRecord.of(t) for t in _finished(study)]
-        measured = [r for r in records if r.time_s and r.duplicate_of is None]
+        measured = [r.times for r in records if r.time_s and r.duplicate_of is None]
         total = 0.0
-        parts = [[r.times.warmup for r in measured]]
+        parts = [[times.warmup for times in measured]]
         if accuracy:
-            parts.append([r.times.accuracy for r in measured])
+            parts.append([times.accuracy for times in measured])
         for seconds in parts:
             ran = [s for s in seconds if s > 0]
             total += statistics.median(ran) if ran else 0.0
         return total
 
     @staticmethod
-    def _startup(trials: list[FrozenTrial], backend: str) -> float:
-        records = [TrialRecord.of(t) for t in trials]
-        same = [r.times.startup for r in records if r.times.startup and r.backend == backend]
+    def _startup(records: list[TrialRecord], backend: str) -> float:
+        started = [r.times.startup for r in records if r.backend == backend]
+        same = [seconds for seconds in started if seconds]
         return statistics.median(same) if same else STARTUP_GUESS_S.get(backend, 60.0)
 
     def fits(self, study: optuna.Study, *, launch_backends: set[str] | None) -> bool:
