@@ -23,7 +23,6 @@ from autotune.report.data import MIN_IMPORTANCE_TRIALS, collect
 from autotune.report.text import best_json, best_text
 from autotune.study.results.counting import trial_counts
 from autotune.study.results.progress import Progress
-from autotune.study.run.loop import finish_study
 
 # 0 the reference; 1 faster but infeasible; 2 repeats 0; 3 ties with 0 on throughput (their
 # intervals overlap) with a worse p95, so the reference wins; 4 repeats 1; 5 out of memory;
@@ -77,7 +76,7 @@ def test_progress_best_and_report_tell_the_same_counts(
     for trial in study[0].get_trials():
         progress.trial_started(trial.number, TrialConfig())
         progress.trial_finished(study[0], trial)
-    finish_study(study[0], progress)
+    progress.finish(study[0])
     out = buffer.getvalue()
     assert line in out.splitlines()
     assert "[repeat, not counted] trial 2 (same configuration as trial 0, not re-run)" in out

@@ -23,7 +23,7 @@ from autotune.space import load_space
 from autotune.space.files import with_enqueued
 from autotune.study.plan import plan_study
 from autotune.study.results.progress import Progress
-from autotune.study.run.loop import prepare_study
+from autotune.study.run.opening import prepare_study
 
 CANDIDATES = [
     {"name": "small-images", "config": {"image_max_side": 128}},

@@ -33,7 +33,7 @@ NAMES = [c["name"] for c in SMOKE["candidates"]]
 # the interruption concerns.
 TRIALS = 1 + len(NAMES)
 # Without steps, a run queues every named candidate before its first trial (with them, the
-# first only: autotune.study.proposals.candidate_order), as the runs of issue 39 did.
+# first only: autotune.study.proposals.queueing), as the runs of issue 39 did.
 NO_STEPS = {"steps": False}
 # A trial may take minutes on two cores shared with other work: the time-out must not end the
 # reference before the test interrupts it.

@@ -1,6 +1,6 @@
 """The "x the reference" figure carries both intervals, and the named candidates after the
 first wait until a one-lever step has beaten the first (autotune.report.ratio,
-autotune.study.proposals.candidate_order)."""
+autotune.study.proposals.queueing)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.report.ratio import versus_reference
-from autotune.study.proposals.candidate_order import later_candidates_due
+from autotune.study.proposals.queueing import later_candidates_due
 from autotune.study.proposals.steps import Step
 
 

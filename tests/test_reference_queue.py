@@ -21,7 +21,7 @@ from autotune.study.plan import StudyPlan, plan_study
 from autotune.study.proposals.queueing import QUEUED_AS
 from autotune.study.results.counting import SURPLUS, trial_counts
 from autotune.study.results.progress import Progress
-from autotune.study.run.loop import prepare_study
+from autotune.study.run.opening import prepare_study
 
 CANDIDATES = [
     {"name": "batch-2", "config": {"batch_size": 2}},
@@ -33,7 +33,7 @@ PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None
 @pytest.fixture
 def plan(tmp_path: Path) -> StudyPlan:
     # Without steps, a run queues every named candidate up front (with them, the first only:
-    # autotune.study.proposals.candidate_order), as the studies of issue 39 did.
+    # autotune.study.proposals.queueing), as the studies of issue 39 did.
     space = small_space(
         tmp_path, name="q", candidates=CANDIDATES, params=PARAMS, sampler={"steps": False}
     )

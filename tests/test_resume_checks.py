@@ -1,4 +1,4 @@
-"""A resume checks what its comparisons rest on (autotune.study.run.resume): the evaluation set
+"""A resume checks what its comparisons rest on (autotune.study.run.opening): the evaluation set
 (name, items, images), the reference, the accuracy floor and the searched parameters.
 
 The study is created by the code `autotune run` creates it with; each resume is the real
@@ -23,8 +23,7 @@ from small_space import autotune_cli, small_evalset, small_space
 from autotune.errors import StudyError
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study, study_attrs
-from autotune.study.run.loop import open_study
-from autotune.study.run.resume import COMPARISON_BASIS, comparison_basis
+from autotune.study.run.opening import COMPARISON_BASIS, comparison_basis, open_study
 
 PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None, 128]}}
 

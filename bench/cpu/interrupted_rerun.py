@@ -123,7 +123,7 @@ def bench(space: str, trials: int, after_s: float) -> dict[str, Any]:
         "rerun measures the reference first": facts["rerun_first_trial_is_reference"],
         "one completed reference": facts["completed_references"] == 1,
         # With steps on, a run queues the first candidate before its trials and the others
-        # only once a step has beaten it (autotune.study.proposals.candidate_order): each
+        # only once a step has beaten it (autotune.study.proposals.queueing): each
         # candidate the rerun queued is measured once, and the first one always.
         "every queued named candidate measured once": all(
             states in ([], ["COMPLETE"]) for states in facts["candidates"].values()

@@ -12,6 +12,16 @@ one). Each checks the storage after it has queued: a waiting copy of a reference
 that is already queued, running or measured is ended "not run", so the study holds one of each.
 A waiting trial is first claimed the way Optuna starts one (WAITING to RUNNING, which only one
 process can do), so a trial another process has started is never touched.
+
+The first named candidate is the study's first deployable launch (after the reference), and
+the one-lever steps (autotune.study.proposals.steps) start from its figure. On the H200 the
+second candidate (the guide's recipe, on the same launch and as fast as the first) took
+100-200 s before the first step, and the step that found the best (images at 512 px) ran at
+minute 9. So with steps on, a run queues the reference and the first candidate; the others
+are queued as soon as a step has beaten the first (they are then raced against the front like
+any trial, autotune.study.run.racing, and a loser stops within seconds), or when no
+request-time step on the running launch is left, and in any case before a launch step leaves
+that launch (candidates_now, later_candidates_due).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_finished_trial
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
+from autotune.study.proposals.steps import Step
 from autotune.study.results.counting import SURPLUS
 from autotune.study.store.failures import failure_of
 from autotune.study.store.recovery import owner
@@ -123,8 +134,7 @@ def queue_reference_and_candidates(
     candidates not held yet as the run has `room` for (its trials left): each waiting trial
     is a database row, and an --enqueue file of 20,000 of them took minutes to queue for a
     run of one trial. What is not queued waits for a later run. `candidates`: at most this
-    many now (the others wait for the steps: autotune.study.proposals.candidate_order). The lines to
-    show."""
+    many now (the others wait for the steps: later_candidates_due). The lines to show."""
     notes = _reference_first(study, plan)
     trials = study.get_trials(deepcopy=False)
     room -= sum(1 for t in trials if t.state == TrialState.WAITING)
@@ -158,3 +168,22 @@ def next_queued_launch(study: optuna.Study, plan: StudyPlan) -> TrialConfig | No
     if not name or plan.space.find_candidate(str(name)) is None:
         return None
     return plan.space.candidate_config(str(name))
+
+
+def candidates_now(plan: StudyPlan) -> int | None:
+    """How many named candidates a run queues before its trials: one when the steps follow
+    the first, None (all of them) otherwise."""
+    return 1 if plan.space.sampler.steps else None
+
+
+def later_candidates_due(study: optuna.Study, step: Step | None) -> bool:
+    """Whether the candidates held back may be queued now: the first has ended, and the next
+    proposal (`step`, the scheduler's) leaves the running launch, is the sampler's, or steps
+    from a trial that is no named candidate (a step has beaten the first)."""
+    trials = study.get_trials(deepcopy=False)
+    if not any(TrialRecord.of(t).candidate and t.state.is_finished() for t in trials):
+        return False  # nothing deployable has a figure yet: no step to start from
+    if step is None or step.new_launch:
+        return True
+    base = next((t for t in trials if t.number == step.from_trial), None)
+    return base is None or TrialRecord.of(base).candidate is None

@@ -28,10 +28,15 @@ from rich.progress import Progress as RichProgress
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.study.results.counting import FAILURE_WORDS, SURPLUS, counts_towards_target
+from autotune.study.results.counting import (
+    FAILURE_WORDS,
+    SURPLUS,
+    counts_towards_target,
+    trial_counts,
+)
 from autotune.study.results.provenance import provenance, reference_config
 from autotune.study.results.select import NoDeployableTrial, is_feasible, recommend
-from autotune.study.results.timeshare import PARTS, part_seconds
+from autotune.study.results.timeshare import PARTS, part_seconds, study_time_share
 
 # A log shows the running estimate at most this often (a terminal's bar, as it comes).
 PLAIN_ESTIMATE_EVERY_S = 30.0
@@ -278,4 +283,8 @@ class Progress:
             self.task = None
 
     def finish(self, study: optuna.Study) -> None:
+        """The study's closing lines: what its trials counted for and where its time went."""
+        if not self.quiet:
+            self.note(trial_counts(study).line())
+            self.note(f"time: {study_time_share(study).line()}")
         self._stop_bar()

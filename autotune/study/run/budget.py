@@ -19,6 +19,8 @@ from optuna.trial import FrozenTrial
 
 from autotune.backends import BACKENDS
 from autotune.records.stored import TrialRecord
+from autotune.study.plan import StudyPlan
+from autotune.study.results.progress import Progress
 from autotune.study.results.timeshare import budget_seconds, trial_seconds
 
 # Start-up guesses before a study has launched anything of its own, in seconds.
@@ -104,3 +106,37 @@ class Budget:
         if left is None:
             return True
         return left >= self.estimate(study, launch_backends=launch_backends)
+
+
+def budget_allows(
+    study: optuna.Study,
+    plan: StudyPlan,
+    budget: Budget,
+    progress: Progress,
+    *,
+    keeps_launch: bool,
+    pinned_backend: str | None = None,
+) -> bool:
+    """Whether the next trial fits in the budget; says so when it does not. A new launch
+    costs the start-up of `pinned_backend` when a launch step chose it, else of the slowest
+    backend the sampler may choose."""
+    backends = (
+        None if keeps_launch else {pinned_backend} if pinned_backend else _launch_backends(plan)
+    )
+    if budget.fits(study, launch_backends=backends):
+        return True
+    left = budget.remaining(study) or 0.0
+    need = budget.estimate(study, launch_backends=backends)
+    progress.note(
+        f"budget: {max(left, 0.0):.0f} s left of {budget.total_s:.0f} s, the next trial "
+        f"needs about {need:.0f} s; stopping here (raise --budget to go on)"
+    )
+    return False
+
+
+def _launch_backends(plan: StudyPlan) -> set[str]:
+    """The backends a freely proposed trial may launch (for the budget's start-up estimate)."""
+    spec = plan.space.params.get("backend")
+    if spec is not None and spec.choices:
+        return {str(choice) for choice in spec.choices}
+    return {plan.space.reference_config().backend}

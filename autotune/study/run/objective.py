@@ -246,6 +246,7 @@ class Objective:
                 raise TrialFailure(reason, kind=SURPLUS)
             return self._run(trial, time_s)
         except KeyboardInterrupt:
+            self.gate.delivered = True
             # Optuna records the trial as failed; say why, so a resumed run need not guess.
             interrupted = "interrupted (Ctrl-C) before it ended"
             write_trial(trial, {"failure_kind": "interrupted", "failure_reason": interrupted})
@@ -352,13 +353,14 @@ class Objective:
             if proposal.is_reference and only_a_baseline(space, config, endpoint=plan.endpoint):
                 measure = reference_plan(measure)
             live = LiveEstimate(trial, self.progress.estimate)
+            # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
+            phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)
             try:
                 with timed(time_s, "engine_call"):
-                    result = session.measure(
-                        config, measure, on_phase=self.progress.phase, on_estimate=live.post
-                    )
+                    result = session.measure(config, measure, on_phase=phase, on_estimate=estimate)
             finally:
                 live.close()  # nothing is written to the trial once it is told
+            self.gate.check()
             if reference is None and not proposal.is_reference:
                 reference = await_reference(trial.study, space)
         except TrialFailure as failure:

@@ -29,7 +29,7 @@ from autotune.engines.threads import ENGINES_AT_ONCE_ENV
 from autotune.errors import StudyError
 from autotune.study.plan import StudyPlan
 from autotune.study.results.progress import Progress
-from autotune.study.run.loop import finish_study, prepare_study
+from autotune.study.run.opening import prepare_study
 from autotune.study.store.recovery import fail_orphaned
 from autotune.study.store.storage import load_study
 
@@ -174,5 +174,5 @@ def run_on_workers(
     """Prepare the study, run it on one worker per GPU, then summarise it."""
     if prepare_study(plan, target, progress) is not None:
         Coordinator(plan, worker_args, progress).run()
-        finish_study(load_study(plan.study_name, plan.storage_url), progress)
+        progress.finish(load_study(plan.study_name, plan.storage_url))
     return load_study(plan.study_name, plan.storage_url)

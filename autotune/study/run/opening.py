@@ -1,12 +1,19 @@
-"""A resume checks what its comparisons rest on, before it writes anything.
+"""Opening a study: create or resume it, repair what an earlier run left behind, queue the
+reference and the named candidates. What runs before the first trial, apart from the loop that
+runs trials (autotune.study.run.loop).
 
-Every trial of a study is judged against its reference, on its evaluation set, under its
-accuracy floor, and the sampler learns from the distributions it drew from. A run that resumes
-a study with another set, reference, floor or parameter space would mix trials that cannot be
-compared (a trial judged "accuracy 0.025 vs reference 1.025" against the old items). What they
-were is stored when the study is created (`COMPARISON_BASIS`), and a resume that differs is
-refused in one line naming what changed. A study stored before this record existed resumes as
-it did, and records it then.
+A resume checks what its comparisons rest on, before it writes anything. Every trial of a study
+is judged against its reference, on its evaluation set, under its accuracy floor, and the
+sampler learns from the distributions it drew from. A run that resumes a study with another
+set, reference, floor or parameter space would mix trials that cannot be compared (a trial
+judged "accuracy 0.025 vs reference 1.025" against the old items). What they were is stored
+when the study is created (`COMPARISON_BASIS`), and a resume that differs is refused in one
+line naming what changed. A study stored before this record existed resumes as it did, and
+records it then.
+
+Then an earlier run's processes, RUNNING trials and spooled results are dealt with
+(autotune.study.store.recovery), and the reference and candidates are queued once
+(autotune.study.proposals.queueing).
 """
 
 from __future__ import annotations
@@ -15,17 +22,30 @@ import functools
 import hashlib
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from autotune.accuracy.floor import floor_warning
+from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError
 from autotune.evalset.dataset import EvalSet
 from autotune.params import base_param
-from autotune.records.stored import StudyRecord
+from autotune.records.readable import unreadable_line, unreadable_trials
+from autotune.records.stored import StudyRecord, TrialRecord
+from autotune.records.writer import write_study
 from autotune.space.sampling import distribution
-from autotune.study.plan import StudyPlan
+from autotune.study.plan import StudyPlan, study_attrs
+from autotune.study.proposals.queueing import candidates_now, queue_reference_and_candidates
+from autotune.study.proposals.sampler import make_sampler
+from autotune.study.results.counting import counted_trials
+from autotune.study.results.progress import Progress
+from autotune.study.results.select import reference_trial
+from autotune.study.run.budget import Budget, budget_allows
+from autotune.study.store.recovery import Spool, fail_orphaned, fail_stale, recover
+from autotune.study.store.storage import local_file, open_storage, remove_study_file
 
 # The study attribute that holds comparison_basis(plan).
 COMPARISON_BASIS = "comparison_basis"
@@ -203,3 +223,120 @@ def _values(distribution: optuna.distributions.BaseDistribution) -> str:
         return "[" + ", ".join(str(choice) for choice in distribution.choices) + "]"
     low, high = getattr(distribution, "low", "?"), getattr(distribution, "high", "?")
     return f"{low}..{high}"
+
+
+def open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSampler]:
+    """Create or resume the study. A study file this run creates is removed again when the
+    study cannot be set up in it (a full disk), so a rerun starts clean and finds one study."""
+    stored = local_file(plan.storage_url)
+    new_file = stored is not None and not stored.exists()
+    try:
+        return _open_study(plan)
+    except BaseException:
+        if new_file and stored is not None:
+            remove_study_file(stored)
+        raise
+
+
+def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSampler]:
+    space = plan.space
+    storage = open_storage(plan.storage_url, create=True)
+    # Failed trials are reported by our progress lines; Optuna's own warning would add a
+    # traceback for every contained failure.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    basis = comparison_basis(plan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = make_sampler(space)
+        # Looked up first: creating a study that exists writes a refused record to a journal,
+        # and a resume that is refused must write nothing.
+        if _exists(storage, plan.study_name):
+            study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
+            await_setup(study)
+        else:
+            study = _create(plan, storage, sampler, basis)
+    check_resumable(study, plan, basis)
+    if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
+        write_study(study, {COMPARISON_BASIS: basis})
+    if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
+        write_study(study, study_attrs(plan))
+        # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in space.objectives])
+    return study, sampler
+
+
+def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _create(
+    plan: StudyPlan,
+    storage: optuna.storages.BaseStorage,
+    sampler: optuna.samplers.BaseSampler,
+    basis: dict[str, Any],
+) -> optuna.Study:
+    """The new study, its comparison basis stored first, so a run that opens it a moment later
+    compares with it; or, when another run created it first, that run's study."""
+    try:
+        study = optuna.create_study(
+            study_name=plan.study_name,
+            storage=storage,
+            directions=plan.space.directions(),
+            sampler=sampler,
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
+        await_setup(study)
+        return study
+    write_study(study, {COMPARISON_BASIS: basis})
+    return study
+
+
+def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
+    """Once the reference's accuracy is known: say so when the set is too small for the floor."""
+    reference = reference_trial(study)
+    accuracy = TrialRecord.of(reference).accuracy if reference is not None else None
+    if accuracy is None:
+        return
+    warning = floor_warning(len(plan.evalset.items), accuracy, plan.space.constraints)
+    if warning is not None:
+        progress.note(f"warning: {warning}")
+        if StudyRecord.of(study).floor_warning != warning:
+            write_study(study, {"floor_warning": warning})
+
+
+def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:
+    """Open (or resume) the study, repair what an earlier run left behind, and queue the
+    reference and the candidates. None when there is nothing to run (target or budget met)."""
+    study, _ = open_study(plan)
+    spool = Spool(plan.storage_url, plan.study_name)
+    # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
+    # results.
+    repairs = [*clean_up(), *fail_orphaned(study), *fail_stale(study), *recover(study, spool)]
+    repairs += [
+        f"{unreadable_line(plan.study_name, t)}; it is left out (the sampler skips it)"
+        for t in unreadable_trials(study)
+    ]
+    done = counted_trials(study)
+    progress.start(done=done, study_name=plan.study_name)
+    for note in [*plan.notes, *repairs]:
+        progress.note(note)
+    if done >= target:
+        progress.note(f"study '{plan.study_name}' already has {done} counted trials")
+        return None
+    warn_if_set_too_small(study, plan, progress)
+    budget = Budget(plan.budget_s)
+    if reference_trial(study) is not None and not budget_allows(
+        study, plan, budget, progress, keeps_launch=False
+    ):
+        return None
+    first = candidates_now(plan)
+    for note in queue_reference_and_candidates(study, plan, room=target - done, candidates=first):
+        progress.note(note)
+    return study
