@@ -309,7 +309,7 @@ def verify_trial(
         result.failure = f"{failure.kind}: {failure.reason}"
         result.log_tail = failure.log_tail
         return result
-    result.recorded_clock = clock_of(trial_record.env)
+    result.recorded_clock = clock_of(trial_record.environment)
     result.measured_clock = clock_of(Environment.of(m.environment))
     unlike = clock_note(trial.number, result.recorded_clock, result.measured_clock)
     if unlike is not None:
@@ -361,7 +361,7 @@ def clock_note(number: int, recorded: str, measured: str) -> str | None:
 
 
 def measured_in_process(trial: FrozenTrial) -> bool:
-    return (TrialRecord.of(trial).env.runner or "inprocess") == "inprocess"
+    return (TrialRecord.of(trial).environment.runner or "inprocess") == "inprocess"
 
 
 def _cell(value: float | None) -> str:

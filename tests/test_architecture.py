@@ -239,7 +239,8 @@ def test_a_write_outside_the_writer_is_found(tmp_path: Path) -> None:
     ]
 
 
-# The parts of a trial's record kept as JSON mappings, whose keys autotune.records reads.
+# The parts of a trial's record stored as JSON mappings, whose keys autotune.records reads (into
+# the typed parts of autotune.records.parts, but for the configuration, kept as stored).
 RECORD_LEAVES = frozenset(
     {"user_attrs", "environment", "time_s", "paired_vs_reference", "accuracy_floor", "owner",
      "step", "config"}
@@ -262,9 +263,17 @@ def _leaf_reads(path: Path, root: Path = REPO) -> list[str]:
             owner, key = node.func.value, node.args[0]
         else:
             continue
+        # A part's `stored()` is the mapping as written, for what shows it so; its keys are
+        # read through the part's fields (autotune.records.parts), like the part's own.
+        if (
+            isinstance(owner, ast.Call)
+            and isinstance(owner.func, ast.Attribute)
+            and owner.func.attr == "stored"
+        ):
+            owner = ast.Attribute(value=owner.func.value, attr="stored()")
         if (
             isinstance(owner, ast.Attribute)
-            and owner.attr in RECORD_LEAVES
+            and owner.attr in {*RECORD_LEAVES, "stored()"}
             and isinstance(key, ast.Constant)
             and isinstance(key.value, str)
         ):
@@ -290,10 +299,13 @@ def test_a_leaf_read_by_string_is_found(tmp_path: Path) -> None:
     module.write_text(
         "def f(record, m):\n    a = record.environment['runner']\n"
         "    b = m.time_s.get('total', 0.0)\n    c = record.env.runner\n"
-        "    record.environment['x'] = 1\n",
+        "    record.environment['x'] = 1\n    d = record.environment.stored()['runner']\n"
+        "    e = record.time_s.stored().get('total')\n    f = record.environment.stored()\n",
         encoding="utf-8",
     )
     assert _leaf_reads(module, tmp_path) == [
         "reads.py:2 environment['runner']",
         "reads.py:3 time_s['total']",
+        "reads.py:6 stored()['runner']",
+        "reads.py:7 stored()['total']",
     ]

@@ -31,7 +31,7 @@ class Reproduction:
 
 def measured_via(record: TrialRecord) -> str:
     """ "server:<format>", "inprocess" or "endpoint", from a trial's recorded environment."""
-    env, backend = record.env, record.backend
+    env, backend = record.environment, record.backend
     if env.runner == "endpoint":
         return "endpoint"
     if env.runner == "server" or (env.runner is None and backend in SERVER_BACKENDS):

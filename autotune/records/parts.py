@@ -1,38 +1,89 @@
-"""Typed views of the parts a trial keeps as JSON mappings: where it ran, how its time was
-spent, who ran it.
+"""The typed parts of a trial's record: where it ran, how its time was spent, how its answers
+compared with the reference's, the absolute floor's verdict, the step it was proposed as, and
+who runs it.
 
-A trial stores these as plain mappings (Optuna keeps JSON, and engines add their own keys:
-versions, a server's flags), and TrialRecord checks that each is a mapping. Their keys are
-read here and nowhere else: a reader outside autotune.records asks `record.env.runner`, not
-`record.environment["runner"]`, so a renamed key is one edit, and a misspelt one a type error
-instead of a silent None (tests/test_architecture.py counts the string reads left outside).
+A trial stores each as a JSON mapping (Optuna keeps JSON); TrialRecord reads each into its
+model here. Their keys are read here and nowhere else: a reader outside autotune.records asks
+`record.environment.runner`, not `record.environment["runner"]`, so a renamed key is one edit,
+and a misspelt one an AttributeError instead of a silent None (tests/test_architecture.py
+counts the string reads left outside).
+
+Reading stays as tolerant as it was when these were plain mappings: a key of the wrong kind (a
+hand edit) reads as unknown and the rest still reads, and a key a model does not name (from an
+older or a newer autotune) is left aside, except in the environment, where engines add their
+versions and flags. Only what is no mapping at all fails, as it did. Each part keeps the
+mapping it was read from (`stored`): `best --json` and the report show a trial's time and
+environment as written, in their order, with keys this version does not name.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
+from pydantic_core import PydanticCustomError
+
+# A parameter's value as a configuration stores it (autotune.params.TrialConfig).
+ParamValue = bool | int | float | str | None
 
 
-class _View(BaseModel):
-    # extra="allow": engines add versions and flags this view does not name.
-    model_config = ConfigDict(extra="allow", frozen=True)
+class _Part(BaseModel):
+    # extra="ignore": a key an older or newer autotune wrote is no field here (it stays in
+    # `stored`). Lax, as these parts were read before they were typed: "1.5" seconds is 1.5.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    _stored: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def of(cls, mapping: Mapping[str, Any] | None) -> Self:
         data = dict(mapping or {})
         try:
-            return cls.model_validate(data)
+            part = cls.model_validate(data)
         except ValidationError as exc:
             # A field of the wrong kind (a hand edit) reads as unknown; the rest still reads.
             bad = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
-            return cls.model_validate({k: v for k, v in data.items() if k not in bad})
+            part = cls.model_validate({k: v for k, v in data.items() if k not in bad})
+        part._stored = data
+        return part
+
+    def stored(self) -> dict[str, Any]:
+        """The mapping as the trial stored it (a copy)."""
+        return dict(self._stored)
+
+    def __eq__(self, other: object) -> bool:
+        # A part is its fields: the mapping it was read from does not tell two apart
+        # (pydantic's own comparison would; its hash, of the fields, stays).
+        if not isinstance(other, _Part):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.__pydantic_extra__ == other.__pydantic_extra__
+        )
 
 
-class Environment(_View):
+def stored_part(kind: type[_Part], *, optional: bool = True) -> BeforeValidator:
+    """TrialRecord's reading of a part: a stored mapping read by `kind.of`; an empty one is
+    none recorded (None) where the part is optional, as every reader took an empty mapping.
+    What is no mapping fails with the words it failed with as a plain mapping."""
+
+    def read(value: Any) -> Any:
+        if value is None or isinstance(value, kind):
+            return value
+        if not isinstance(value, dict):
+            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+        return kind.of(value) if value or not optional else None
+
+    return BeforeValidator(read)
+
+
+class Environment(_Part):
     """Where and with what a trial ran (autotune.engines.measurement and the sessions)."""
+
+    # extra="allow": engines add their versions and flags, which the report shows.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     runner: str | None = None  # "inprocess", "server" or "endpoint"
     clock: str | None = None  # which clock timed the load (autotune.engines.inprocess.clock)
@@ -41,6 +92,10 @@ class Environment(_View):
     export_exact: str | None = None  # "false" when the export cannot express the trial
     endpoint: str | None = None
     launch_id: str | None = None
+    # A launch started beside another (autotune.study.run.launches): on the trial that took it
+    # over, and on the reference it started beside; each says so in words.
+    startup_beside: str | None = None
+    measured_beside: str | None = None
 
     def engine_name(self, backend: str) -> str:
         """The engine that answered, in words, for the line that names it."""
@@ -51,23 +106,85 @@ class Environment(_View):
         return f"the {backend} engine"
 
 
-class TimeSplit(_View):
-    """A trial's seconds by part (autotune.study.results.timeshare names them all)."""
+class TimeSplit(_Part):
+    """A trial's seconds by part (autotune.study.run.objective times them;
+    autotune.study.results.timeshare sums them). NaN where a part could not be timed (an
+    endpoint's start-up: autotune did not start it)."""
 
     startup: float = 0.0  # what the trial waited for its launch to start
     gpu_wait: float = 0.0  # for GPUs another launch held
     twin_wait: float = 0.0  # for a twin trial measured elsewhere
+    proposal: float = 0.0  # the sampler's proposal, with the configuration's writes
+    study_reads: float = 0.0  # the reads of the study before measuring
+    engine_call: float = 0.0  # the engine's whole call: its phases below and the hand-off
     warmup: float = 0.0  # the engine's explicit warm-up (compilation)
+    measuring: float = 0.0
+    screening: float = 0.0
     accuracy: float = 0.0  # the accuracy pass
+    recording: float = 0.0
     total: float = 0.0
 
+    def finite(self, part: str) -> float:
+        """A part's seconds by its name (autotune.study.results.timeshare.PARTS), none where
+        it could not be timed."""
+        if part not in type(self).model_fields:
+            raise AttributeError(f"a trial's time split has no part {part!r}")
+        value: float = getattr(self, part)
+        return value if math.isfinite(value) else 0.0
 
-class Owner(_View):
+
+class Owner(_Part):
     """Who runs a trial: enough to tell, on its host, whether that process is still there."""
 
     host: str | None = None
     pid: int | None = None
     started: float | None = None  # the process's creation time (psutil), seconds
+
+
+class _StrictPart(_Part):
+    # Strict: their readers took numbers only (a "0.5" or a true was no figure), so a value
+    # of another kind reads as unknown rather than coerced.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+class _Judged(_StrictPart):
+    """An accuracy judged over a number of items: its interval, at a confidence, and the
+    sequential test's decision ("feasible", "infeasible" or "undecided")."""
+
+    n_items: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    decision: str | None = None
+
+
+class Paired(_Judged):
+    """The paired comparison with the reference on the same items
+    (autotune.accuracy.paired.PairedComparison writes it); the interval is of the mean
+    difference."""
+
+    accuracy_diff: float | None = None  # candidate minus reference, mean over shared items
+    only_candidate_passed: int | None = None
+    only_reference_passed: int | None = None
+    mcnemar_p: float | None = None
+    test: str | None = None  # "bootstrap" or "sequential" (only this one decides)
+
+
+class FloorVerdict(_Judged):
+    """The sequential floor's verdict on an absolute floor
+    (autotune.accuracy.sequential.FloorLook writes it); the interval is of the accuracy."""
+
+    mean_diff: float | None = None  # the accuracy (minus nothing: an absolute floor)
+
+
+class Stepped(_StrictPart):
+    """The one-lever step from an incumbent a trial was proposed as
+    (autotune.study.proposals.steps.Step.describe writes it)."""
+
+    lever: str | None = None
+    value: ParamValue = None
+    from_trial: int | None = None
+    also: list[str] = []  # the other levers the step changed
 
 
 def same_configuration(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

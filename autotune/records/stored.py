@@ -13,7 +13,10 @@ else, is refused in one line rather than misread, and so is a version that is no
 number ("999" or 999.0 come from a hand edit, not from autotune).
 
 Types are read strictly: a record that says `"batch_size": "x"`, `"is_reference": "yes"` or
-`"accuracy": NaN` was edited or damaged, and is reported by field rather than coerced.
+`"accuracy": NaN` was edited or damaged, and is reported by field rather than coerced. Inside a
+trial's parts (its environment, time split, ...: autotune.records.parts) a key of the wrong
+kind reads as unknown instead, as it did when they were plain mappings; a part that is no
+mapping is reported.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
 from autotune.params import TrialConfig
-from autotune.records.parts import Environment, TimeSplit
+from autotune.records.parts import (
+    Environment,
+    FloorVerdict,
+    Owner,
+    Paired,
+    Stepped,
+    TimeSplit,
+    stored_part,
+)
 
 # A share (accuracy, a score): NaN passes no comparison, so it is refused where it is read.
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -113,13 +124,21 @@ class _Stored(BaseModel):
 
 
 # Environment entries of a launch started beside another (autotune.study.run.launches): on the
-# trial that took it over, and on the reference it started beside.
+# trial that took it over, and on the reference it started beside (Environment names both).
 STARTUP_BESIDE = "startup_beside"
 MEASURED_BESIDE = "measured_beside"
 
 
 class TrialRecord(_Stored):
-    """One trial's user attributes (autotune.study.run.objective writes them)."""
+    """One trial's user attributes (autotune.study.run.objective writes them).
+
+    Its parts are typed (autotune.records.parts), all but `config`: that stays the mapping as
+    stored, checked whole as a TrialConfig on reading (`trial_config` builds one). A TrialConfig
+    would not hold it as stored: a configuration written before a parameter existed holds fewer
+    keys, which it would fill with defaults, and readers ask which keys a trial recorded (the
+    report's changed parameters, the steps' levels, a repeat against its twin); it would also
+    turn a stored 1 into 1.0 and reorder what `best --json` shows as recorded.
+    """
 
     config: dict[str, Any] = {}
     output_key: str | None = None
@@ -129,8 +148,9 @@ class TrialRecord(_Stored):
     launch_started: bool | None = None
     gpus: list[dict[str, Any]] = []
     gpu_share: float | None = None
-    environment: dict[str, Any] = {}
-    time_s: dict[str, Any] = {}
+    environment: Annotated[Environment, stored_part(Environment, optional=False)] = Environment()
+    # None when it recorded no time (an empty split too, as it always read).
+    time_s: Annotated[TimeSplit | None, stored_part(TimeSplit)] = None
     # Constraint values (<= 0: satisfied), and the reasons the floor or a budget refused it.
     constraints: dict[str, FiniteFloat] | None = None
     infeasible_because: list[str] | None = None
@@ -146,17 +166,17 @@ class TrialRecord(_Stored):
     item_passed: dict[str, bool] = {}
     predictions: dict[str, str] = {}
     sample_outputs_artifact: str | None = None
-    paired_vs_reference: dict[str, Any] | None = None
+    paired_vs_reference: Annotated[Paired | None, stored_part(Paired)] = None
     # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).
-    accuracy_floor: dict[str, Any] | None = None
+    accuracy_floor: Annotated[FloorVerdict | None, stored_part(FloorVerdict)] = None
     measure_stop_reason: str | None = None
     # Stopped by racing (autotune.study.run.racing): the incumbent it lost to, and why.
     raced_by: int | None = None
     raced_reason: str | None = None
     # The one-lever step from an incumbent the trial was proposed as
     # (autotune.study.proposals.steps).
-    step: dict[str, Any] | None = None
-    owner: dict[str, Any] | None = None
+    step: Annotated[Stepped | None, stored_part(Stepped)] = None
+    owner: Annotated[Owner | None, stored_part(Owner)] = None
     failure_kind: str | None = None
     failure_reason: str | None = None
     log_tail: str | None = None
@@ -166,14 +186,9 @@ class TrialRecord(_Stored):
         return cls.from_attrs(trial.user_attrs, number=trial.number)
 
     @property
-    def env(self) -> Environment:
-        """Where and with what it ran, typed (autotune.records.parts)."""
-        return Environment.of(self.environment)
-
-    @property
     def times(self) -> TimeSplit:
-        """Its seconds by part, typed (autotune.records.parts)."""
-        return TimeSplit.of(self.time_s)
+        """Its seconds by part; all none when it recorded no time."""
+        return self.time_s if self.time_s is not None else TimeSplit()
 
     @property
     def backend(self) -> str | None:
@@ -185,13 +200,12 @@ class TrialRecord(_Stored):
     def started_beside(self) -> bool:
         """Its launch started while the reference started and measured (the start-up in
         its time split is only what it still waited for)."""
-        return STARTUP_BESIDE in self.environment
+        return self.environment.startup_beside is not None
 
     @property
     def measured_beside(self) -> str | None:
         """What started beside it while it measured (a reference only), or None."""
-        beside = self.environment.get(MEASURED_BESIDE)
-        return beside if isinstance(beside, str) else None
+        return self.environment.measured_beside
 
     def _content_problem(self) -> str | None:
         """Its configuration's problem: `export` renders it and `verify` relaunches it, so a

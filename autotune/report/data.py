@@ -326,7 +326,7 @@ def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any
     """Where the study ran: the recorded device and versions, model and eval set."""
     env: dict[str, Any] = {}
     for trial in trials:  # the first trial that recorded one: all share the machine
-        recorded = TrialRecord.of(trial).environment
+        recorded = TrialRecord.of(trial).environment.stored()  # as written, engines' keys too
         if recorded:
             env.update(recorded)
             break

@@ -246,8 +246,9 @@ def _paired_confidence(data: ReportData) -> float | None:
 def paired_bar(trial: FrozenTrial) -> tuple[float, float]:
     """How far the trial's paired interval, placed on the accuracy axis, reaches above and
     below its point: the reference's accuracy plus [ci_low, ci_high] of the difference."""
-    paired = TrialRecord.of(trial).paired_vs_reference or {}
-    diff, low, high = (finite(paired.get(k)) for k in ("accuracy_diff", "ci_low", "ci_high"))
+    paired = TrialRecord.of(trial).paired_vs_reference
+    ends = (paired.accuracy_diff, paired.ci_low, paired.ci_high) if paired else (None,) * 3
+    diff, low, high = (finite(value) for value in ends)
     if diff is None or low is None or high is None:
         return 0.0, 0.0  # the reference itself, or a trial judged before the paired test
     return max(0.0, high - diff), max(0.0, diff - low)

@@ -68,15 +68,15 @@ def _figures_table(rec: FrozenTrial, ref: FrozenTrial | None) -> str:
 
 def _paired_line(trial: FrozenTrial) -> str:
     paired = TrialRecord.of(trial).paired_vs_reference
-    if not paired:
+    if paired is None:
         return ""
-    conf = finite(paired.get("confidence")) or 0.0
+    conf = finite(paired.confidence) or 0.0
     return (
-        f"<p>Accuracy vs reference on the same {e(paired.get('n_items'))} items: "
-        f"{fmt(paired.get('accuracy_diff'), '+.3f')} "
-        f"({conf:.0%} interval {fmt(paired.get('ci_low'), '+.3f')} to "
-        f"{fmt(paired.get('ci_high'), '+.3f')}; McNemar p = "
-        f"{fmt(paired.get('mcnemar_p'), '.3g')})</p>"
+        f"<p>Accuracy vs reference on the same {e(paired.n_items)} items: "
+        f"{fmt(paired.accuracy_diff, '+.3f')} "
+        f"({conf:.0%} interval {fmt(paired.ci_low, '+.3f')} to "
+        f"{fmt(paired.ci_high, '+.3f')}; McNemar p = "
+        f"{fmt(paired.mcnemar_p, '.3g')})</p>"
     )
 
 

@@ -67,7 +67,7 @@ def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> d
         "throughput_interval_tokens_per_s": throughput_interval(trial),
         "config": record.config or None,
         "launch_id": record.launch_id,
-        "time_s": record.time_s or None,
+        "time_s": record.time_s.stored() if record.time_s is not None else None,
         "gpus": record.gpus or None,
         "gpu_unlike_reference": gpu_mismatch(trial, reference),
     }

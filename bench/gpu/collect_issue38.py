@@ -65,7 +65,7 @@ def rows(study: optuna.Study, inprocess: dict[int | None, dict[str, str]]) -> li
         same_as_inprocess, inprocess_compared = (
             agreement(answers, inprocess[side]) if side in inprocess else (None, 0)
         )
-        paired = record.paired_vs_reference or {}
+        paired = record.paired_vs_reference
         out.append(
             {
                 "trial": trial.number,
@@ -81,8 +81,8 @@ def rows(study: optuna.Study, inprocess: dict[int | None, dict[str, str]]) -> li
                 "items_compared": compared,
                 "same_answers_as_inprocess_at_side": same_as_inprocess,
                 "inprocess_items_compared": inprocess_compared,
-                "verdict": paired.get("decision"),
-                "interval": [paired.get("ci_low"), paired.get("ci_high")],
+                "verdict": paired.decision if paired else None,
+                "interval": [paired.ci_low, paired.ci_high] if paired else [None, None],
                 "infeasible_because": record.infeasible_because,
                 "throughput_output_tokens_per_s": trial.user_attrs.get(
                     "throughput_output_tokens_per_s"

@@ -30,11 +30,10 @@ def source_words(record: TrialRecord) -> str:
     if record.duplicate_of is not None:
         return f"repeat of trial {record.duplicate_of}"
     step = record.step
-    if step:
-        lever = step.get("lever")
-        words = f"step {lever} -> {_word(step.get('value'))} from trial {step.get('from_trial')}"
-        also = step.get("also") or []
-        return words + (f" (also changed: {', '.join(map(str, also))})" if also else "")
+    if step is not None:
+        words = f"step {step.lever} -> {_word(step.value)} from trial {step.from_trial}"
+        also = step.also
+        return words + (f" (also changed: {', '.join(also)})" if also else "")
     return "sampler"
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.records.parts import TimeSplit
 from autotune.records.stored import TrialRecord
 
 PARTS = (
@@ -100,17 +101,16 @@ class TimeShare:
         return f"{self.total_s:.0f} s of trial time on {launches}: {parts}"
 
 
-def part_seconds(time_s: dict[str, float], part: str) -> float:
-    """A part's seconds in one trial's `time_s`; a part it could not time (an endpoint's
+def part_seconds(split: TimeSplit, part: str) -> float:
+    """A part's seconds in one trial's time split; a part it could not time (an endpoint's
     start-up is NaN: autotune did not start it) counts as none."""
     if part == "hand_off":
-        engine = float(time_s.get("engine_call", 0.0))
+        engine = split.engine_call
         if not math.isfinite(engine) or engine <= 0:
             return 0.0
-        return max(0.0, engine - sum(part_seconds(time_s, key) for key in ENGINE_PHASES))
+        return max(0.0, engine - sum(part_seconds(split, key) for key in ENGINE_PHASES))
     keys = WAITS if part == "waiting" else (part,)
-    values = (float(time_s.get(key, 0.0)) for key in keys)
-    return sum(value for value in values if math.isfinite(value))
+    return sum(split.finite(key) for key in keys)
 
 
 @contextmanager
@@ -132,9 +132,8 @@ def budget_seconds(trial: FrozenTrial) -> float:
     another worker measuring the same configuration), times its share of the run's GPUs (two
     workers on two GPUs spend the budget at wall-clock pace)."""
     record = TrialRecord.of(trial)
-    time_s = record.time_s
-    waits = float(time_s.get("gpu_wait", 0.0)) + float(time_s.get("twin_wait", 0.0))
-    busy = float(time_s.get("total", 0.0)) - waits
+    split = record.times
+    busy = split.total - (split.gpu_wait + split.twin_wait)
     share = record.gpu_share if record.gpu_share is not None else 1.0
     return max(0.0, busy) * float(share)
 
@@ -146,13 +145,13 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
     timed = 0
     for trial in trials:
         record = TrialRecord.of(trial)
-        time_s = record.time_s
-        if not time_s:
+        split = record.time_s
+        if split is None:
             continue
         timed += 1
-        total += float(time_s.get("total", 0.0))
+        total += split.total
         for part in PARTS:
-            parts[part] += part_seconds(time_s, part)
+            parts[part] += part_seconds(split, part)
         if record.launch_id:
             launches.add(record.launch_id)
     return TimeShare(

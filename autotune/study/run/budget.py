@@ -63,7 +63,7 @@ class Budget:
     def estimate(self, study: optuna.Study, *, launch_backends: set[str] | None) -> float:
         """Seconds the next trial should take. `launch_backends`: None when it reuses the
         running launch, else the backends its new launch may have (the slowest counts)."""
-        timed = [(t, r) for t in _finished(study) if (r := TrialRecord.of(t)).time_s]
+        timed = [(t, r) for t in _finished(study) if (r := TrialRecord.of(t)).time_s is not None]
         # Not the reference's: another engine, one request in flight, run to its cap (on the
         # H200 200 s, where the LMDeploy trials after it took 20-140 s): a 7-minute study
         # judged the next trial by it and measured nothing else (bench/results/
@@ -85,7 +85,7 @@ class Budget:
         and once most trials are raced a median over all would reserve nothing for the next
         contender's. `accuracy`: False when the next trial reuses earlier answers."""
         records = [TrialRecord.of(t) for t in _finished(study)]
-        measured = [r.times for r in records if r.time_s and r.duplicate_of is None]
+        measured = [r.time_s for r in records if r.time_s is not None and r.duplicate_of is None]
         total = 0.0
         parts = [[times.warmup for times in measured]]
         if accuracy:

@@ -1,0 +1,131 @@
+"""Issue 41: a trial's parts read typed (autotune.records.parts), as tolerantly as the plain
+mappings they were: a key of the wrong kind reads as unknown, a key of another autotune is left
+aside (kept in the environment), what shows the record as written shows it so, and what is no
+mapping fails in the words it always failed in."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from autotune.accuracy.paired import PairedComparison
+from autotune.accuracy.sequential import FloorLook
+from autotune.records.parts import Environment, FloorVerdict, Owner, Paired, Stepped, TimeSplit
+from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
+from autotune.report.text import trial_summary
+from autotune.study.proposals.steps import Step
+from autotune.study.results.provenance import source_words
+from autotune.study.results.timeshare import ENGINE_PHASES, PARTS, WAITS, time_share
+from autotune.study.store.recovery import owner
+
+CONFIG = {"backend": "transformers", "batch_size": 4}
+
+
+def record(**parts: Any) -> TrialRecord:
+    return TrialRecord.from_attrs({"config": CONFIG, **parts}, number=3)
+
+
+def frozen(attrs: dict[str, Any]) -> FrozenTrial:
+    return create_trial(
+        state=TrialState.COMPLETE,
+        values=[1.0],
+        params={"batch_size": 4},
+        distributions={"batch_size": CategoricalDistribution([1, 4])},
+        user_attrs={"config": CONFIG, **attrs},
+    )
+
+
+def test_each_part_names_what_its_writer_writes() -> None:
+    """The read side's fields are the write side's keys, so neither drifts alone."""
+    assert set(Paired.model_fields) == {f.name for f in dataclasses.fields(PairedComparison)}
+    assert set(FloorVerdict.model_fields) == {f.name for f in dataclasses.fields(FloorLook)}
+    step = Step({}, "batch_size", 8, 0, new_launch=False, also=("dtype",))
+    assert set(Stepped.model_fields) == set(step.describe())
+    assert set(Owner.model_fields) == set(owner())
+    timed = (set(PARTS) - {"waiting", "hand_off"}) | set(WAITS) | set(ENGINE_PHASES)
+    assert set(TimeSplit.model_fields) == timed | {"engine_call", "total"}
+    assert {STARTUP_BESIDE, MEASURED_BESIDE} <= set(Environment.model_fields)
+
+
+def test_parts_read_typed() -> None:
+    read = record(
+        environment={"runner": "server", "server_format": "vllm", "vllm": "0.11"},
+        time_s={"startup": 3, "total": 20.5},
+        paired_vs_reference={"n_items": 150, "ci_low": -0.03, "test": "sequential"},
+        accuracy_floor={"decision": "feasible", "ci_low": 0.7},
+        step={"lever": "batch_size", "value": 8, "from_trial": 0, "also": ["dtype"]},
+        owner={"host": "h", "pid": 12, "started": 5.5},
+    )
+    assert read.environment.runner == "server" and read.environment.model_extra == {"vllm": "0.11"}
+    assert read.environment.engine_name("vllm") == "the vllm server"
+    assert read.time_s is not None and (read.time_s.startup, read.time_s.total) == (3.0, 20.5)
+    assert read.times.warmup == 0.0
+    assert read.paired_vs_reference == Paired(n_items=150, ci_low=-0.03, test="sequential")
+    assert read.accuracy_floor is not None and read.accuracy_floor.decision == "feasible"
+    assert read.step == Stepped(lever="batch_size", value=8, from_trial=0, also=["dtype"])
+    assert read.owner is not None and (read.owner.host, read.owner.pid) == ("h", 12)
+    assert source_words(read) == "step batch_size -> 8 from trial 0 (also changed: dtype)"
+
+
+def test_a_key_of_the_wrong_kind_reads_as_unknown_and_the_rest_still_reads() -> None:
+    read = record(
+        environment={"runner": 5, "clock": "wall"},
+        time_s={"total": "x", "startup": [1], "warmup": "1.5"},
+        paired_vs_reference={"ci_low": "0.5", "n_items": True, "ci_high": 0.1},
+        step={"lever": 1, "value": {"a": 1}, "from_trial": 0, "also": "dtype"},
+        owner={"host": "h", "pid": "twelve"},
+    )
+    assert (read.environment.runner, read.environment.clock) == (None, "wall")
+    assert read.times.total == 0.0 and read.times.startup == 0.0
+    assert read.times.warmup == 1.5  # lax, as TimeSplit always read: "1.5" seconds is 1.5
+    # Strict where readers took numbers only: a "0.5" or a true is no figure.
+    assert read.paired_vs_reference == Paired(ci_high=0.1)
+    assert read.step == Stepped(from_trial=0)
+    assert read.owner == Owner(host="h")
+    # What crashed the time shares before (float("x")) now counts as none.
+    assert time_share([frozen({"time_s": {"total": "x", "startup": 2.0}})]).parts_s["startup"] == 2
+
+
+def test_keys_of_another_autotune_are_left_aside_but_kept_as_stored() -> None:
+    stored = {"n_items": 3, "from_the_future": 1}
+    read = record(paired_vs_reference=stored, environment={"runner": "server", "lmdeploy": "1"})
+    assert read.paired_vs_reference is not None
+    assert read.paired_vs_reference.n_items == 3 and read.paired_vs_reference.model_extra is None
+    assert read.paired_vs_reference.stored() == stored
+    assert read.environment.model_extra == {"lmdeploy": "1"}
+
+
+def test_an_empty_or_null_part_is_none_recorded() -> None:
+    for empty in ({}, None):
+        read = record(
+            time_s=empty, paired_vs_reference=empty, accuracy_floor=empty, step=empty, owner=empty
+        )
+        assert read.time_s is None and read.paired_vs_reference is None
+        assert read.accuracy_floor is None and read.step is None and read.owner is None
+        assert read.times == TimeSplit() and source_words(read) == "sampler"
+    assert record(environment=None).environment == Environment()
+    assert record(environment={}).environment.stored() == {}
+
+
+@pytest.mark.parametrize(
+    "part",
+    ["environment", "time_s", "paired_vs_reference", "accuracy_floor", "step", "owner"],
+)
+@pytest.mark.parametrize("value", ["x", 3, [], [1], True, math.nan])
+def test_a_part_that_is_no_mapping_fails_in_the_words_of_a_mapping(part: str, value: Any) -> None:
+    shown = f" (got {value!r:.60})" if isinstance(value, str | int | float) else ""
+    problem = TrialRecord.problem({"config": CONFIG, part: value})
+    assert problem == f"{part}: Input should be a valid dictionary{shown}"
+
+
+def test_best_json_shows_the_time_split_as_stored() -> None:
+    """In its order, with a key this version does not name and a value of the wrong kind."""
+    time_s = {"total": 9.0, "startup": 1.0, "older_part": 2.0, "warmup": "x"}
+    summary = trial_summary(frozen({"time_s": time_s}))
+    assert summary["time_s"] == time_s and list(summary["time_s"]) == list(time_s)
+    assert trial_summary(frozen({"time_s": {}}))["time_s"] is None
