@@ -5,7 +5,8 @@ A trial stores these as plain mappings (Optuna keeps JSON, and engines add their
 versions, a server's flags), and TrialRecord checks that each is a mapping. Their keys are
 read here and nowhere else: a reader outside autotune.records asks `record.env.runner`, not
 `record.environment["runner"]`, so a renamed key is one edit, and a misspelt one a type error
-instead of a silent None (tests/test_architecture.py counts the string reads left outside).
+instead of a silent None (tests/architecture/test_architecture.py counts the string reads left
+outside).
 """
 
 from __future__ import annotations
