@@ -55,8 +55,8 @@ PARAM_NAMES: tuple[str, ...] = (
 
 # Parameters that cannot change a greedy answer: the same prompt gives the same tokens whatever
 # the batch size or the share of memory given to the KV cache. Accuracy measured once is reused
-# across trials that differ only in these (tests/test_output_neutral.py checks the claim on the
-# bundled model).
+# across trials that differ only in these (tests/accuracy/test_output_neutral.py checks the
+# claim on the bundled model).
 OUTPUT_NEUTRAL_PARAMS: frozenset[str] = frozenset(
     {"batch_size", "kv_cache_fraction", "max_batch_size"}
 )

@@ -1,5 +1,6 @@
 """A study against the fake OpenAI server in endpoint mode: the server up and answering for the
-block, the real `autotune run` through it (tests/test_racing.py, tests/test_server_screening.py)."""
+block, the real `autotune run` through it (tests/study/run/test_racing.py,
+tests/engines/test_server_screening.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from test_server_runner import FAKE, _wait_answering, autotune, token
+from fake_server import FAKE, autotune, token, wait_answering
 
 from autotune.engines import server_process as server_runner
 
@@ -24,7 +25,7 @@ def fake_endpoint(*args: str) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_answering(port, marker)
+        wait_answering(port, marker)
         yield f"http://127.0.0.1:{port}/v1/"
     finally:
         fake.kill()

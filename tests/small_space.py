@@ -53,7 +53,7 @@ def small_space(tmp_path: Path, **overrides: Any) -> Path:
     # parameters; a test that wants candidates passes them.
     data.pop("candidates", None)
     # The loop measured in-process (no server start-up per study): the smoke space itself
-    # measures through `swift deploy`, which tests/test_first_run.py runs as a user does.
+    # measures through `swift deploy`, which tests/end_to_end/test_first_run.py runs as a user does.
     data["reference"] = {**data["reference"], "backend": "transformers", "compile_mode": "none"}
     data.update(overrides)
     path = tmp_path / f"{data.get('name', 'small')}.yaml"
@@ -76,7 +76,7 @@ def quick_space(
     its commands get the same kinds of figures from a shorter load (the caps bound time, not
     what is recorded). `evalset`: another set (small_evalset's, say) for tests that do not
     check the built-in one's accuracy. `screening_items`: 0 turns screening off, for tests
-    that do not check it (tests/test_reuse_and_screening.py does).
+    that do not check it (tests/accuracy/test_reuse_and_screening.py does).
     """
     data = yaml.safe_load((REPO / "search_spaces" / f"{name}.yaml").read_text(encoding="utf-8"))
     data["model"] = str(MODEL)

@@ -3,13 +3,15 @@
 The study looks like what `autotune run` stores: the same directions, study attributes, trial
 user attributes, constraint values and a sample_outputs.json artifact per completed trial, plus
 one infeasible trial, one failed trial (reason and log tail) and one pruned trial. Tests of
-`best`, `export`, `report` and `dashboard` use it instead of running real inference.
+`best`, `export`, `report` and `dashboard` use it instead of running real inference, and
+plot_data to read a report's figures back.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -301,3 +303,12 @@ def build_study(
         to_study_name=study_name,
     )
     return storage_url, study_name
+
+
+def plot_data(document: str, div_id: str) -> list[dict]:
+    """The traces Plotly.newPlot is called with for the figure in `div_id`."""
+    match = re.search(
+        r'Plotly\.newPlot\(\s*"' + re.escape(div_id) + r'",\s*(\[.*?\]),\s*\{', document, re.S
+    )
+    assert match, f"no figure {div_id}"
+    return json.loads(match.group(1))

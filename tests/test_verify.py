@@ -9,19 +9,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 import scipy.stats  # noqa: F401  (loaded before any load test here: see the first test below)
 from click.testing import CliRunner
+from fake_server import FAKE
+from small_space import autotune_cli, quick_space, small_evalset
 
 from autotune.cli import main
 from autotune.engines.server_process import free_port
 from autotune.verify import THROUGHPUT, accuracy_check, speed_check, with_intervals
-from tests.small_space import autotune_cli, quick_space, small_evalset
-
-FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ def eval_command(
     """The `autotune eval` arguments for one cell (the reference is float32 at full size)."""
     # In process: the reader's own reading, without a server's start-up per cell (the smoke
     # space's reference runs `swift deploy`, which serves the same transformers model with
-    # the same image preprocessing: tests/test_swift_reproduces.py).
+    # the same image preprocessing: tests/export/test_swift_reproduces.py).
     args = ["autotune", "eval", "--space", space, "--json", "--param", "backend=transformers"]
     if model is not None:
         args += ["--model", str(model)]

@@ -30,7 +30,7 @@ trains until 540 s have passed in this call, writes STATE/training_state.pt (wei
 optimizer, step, log, counters; the schedule and the data position follow from the step) and
 exits with status 3; the same command again resumes there, and the call that reaches the last
 step saves and evaluates the checkpoint. A resumed run equals an uninterrupted one
-(tests/test_train_resume.py).
+(tests/tools/test_train_resume.py).
 
 With --time-budget the step count is fixed after a short calibration (the log records it); pass
 --steps N to repeat a run's schedule. The data and the initial weights depend only on --seed;

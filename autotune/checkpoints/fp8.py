@@ -6,7 +6,7 @@ model's decoder layers is float8_e4m3fn, with a float32 `weight_scale_inv` holdi
 dequantisation factor per 128 x 128 block; the vision tower, the embeddings, the norms and
 lm_head stay in bf16, and config.json says so in its `quantization_config`. This module writes
 that layout for `--dummy-weights` (random weights, so speed and memory can be measured without
-the release); tests/test_fp8_layout.py checks that dequantising gives the weights back.
+the release); tests/checkpoints/test_fp8.py checks that dequantising gives the weights back.
 """
 
 from __future__ import annotations

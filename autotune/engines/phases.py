@@ -14,7 +14,7 @@ decided here once, so that a rule added to one engine holds for all of them:
    sequential floor (autotune.accuracy.sequential) a stage at a time, until the floor decides
    or the set runs out; every look, screening's included, belongs to one confidence
    sequence. The screening answers stand (greedy answers do not depend on the batch,
-   tests/test_output_neutral).
+   tests/accuracy/test_output_neutral).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Render a configuration as `lmdeploy serve api_server` (LMDeploy PyTorch engine, 0.18).
 
-Checked against lmdeploy 0.18.0's own argument parser (tests/test_export_lmdeploy_flags.py).
+Checked against lmdeploy 0.18.0's own argument parser (tests/export/test_lmdeploy.py).
 The command carries launch-time values only, so every trial measured on one launch exports the
 same command. LMDeploy takes decoding settings per request, so the rest of a trial lives in the
 client's request body (`Export.request`) and in the client-side image resize.

@@ -6,7 +6,7 @@ the target's own server command. It also holds for an in-process transformers tr
 to `swift deploy`, which serves the same transformers model with the same image preprocessing,
 when the trial neither compiled (no ms-swift flag applies torch.compile), sampled (another
 random stream), quantised on load nor cached vision embeddings (no ms-swift flag does either):
-tests/test_swift_reproduces.py launches the export and compares the answers item by item.
+tests/export/test_swift_reproduces.py launches the export and compares the answers item by item.
 Every other trial is a what-if, shown apart with the reason.
 """
 

@@ -1,14 +1,14 @@
 """Render a configuration as `swift deploy` (ms-swift 4.x).
 
 Checked against ms-swift 4.6.0: the flags are fields of `swift.arguments.DeployArguments`
-(tests/test_export.py parses our argv with ms-swift's own parser when it is installed).
+(tests/export/test_export.py parses our argv with ms-swift's own parser when it is installed).
 
 The command carries launch-time values only, so every trial measured on one launch exports
 the same command; decoding, max_tokens and the image size travel in each request. ms-swift's
 image bounds default to 4-16384 tokens where the checkpoint's processor says 64-16384, so the
 command pins the checkpoint's (IMAGE_MIN_TOKEN_NUM / IMAGE_MAX_TOKEN_NUM): with them, the
 in-process transformers engine and `swift deploy` answer alike, item by item
-(tests/test_swift_reproduces.py).
+(tests/export/test_swift_reproduces.py).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ who runs it.
 A trial stores each as a JSON mapping (Optuna keeps JSON); TrialRecord reads each into its
 model here. Their keys are read here and nowhere else: a reader outside autotune.records asks
 `record.environment.runner`, not `record.environment["runner"]`, so a renamed key is one edit,
-and a misspelt one an AttributeError instead of a silent None (tests/test_architecture.py
-counts the string reads left outside).
+and a misspelt one an AttributeError instead of a silent None
+(tests/architecture/test_architecture.py counts the string reads left outside).
 
 Reading stays as tolerant as it was when these were plain mappings: a key of the wrong kind (a
 hand edit) reads as unknown and the rest still reads, and a key a model does not name (from an

@@ -1,4 +1,5 @@
-"""The one writer of what a study and its trials store (tests/test_architecture.py keeps it so).
+"""The one writer of what a study and its trials store (tests/architecture/test_architecture.py
+keeps it so).
 
 Every attribute goes through here, checked as part of its record (autotune.records.stored)
 before Optuna takes it: a writer that would store `"batch_size": "x"` or a NaN accuracy fails

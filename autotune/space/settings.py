@@ -260,8 +260,8 @@ class Workload(_Strict):
         ge=1,
         le=1024,
         description="Batch (requests in flight) of the accuracy pass; None = the trial's own. "
-        "Greedy answers do not depend on it (tests/test_output_neutral.py), so a larger one "
-        "only makes the pass faster.",
+        "Greedy answers do not depend on it (tests/accuracy/test_output_neutral.py), so a larger "
+        "one only makes the pass faster.",
     )
     request_rate_per_s: float | None = Field(
         None,

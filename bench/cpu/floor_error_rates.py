@@ -91,7 +91,7 @@ def run_floor(setting: Setting, diffs: np.ndarray) -> tuple[str, int]:
 def run_floors(setting: Setting, diffs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """run_floor for many sequences at once (columns): the verdict after every item in one
     pass, then the first stage that holds the deciding item, which is where the staged looks
-    decide (tests/test_accuracy_sequential.py; `cell` checks some against run_floor)."""
+    decide (tests/accuracy/test_sequential.py; `cell` checks some against run_floor)."""
     verdicts, counts = items_to_decide(
         diffs, margin=-setting.max_drop, confidence=setting.confidence
     )

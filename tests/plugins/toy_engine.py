@@ -5,7 +5,7 @@
 
 Its server is tests/fake_openai_server.py, an OpenAI-compatible chat server on the standard
 library that streams a fixed answer, so a whole study runs on it in seconds
-(tests/test_plugin_engine.py). The registry imports this module while autotune.backends is
+(tests/backends/test_plugin_engine.py). The registry imports this module while autotune.backends is
 being built: at the top it may import autotune.backends.base only; the renderer imports the
 export layer when it runs.
 """

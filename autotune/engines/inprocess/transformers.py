@@ -6,7 +6,7 @@ compile mode); every `generate` call takes the request-time settings of its tria
 
 Images are put on the processor's grid the way qwen-vl-utils does (autotune.checkpoints.
 geometry), so the processor resizes nothing: `swift deploy`, which preprocesses with
-qwen-vl-utils, then sees the very pixels this engine saw (tests/test_swift_reproduces.py).
+qwen-vl-utils, then sees the very pixels this engine saw (tests/export/test_swift_reproduces.py).
 """
 
 from __future__ import annotations

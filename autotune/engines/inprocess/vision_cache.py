@@ -5,8 +5,8 @@ request's latency, and a repeated image needs no second encoding. Qwen3-VL's mod
 image features in `get_image_features(pixel_values, image_grid_thw)`, one image after another
 in a flat tensor; the cache wraps that method, hashes each image's patch rows with its grid,
 and encodes only the images it has not seen. The embeddings it returns are the ones the vision
-tower produced, so greedy answers do not change (tests/test_repeats.py). No deploy target has
-this cache, so trials using it are what-ifs (autotune.export.reproduce).
+tower produced, so greedy answers do not change (tests/measure/test_repeats.py). No deploy
+target has this cache, so trials using it are what-ifs (autotune.export.reproduce).
 """
 
 from __future__ import annotations

@@ -1,0 +1,223 @@
+"""--dummy-weights: random-weight checkpoints of a real architecture, accuracy switched off.
+
+The CPU runs use the smoke space's tiny architecture (the same code path as the 2B one on a
+GPU); the 2B config is checked on the meta device, where building it costs no memory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autotune.checkpoints.dummy import (
+    BUNDLED_CONFIGS,
+    COMPLETE_MARKER,
+    TOKENIZER_SOURCE,
+    architecture_config,
+    checkpoint_key,
+    silenced_ids,
+)
+from autotune.cli import main
+from autotune.errors import ModelError, SpaceError
+from autotune.space import load_space
+from autotune.study import plan_study
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "models" / "tiny-qwen3-vl"
+
+
+@pytest.fixture
+def dummy_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "dummy-checkpoints"
+    monkeypatch.setenv("AUTOTUNE_DUMMY_DIR", str(path))
+    return path
+
+
+def quick_space(tmp_path: Path) -> Path:
+    """The smoke space on absolute paths, 4 items, 4 measured requests, 2 trials."""
+    data = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
+    source = REPO / "evalsets" / "smoke"
+    target = tmp_path / "evalset"
+    (target / "images").mkdir(parents=True)
+    lines = (source / "items.jsonl").read_text(encoding="utf-8").splitlines()[:4]
+    for line in lines:
+        image = json.loads(line)["image"]
+        shutil.copy(source / image, target / image)
+    (target / "items.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data.pop("candidates", None)  # two trials: the reference and one proposal
+    data.update(
+        model=str(TINY),
+        evalset=str(target),
+        trials=2,
+        workload={"warmup_requests": 1, "requests": 2, "max_requests": 4},
+        params={"batch_size": {"choices": [1, 2]}},
+    )
+    path = tmp_path / "quick.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_bundled_2b_config_has_the_tiny_models_keys_and_2b_parameters() -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    real = architecture_config("Qwen/Qwen3-VL-2B-Instruct")
+    tiny = json.loads((TINY / "config.json").read_text(encoding="utf-8"))
+
+    def keys(data: dict, prefix: str = "") -> set[str]:
+        found = set()
+        for key, value in data.items():
+            found.add(prefix + key)
+            if isinstance(value, dict) and key != "rope_scaling":
+                found |= keys(value, f"{prefix}{key}.")
+        return found
+
+    # Same layout as the bundled test model, which transformers 5.17-5.19 and LMDeploy read.
+    assert keys(real) == keys(tiny) - {"transformers_version"}
+    text = real["text_config"]
+    assert (text["bos_token_id"], text["eos_token_id"], text["pad_token_id"]) == (
+        151643,
+        151645,
+        151643,
+    )
+    config = AutoConfig.for_model(**real)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    assert 2.12e9 < params < 2.14e9  # the released checkpoint: about 2.13 B (4.26 GB in bf16)
+
+
+def test_unknown_hub_model_is_one_line_model_error() -> None:
+    with pytest.raises(ModelError, match="bundled: Qwen/Qwen3-VL-2B-Instruct") as info:
+        architecture_config("someone/other-model")
+    assert "\n" not in str(info.value)
+    assert set(BUNDLED_CONFIGS) == {"Qwen/Qwen3-VL-2B-Instruct"}
+
+
+def test_silenced_ids_are_whitespace_added_tokens_and_the_unused_tail() -> None:
+    tokenizer = json.loads((TOKENIZER_SOURCE / "tokenizer.json").read_text(encoding="utf-8"))
+    ids = set(silenced_ids(tokenizer, 151936))
+    assert set(range(151643, 151936)) <= ids  # eos and every added token: never emitted
+    assert tokenizer["model"]["vocab"][" "] in ids
+    assert tokenizer["model"]["vocab"]["a"] not in ids
+    assert len(ids) < 151936 - 100_000  # most ids stay visible characters
+
+
+def test_checkpoint_key_follows_the_architecture() -> None:
+    tiny = architecture_config(str(TINY))
+    real = architecture_config("Qwen/Qwen3-VL-2B-Instruct")
+    assert checkpoint_key(tiny) == checkpoint_key(dict(tiny))
+    assert checkpoint_key(tiny) != checkpoint_key(real)
+
+
+def test_endpoint_and_dummy_weights_do_not_mix() -> None:
+    with pytest.raises(SpaceError, match="--dummy-weights"):
+        plan_study(load_space("smoke"), endpoint="http://127.0.0.1:9", dummy_weights=True)
+
+
+@pytest.mark.slow
+def test_eval_with_dummy_weights_measures_speed_only(tmp_path: Path, dummy_dir: Path) -> None:
+    space = quick_space(tmp_path)
+    result = CliRunner().invoke(
+        main, ["eval", "--space", str(space), "--dummy-weights", "--json"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["dummy_weights"] is True
+    assert data["accuracy"] is None
+    assert data["figures"]["throughput_output_tokens_per_s"] > 0
+    assert data["figures"]["load_requests"] == 4  # workload.max_requests
+    assert 1 <= data["figures"]["measured_requests"] <= 4  # those inside the steady window
+    # Built once, complete, with the char-level tokenizer and a real safetensors file.
+    (checkpoint,) = [p for p in dummy_dir.iterdir() if p.is_dir()]
+    assert (checkpoint / COMPLETE_MARKER).is_file()
+    assert (checkpoint / "model.safetensors").stat().st_size > 1_000_000
+    assert json.loads((checkpoint / "config.json").read_text()) == architecture_config(str(TINY))
+
+    text = CliRunner().invoke(main, ["eval", "--space", str(space), "--dummy-weights"])
+    assert text.exit_code == 0, text.output
+    assert "accuracy: not measured (dummy weights" in text.output
+    assert len([p for p in dummy_dir.iterdir() if p.is_dir()]) == 1  # reused, not rebuilt
+
+
+@pytest.mark.slow
+def test_study_with_dummy_weights_records_why_and_skips_accuracy(
+    tmp_path: Path, dummy_dir: Path
+) -> None:
+    import optuna
+
+    space = quick_space(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
+    run = CliRunner().invoke(
+        main,
+        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
+        catch_exceptions=False,
+    )
+    assert run.exit_code == 0, run.output
+    assert "dummy weights" in run.output
+
+    study = optuna.load_study(study_name="d", storage=storage)
+    assert study.user_attrs["dummy_weights"] is True
+    assert any("accuracy" in note and "switched off" in note for note in study.user_attrs["notes"])
+    assert study.user_attrs["space"]["constraints"]["accuracy"]["enabled"] is False
+    assert study.user_attrs["space"]["screening"]["items"] == 0
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 2
+    for trial in complete:
+        assert "accuracy" not in trial.user_attrs
+        assert trial.user_attrs["constraints"]["accuracy"] == 0.0
+        assert trial.user_attrs["throughput_output_tokens_per_s"] > 0
+
+    best = CliRunner().invoke(main, ["best", "--storage", storage, "--study", "d", "--json"])
+    assert json.loads(best.output)["dummy_weights"] is True
+    export = CliRunner().invoke(
+        main, ["export", "--storage", storage, "--study", "d", "--format", "vllm"]
+    )
+    assert export.exit_code == 0, export.output
+    assert "dummy" in export.output.splitlines()[0]
+    assert str(TINY) in export.output  # the command names the real model, not the dummy
+
+    # A fresh machine (or a cleaned cache) lacks the recorded checkpoint: verify rebuilds it,
+    # as lmdeploy would otherwise read the missing path as a hub id and fail.
+    shutil.rmtree(dummy_dir)
+    verify = CliRunner().invoke(
+        main,
+        ["verify", "--storage", storage, "--study", "d", "--format", "swift", "--json"],
+        catch_exceptions=False,
+    )
+    report = json.loads(verify.stdout)
+    assert report["failure"] is None, report
+    (rebuilt,) = [p for p in dummy_dir.iterdir() if p.is_dir()]
+    assert (rebuilt / COMPLETE_MARKER).is_file()
+    assert report["command"].startswith("IMAGE_MIN_TOKEN_NUM=")
+    assert str(rebuilt) in report["command"]
+
+    resumed = CliRunner().invoke(
+        main, ["run", "--space", str(space), "--storage", storage, "--study", "d"]
+    )
+    assert resumed.exit_code == 2
+    assert "--dummy-weights" in resumed.output
+
+
+def test_report_of_a_stored_dummy_weights_study(tmp_path: Path) -> None:
+    """No trial of a dummy-weights study has an accuracy: the Pareto plot colours them grey
+    instead of failing on a colour scale with gaps (every GPU speed study is one)."""
+    from study_factory import build_study, plot_data
+
+    url, name = build_study(tmp_path, dummy_weights=True)
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", "--storage", url, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    document = out.read_text(encoding="utf-8")
+    traces = plot_data(document, "plot-pareto")
+    unmeasured = [t for t in traces if t["name"].endswith("accuracy not measured")]
+    assert unmeasured and all(t["marker"]["color"] == "#999999" for t in unmeasured)
+    assert sorted(n for t in unmeasured for n in t["customdata"]) == [0, 1, 2, 3, 4, 5]
+    assert "plot-accuracy" not in document  # nothing to draw
+    best = CliRunner().invoke(main, ["best", "--storage", url, "--study", name])
+    assert best.exit_code == 0 and "accuracy not measured" in best.output
