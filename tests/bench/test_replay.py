@@ -18,6 +18,7 @@ from autotune.params import TrialConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "cpu" / "replay.py"), "--seeds", "1",
@@ -124,6 +125,7 @@ print(json.dumps(replay.run_one("study", 2, 1800.0)))
 """
 
 
+@pytest.mark.slow
 def test_a_launch_that_fails_to_start_is_not_proposed_until_the_study_stops() -> None:
     """A failed start leaves no launch id. The launch step must still count it as run, or it
     pins the same launch again; and the trial is PRUNED for the sampler, which learns nothing

@@ -411,6 +411,7 @@ def _serving(tree: Descendants) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_endpoint_study_searches_request_side_only_then_verifies(tmp_path: Path) -> None:
     marker = token()
     port = server_runner.free_port()

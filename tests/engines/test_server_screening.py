@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 from fake_endpoint import endpoint_study, fake_endpoint
 from optuna.trial import TrialState
@@ -31,6 +32,7 @@ def answered_set(folder: Path, items: int = 16) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_screening_prunes_a_hopeless_server_trial_before_its_load_test(tmp_path: Path) -> None:
     path = quick_space(
         "smoke", tmp_path, evalset=answered_set(tmp_path), screening_items=8,

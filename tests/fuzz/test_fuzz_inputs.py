@@ -593,6 +593,7 @@ def test_the_base_space_is_valid(tmp_path: Path) -> None:
     assert space.name == "fuzz" and space.reference_config().batch_size == 1
 
 
+@pytest.mark.slow
 def test_bad_space_files(sandbox: Sandbox) -> None:
     cases = space_cases(sandbox.inputs, random.Random(SEED))
     assert len(cases) >= 700

@@ -291,6 +291,7 @@ def test_the_window_cap_waits_for_an_interval_within_the_load_cap() -> None:
 # --- a real closed loop -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokens_per_chunk", [1, 16])
 def test_closed_loop_warms_up_at_its_own_concurrency_and_discards_a_slow_start(
     tokens_per_chunk: int,

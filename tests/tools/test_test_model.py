@@ -77,6 +77,7 @@ def test_folder_stays_under_40_mb() -> None:
     assert size < 40e6, f"{MODEL} holds {size / 1e6:.1f} MB"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reads_the_smoke_set_at_full_size(
     curve: dict[tuple[str, int | None], float], dtype: str
@@ -84,6 +85,7 @@ def test_reads_the_smoke_set_at_full_size(
     assert curve[(dtype, None)] >= 0.95, curve
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reads_worse_by_steps_as_the_image_shrinks(
     curve: dict[tuple[str, int | None], float], dtype: str
@@ -93,6 +95,7 @@ def test_reads_worse_by_steps_as_the_image_shrinks(
     assert curve[(dtype, SIDES[-1])] <= 0.2, curve
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_smaller_image_is_never_read_better(
     curve: dict[tuple[str, int | None], float], dtype: str
@@ -101,6 +104,7 @@ def test_a_smaller_image_is_never_read_better(
     assert accuracies == sorted(accuracies, reverse=True), dict(zip(SIDES, accuracies, strict=True))
 
 
+@pytest.mark.slow
 def test_autotune_eval_reports_the_reading(tmp_path: Path) -> None:
     """The user's command, `autotune eval --space smoke --json`, on the shipped model."""
     env = {**os.environ, "COLUMNS": "200"}

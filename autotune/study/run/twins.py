@@ -82,14 +82,16 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
     needs_reference = accuracy.enabled and accuracy.mode == "relative"
     deadline = time.monotonic() + space.trial_timeout_s
     while True:
-        reference = reference_trial(study)
-        if reference is not None or not needs_reference:
-            return reference
+        # Running first, completed second: a reference that completes between the two reads
+        # is then found by the second. The other order took it for missing (CI, Postgres).
         pending = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if TrialRecord.of(t).is_reference
         ]
+        reference = reference_trial(study)
+        if reference is not None or not needs_reference:
+            return reference
         if not pending or time.monotonic() > deadline:
             raise TrialFailure(
                 "no completed reference trial to compare with (it failed or is missing); "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import pytest
 import yaml
 from fake_endpoint import endpoint_study, fake_endpoint
 from fake_server import autotune
@@ -107,6 +108,7 @@ def test_a_short_or_unsettled_load_is_never_raced() -> None:
     assert rule(RaceBound(1000.0)).reason_to_stop(rising) is None
 
 
+@pytest.mark.slow
 def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_target(
     tmp_path: Path,
 ) -> None:

@@ -26,7 +26,10 @@ from test_journal import RECOMMENDED, journal_of, whole_lines
 from autotune.study.store.spool import SPOOL_FILE_MAX_BYTES, Spool
 
 OTHER_UID = 12345
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="files of another user need root"),
+    pytest.mark.slow,  # every test starts from a real one-trial study
+]
 
 
 @pytest.fixture(scope="module")
