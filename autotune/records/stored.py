@@ -170,6 +170,9 @@ class TrialRecord(_Stored):
     # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).
     accuracy_floor: Annotated[FloorVerdict | None, stored_part(FloorVerdict)] = None
     measure_stop_reason: str | None = None
+    # The study's first deployable figure, measured to a looser interval so that the first
+    # steps, which race it, start sooner (autotune.study.run.reference_load).
+    first_figure: bool | None = None
     # Stopped by racing (autotune.study.run.racing): the incumbent it lost to, and why.
     raced_by: int | None = None
     raced_reason: str | None = None

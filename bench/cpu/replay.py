@@ -198,8 +198,15 @@ def _proposal(trial: FrozenTrial) -> dict[str, Any]:
         "candidate": attrs.get("candidate"),
         "state": trial.state.name,
         "raced_by": attrs.get("raced_by"),
+        "duplicate_of": attrs.get("duplicate_of"),
         "true_tokens_per_s": round(surface.tokens_per_s(config), 1) if config else None,
         "tokens_per_s": attrs.get("throughput_output_tokens_per_s"),
+        # Its load test's own interval and why it stopped; the first deployable figure is
+        # measured to a looser interval (autotune.study.run.reference_load).
+        "ci_within_rel": attrs.get("throughput_ci_within_rel"),
+        "stop": attrs.get("measure_stop_reason"),
+        "first_figure": bool(attrs.get("first_figure")),
+        "measuring_s": (attrs.get("time_s") or {}).get("measuring"),
         # A launch started beside the reference (autotune.study.run.launches): its own start-up,
         # and what the trial that opened it still waited for.
         "launch_startup_s": attrs.get("startup_s") if attrs.get("launch_started") else None,

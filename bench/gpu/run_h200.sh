@@ -54,6 +54,9 @@
 #   bash bench/gpu/run_h200.sh issue42-b       # call 2, at once: the recommendation's launch,
 #                                              # 64 in flight x every searched image side
 #   bash bench/gpu/run_h200.sh issue42-c       # call 3: verify --tolerance 0.05, then `best`
+#   bash bench/gpu/run_h200.sh issue42-verify-grid  # call 2 instead of -b and -c, at once
+#                                              # after -a (~9.5 min): verify, then the grid
+#                                              # in what is left of the call
 #   bash bench/gpu/run_h200.sh issue38         # one call (~6 min), real weights: the reader
 #                                              # through LMDeploy judged by the floor, the
 #                                              # in-process engine's answers at the same sides,
@@ -389,6 +392,9 @@ case "$MODE" in
   issue42-a) i42_started=$SECONDS; i42_use; setup; I29_CALL_S=${I42_CALL_S:-570} i29_study "${I42_BUDGET:-8m}" "$i42_started" ;;
   issue42-b) i42_use; setup >/dev/null; i42_grid ;;
   issue42-c) i42_use; setup >/dev/null; i42_verify ;;
+  issue42-verify-grid)
+    i42_use; setup >/dev/null; i42_started=$SECONDS; i42_verify
+    I42_CALL_S=$(( ${I42_CALL_S:-575} - (SECONDS - i42_started) )) i42_grid ;;
   issue38) issue38 ;;
   oom) setup >/dev/null; oom ;;
   issue11) setup; issue11 ;;

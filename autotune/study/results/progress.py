@@ -78,11 +78,14 @@ def trial_figures(trial: FrozenTrial) -> str:
 
 
 def measuring_caveat(record: TrialRecord) -> str:
-    """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate."""
+    """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate;
+    the first figure's looser interval says why it is looser."""
     if record.figure("warmup_settled") == 0.0:
         return " (rate never settled)"
     if record.measure_stop_reason in ("max_seconds", "max_requests"):
         return " (measuring cap reached)"
+    if record.first_figure:
+        return " (the first figure, measured to a looser interval: the steps race it)"
     return ""
 
 

@@ -47,7 +47,7 @@ from autotune.study.run.budget import Budget
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
 from autotune.study.run.racing import Incumbent, incumbent, raced_attrs
-from autotune.study.run.reference_load import only_a_baseline, reference_plan
+from autotune.study.run.reference_load import only_a_baseline, plan_for_role
 from autotune.study.run.runtime import REAL, Runtime
 from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.run.verdicts import (
@@ -62,7 +62,7 @@ from autotune.study.store.recovery import Spool, owner, spool_payload
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
 _RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
-                   "candidate", "gpus", "gpu_share")  # fmt: skip
+                   "candidate", "gpus", "gpu_share", "first_figure")  # fmt: skip
 
 
 def fail_trial(
@@ -350,8 +350,8 @@ class Objective:
                 ),
                 race=None if rival is None else rival.bound,
             )
-            if proposal.is_reference and only_a_baseline(space, config, endpoint=plan.endpoint):
-                measure = reference_plan(measure)
+            with timed(time_s, "study_reads"):  # the reference's and the first figure's
+                measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
             live = LiveEstimate(trial, self.progress.estimate)
             # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
             phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)

@@ -85,6 +85,18 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     )
 
 
+def awaits_first_figure(study: optuna.Study, space: SearchSpace) -> bool:
+    """Whether a trial now would give the study its first figure to race: racing is on, the
+    study ranks by throughput first, and nothing feasible and deployable has finished."""
+    names = objective_names(study)
+    if not space.workload.racing or not names or names[0] != THROUGHPUT:
+        return False
+    try:
+        return front_top(study) is None
+    except StudyError:  # a deploy target not registered here: nothing will ever be raced
+        return False
+
+
 def spread_of(space: SearchSpace) -> float:
     """The share a relaunch may move a figure by, as a half-width at the space's confidence:
     what a racing trial's own interval lacks next to the incumbent's recorded one."""

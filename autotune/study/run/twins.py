@@ -35,6 +35,8 @@ _NOT_INHERITED = frozenset(
         # A repeat of a recovered trial was proposed again, not recovered: it would otherwise
         # count as a second recovery of the same results.
         "recovered_from_trial",
+        # How it was proposed (a step, or the sampler): a repeat's own, not its twin's.
+        "step",
     }
 )
 
