@@ -62,8 +62,7 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     launch the two load tests' own intervals are compared, as `select.tied` compares them;
     on another, the top's recorded interval and the trial's, both widened by the spread
     between launches."""
-    names = objective_names(study)
-    if not space.workload.racing or not names or names[0] != THROUGHPUT:
+    if not _raced(study, space):
         return None
     try:
         found = front_top(study)
@@ -88,13 +87,18 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
 def awaits_first_figure(study: optuna.Study, space: SearchSpace) -> bool:
     """Whether a trial now would give the study its first figure to race: racing is on, the
     study ranks by throughput first, and nothing feasible and deployable has finished."""
-    names = objective_names(study)
-    if not space.workload.racing or not names or names[0] != THROUGHPUT:
+    if not _raced(study, space):
         return False
     try:
         return front_top(study) is None
     except StudyError:  # a deploy target not registered here: nothing will ever be raced
         return False
+
+
+def _raced(study: optuna.Study, space: SearchSpace) -> bool:
+    """Whether the study races its trials: racing is on and it ranks by throughput first."""
+    names = objective_names(study)
+    return space.workload.racing and bool(names) and names[0] == THROUGHPUT
 
 
 def spread_of(space: SearchSpace) -> float:
