@@ -214,6 +214,7 @@ def _side_said(text: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_same_server_passes_both_ways(servers: dict[str, str]) -> None:
     # 100% of tolerance: this is about the rule, not about how closely two loads of a busy
     # machine agree (a faster or slower server misses by far more, below).
@@ -242,6 +243,7 @@ def test_a_server_faster_than_recorded_is_a_miss_unless_one_sided(servers: dict[
     assert "rule: one-sided (--one-sided)" in text and text.rstrip().endswith("PASS")
 
 
+@pytest.mark.slow
 def test_a_server_slower_than_recorded_is_a_miss_either_way(servers: dict[str, str]) -> None:
     for extra in ((), ("--one-sided",)):
         code, text = _verify_at_pace(servers, "slow", *extra)

@@ -54,6 +54,8 @@
 #   bash bench/gpu/run_h200.sh issue42-b       # call 2, at once: the recommendation's launch,
 #                                              # 64 in flight x every searched image side
 #   bash bench/gpu/run_h200.sh issue42-c       # call 3: verify --tolerance 0.05, then `best`
+#   bash bench/gpu/run_h200.sh issue42-more    # a later call: the same study resumed to
+#                                              # $I42_BUDGET (30m) of trial time
 #   bash bench/gpu/run_h200.sh issue42-verify-grid  # call 2 instead of -b and -c, at once
 #                                              # after -a (~9.5 min): verify, then the grid
 #                                              # in what is left of the call
@@ -390,6 +392,9 @@ case "$MODE" in
   issue29-b) i29_started=$SECONDS; setup >/dev/null; i29_study "${I29_BUDGET:-15m}" "$i29_started" ;;
   issue29-c) setup >/dev/null; i29_grid ;;
   issue42-a) i42_started=$SECONDS; i42_use; setup; I29_CALL_S=${I42_CALL_S:-570} i29_study "${I42_BUDGET:-8m}" "$i42_started" ;;
+  issue42-more)  # a later call: the same study resumed to $I42_BUDGET (30m) of trial time
+    i42_started=$SECONDS; i42_use; setup >/dev/null
+    I29_CALL_S=${I42_CALL_S:-575} i29_study "${I42_BUDGET:-30m}" "$i42_started" ;;
   issue42-b) i42_use; setup >/dev/null; i42_grid ;;
   issue42-c) i42_use; setup >/dev/null; i42_verify ;;
   issue42-verify-grid)

@@ -28,6 +28,7 @@ def answers(config: TrialConfig, requests: list[Prompt]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_greedy_answers_identical_across_batch_sizes(dtype: str) -> None:
     assert "batch_size" in OUTPUT_NEUTRAL_PARAMS

@@ -112,6 +112,7 @@ def test_help_and_version_load_no_plugin(hostile_env: dict[str, str], tmp_path: 
     assert __version__ in version.stdout
 
 
+@pytest.mark.slow
 def test_a_command_goes_on_with_the_sound_plugins(
     hostile_env: dict[str, str], small_study: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -136,6 +137,7 @@ BACKEND = dataclasses.replace(
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "expected"),
     [

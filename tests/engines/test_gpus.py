@@ -148,6 +148,7 @@ def test_several_workers_refuse_sqlite_and_default_to_a_journal(
     assert default_storage_url("j") == "studies/j.journal"  # a journal study resumes as one
 
 
+@pytest.mark.slow
 def test_gpus_with_a_sqlite_storage_is_one_line(tmp_path: Path) -> None:
     space = small_space(tmp_path)
     env = {**os.environ, "AUTOTUNE_FAKE_GPUS": "2"}

@@ -111,6 +111,7 @@ def leave_a_group(*command: str, processes: int) -> tuple[int, Path]:
     return int(pid), Path(scratch)
 
 
+@pytest.mark.slow
 def test_a_group_left_by_a_dead_owner_is_stopped_and_its_scratch_removed(temp: Path) -> None:
     pgid, scratch = leave_a_group("sleep", "600", processes=1)
     try:
@@ -125,6 +126,7 @@ def test_a_group_left_by_a_dead_owner_is_stopped_and_its_scratch_removed(temp: P
             os.killpg(pgid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_group_whose_leader_died_is_stopped_by_its_token(temp: Path) -> None:
     """A server's helpers can outlive the guard that led their group: they carry the token
     autotune put in the guard's environment, and are stopped by it."""

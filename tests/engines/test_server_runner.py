@@ -240,6 +240,7 @@ def test_missing_program_fails_the_trial_before_any_launch(
     assert not list(tmp_path.iterdir())  # nothing launched, so no work folder left behind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sleeps", "http.server without /v1/models"])
 def test_never_healthy_times_out_and_is_killed(kind: str, tmp_path: Path) -> None:
     marker = token()
@@ -312,6 +313,7 @@ def test_busy_port_moved_silently_is_found_from_the_sockets(
     assert not leftovers(marker)
 
 
+@pytest.mark.slow
 def test_server_that_dies_on_a_busy_port_is_relaunched_on_another(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -14,6 +14,7 @@ from autotune.evalset.pools import ensure_pool, known_pools
 from autotune.space.files import load_space
 
 
+@pytest.mark.slow
 def test_needs_grows_with_disagreement_and_says_what_the_set_can_decide() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "evalset", "needs", "--max-drop", "0.05",

@@ -419,6 +419,7 @@ def test_geometry_puts_images_on_the_grid_within_the_bounds(width: int, height: 
 # ms-swift's own parser
 
 
+@pytest.mark.slow
 @pytest.mark.swift
 def test_swift_flags_are_deploy_arguments_fields() -> None:
     """Every flag we render is a DeployArguments field of the installed ms-swift, and parses."""

@@ -855,6 +855,7 @@ def option_cases(inputs: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow
 def test_bad_option_values(sandbox: Sandbox) -> None:
     cases = option_cases(sandbox.inputs, random.Random(SEED))
     assert len(cases) >= 150
@@ -936,6 +937,7 @@ def test_bad_study_names(sandbox: Sandbox) -> None:
     check_all(cases, sandbox)
 
 
+@pytest.mark.slow
 def test_there_are_more_than_a_thousand_cases(tmp_path: Path) -> None:
     """The families together: the promise in this module's docstring."""
     total = (

@@ -86,6 +86,7 @@ def forged_repeat(rng: random.Random, complete: list[int], count: int) -> tuple[
     return {8: {"duplicate_of": 2}}, True  # the true repeat, as stored
 
 
+@pytest.mark.slow
 def test_impossible_duplicates_are_named_and_change_no_recommendation(
     base: tuple[dict[str, Any], list[FrozenTrial]],
 ) -> None:

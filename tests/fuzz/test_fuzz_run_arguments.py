@@ -205,6 +205,7 @@ def candidate_cases(inputs: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow
 def test_candidates_a_backend_cannot_take(sandbox: Sandbox) -> None:
     cases = candidate_cases(sandbox.inputs, random.Random(SEED))
     assert len(cases) >= 200
@@ -270,6 +271,7 @@ def image_cases(inputs: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow
 def test_images_that_cannot_be_decoded(sandbox: Sandbox) -> None:
     cases = image_cases(sandbox.inputs, random.Random(SEED))
     assert len(cases) >= 200
@@ -355,6 +357,7 @@ def test_a_password_in_the_query_is_never_printed(sandbox: Sandbox) -> None:
     check_all(cases, sandbox, secrets=secrets)
 
 
+@pytest.mark.slow
 def test_there_are_more_than_a_thousand_cases(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     folders = [tmp_path / name for name in ("a", "b", "c", "d")]

@@ -347,6 +347,7 @@ def read_like_the_commands(storage: optuna.storages.BaseStorage, name: str) -> l
     return problems
 
 
+@pytest.mark.slow
 def test_damaged_databases_are_read_or_refused(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -418,6 +419,7 @@ def run_cli(args: list[str], storage: str, folder: Path) -> tuple[Result, Path |
         return CliRunner().invoke(main, [*args, "--storage", storage, *extra]), out
 
 
+@pytest.mark.slow
 def test_damaged_database_files_through_the_cli(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -462,6 +464,7 @@ def journal_bytes(small_study: tuple[str, str], tmp_path_factory: pytest.TempPat
     return path.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_journal_torn_at_every_byte_of_its_last_record(
     journal_bytes: bytes, tmp_path: Path
 ) -> None:
@@ -652,6 +655,7 @@ def test_spool_files_of_every_shape_never_record_what_is_not_a_measurement(
     assert not failures, f"{len(failures)} failed:\n" + "\n".join(failures[:20])
 
 
+@pytest.mark.slow
 def test_a_real_process_prints_nothing_else(small_study: tuple[str, str], tmp_path: Path) -> None:
     """A spot check in a process of its own, where a warning or a log line of a library would
     show on stderr (the in-process runs above would not see it)."""

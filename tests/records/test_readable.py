@@ -110,6 +110,7 @@ def damaged_copy(small_study: tuple[str, str], folder: Path, case: str) -> tuple
     return db, url, field
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(DAMAGES))
 def test_a_damaged_trial_is_named_and_left_out_and_the_rest_stays_readable(
     small_study: tuple[str, str], tmp_path: Path, case: str
@@ -145,6 +146,7 @@ def test_a_damaged_trial_is_named_and_left_out_and_the_rest_stays_readable(
     assert db.read_bytes() == before  # reading repairs nothing behind the user's back
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["wrong type", "value null", "unknown distribution"])
 def test_report_and_verify_of_a_study_with_a_damaged_trial(
     small_study: tuple[str, str], tmp_path: Path, case: str

@@ -72,6 +72,7 @@ def test_stored_records_read_back_typed(small_study: tuple[str, str]) -> None:
     assert StudyRecord.of(study).objective_metrics == study.user_attrs["objective_metrics"]
 
 
+@pytest.mark.slow
 def test_a_record_without_a_version_is_version_1_and_a_newer_one_is_one_line(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -103,6 +103,7 @@ def dashboard_url(small_study: tuple[str, str]) -> Iterator[str]:
             process.kill()
 
 
+@pytest.mark.slow
 def test_dashboard_shows_trials_plots_and_artifacts(
     dashboard_url: str, shots: Path, tmp_path: Path
 ) -> None:
@@ -153,6 +154,7 @@ def test_dashboard_shows_trials_plots_and_artifacts(
         driver.quit()
 
 
+@pytest.mark.slow
 def test_report_opens_offline_with_its_plots(
     small_study: tuple[str, str], shots: Path, tmp_path: Path
 ) -> None:

@@ -102,6 +102,7 @@ def test_missing_storage_creates_no_database(
     assert not list(tmp_path.rglob("*.db"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly(small_study: tuple[str, str]) -> None:
     url, _ = small_study
     process = subprocess.Popen(

@@ -67,6 +67,7 @@ def test_enqueued_candidates_come_first_and_carry_their_labels(tmp_path: Path) -
         assert f"<span class='tag'>{label}</span>" in named, label
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -103,6 +104,7 @@ def many_candidates(n: int) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Path) -> None:
     """An --enqueue file of 20,000 entries hung past 120 s: candidates were checked in
     quadratic time and every one was written as a waiting trial, even for --trials 1."""

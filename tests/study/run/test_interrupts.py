@@ -133,6 +133,7 @@ print(json.dumps({"outcome": outcome, "trials": [
 """
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_python_dropped_during_a_trial_stops_the_run_and_is_recorded() -> None:
     done = subprocess.run(
         [sys.executable, "-c", _DROPPED_CTRL_C], capture_output=True, text=True, timeout=300,

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import optuna
+import pytest
 from fake_server import PROMPTS, fake, leftovers, space, token
 
 from autotune.engines import measure_plan
@@ -129,6 +130,7 @@ def test_nothing_starts_beside_on_a_cpu_or_for_an_engine_sized_by_total_memory()
     assert not same.beside_next
 
 
+@pytest.mark.slow
 def test_a_server_begun_beside_other_work_is_timed_to_when_it_answered() -> None:
     tag, ports = token(), []
     render = fake(tag, "--startup-delay", "0.3")

@@ -76,6 +76,7 @@ CHANGES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "change", "words"), CHANGES, ids=[c[0] for c in CHANGES])
 def test_a_resume_with_a_changed_basis_is_refused_by_name(
     tmp_path: Path, name: str, change: Any, words: str

@@ -31,6 +31,7 @@ def everything_under(folder: Path) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.slow
 def test_every_query_value_of_a_storage_url_is_masked(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -106,6 +106,7 @@ NOT_MEASUREMENTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(NOT_MEASUREMENTS))
 def test_a_spool_file_that_holds_no_measurement_is_set_aside_and_named(
     tmp_path: Path, case: str
