@@ -24,6 +24,7 @@ import httpx
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
 from autotune.client import ChatError
 from autotune.engines import server_process
+from autotune.engines.event_loop import run_to_end
 from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
 from autotune.engines.identity import check_engine, engine_version, install_hint
 from autotune.engines.memory import MemorySampler
@@ -98,7 +99,7 @@ def drive_passes(
         return await asyncio.wait_for(passes, timeout=timeout_s)
 
     try:
-        return asyncio.run(limited())
+        return run_to_end(limited())
     except TimeoutError:
         raise TrialFailure(
             f"timed out after {timeout_s:.0f} s of requests (trial_timeout_s)",

@@ -12,7 +12,6 @@ exits: an engine that failed (out of memory, say) is not trusted with the next t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -25,6 +24,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from autotune.accuracy.staged import look_at_answers
+from autotune.engines.event_loop import run_to_end
 from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
@@ -110,7 +110,7 @@ class Worker:
         if engine.device != "cuda":
             rss.start()
         driver = _BatchDriver(self, config, plan)
-        passes = asyncio.run(
+        passes = run_to_end(
             run_phases(
                 driver,
                 plan,
