@@ -211,6 +211,8 @@ async def closed_loop_until(
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     tasks.append(asyncio.create_task(watch()))
     await _gather_or_cancel(tasks)
+    if stop == MAX_REQUESTS:  # the workers stopped at the cap, not the rule
+        rule_monitor.stopped_by_the_loop(MAX_REQUESTS, now=stop_at, series=live.series(stop_at))
     return LoadRun(
         replies=replies,
         start=t0,

@@ -252,7 +252,24 @@ class StopRuleMonitor:
         """Why the load stops now, or None. `series`: its tokens per BIN_S bin from `start`
         to `now`. `on_stop`: told the reason before the trail is kept (a concurrent loop stops
         starting requests at once)."""
-        snapshot = LoadSnapshot(
+        snapshot = self._snapshot(now, series)
+        reason = self.rule.reason_to_stop(snapshot)
+        if reason is not None and on_stop is not None:
+            on_stop(reason)
+        keep_trail(self.trail, snapshot, self.rule, reason, self.on_estimate)
+        return reason
+
+    def stopped_by_the_loop(self, reason: str, *, now: float, series: np.ndarray) -> None:
+        """The loop ended the load itself (the HTTP client stops starting requests at its
+        request cap, before the rule has looked at the last of them): keep the trail's stop
+        entry, and show it as the last running estimate, as `look` does for the rule's own
+        stops. Once the trail has its stop entry, this keeps nothing."""
+        if self.trail and self.trail[-1].get("stop") is not None:
+            return
+        keep_trail(self.trail, self._snapshot(now, series), self.rule, reason, self.on_estimate)
+
+    def _snapshot(self, now: float, series: np.ndarray) -> LoadSnapshot:
+        return LoadSnapshot(
             series=series,
             elapsed_s=now - self.start,
             completed=len(self.ends),
@@ -260,8 +277,3 @@ class StopRuleMonitor:
             min_warmup_s=self.warmup_floor_s,
             ends_s=[end - self.start for end in self.ends],
         )
-        reason = self.rule.reason_to_stop(snapshot)
-        if reason is not None and on_stop is not None:
-            on_stop(reason)
-        keep_trail(self.trail, snapshot, self.rule, reason, self.on_estimate)
-        return reason

@@ -392,3 +392,36 @@ def test_live_tokens_weigh_coalesced_chunks_by_the_usage_they_carried() -> None:
     for at in (11.0, 11.1, 11.2, 11.3):
         live.add(at)
     assert live.series(12.0).sum() == pytest.approx(40 * 128 + 4 * per_chunk)
+
+
+def test_a_load_the_client_ends_at_its_request_cap_keeps_the_stop_in_its_trail() -> None:
+    """The HTTP client stops starting requests at its cap, before the rule looks again: the
+    trail's last entry and the last running estimate (what the study stores while a trial
+    measures) still say why it stopped. Seen under load in CI: a contender ran to its 8,192
+    requests and its stored estimate said nothing about it."""
+    live = LiveTokens()
+    shown: list[dict] = []
+
+    async def send(prompt: Prompt) -> Reply:
+        start = time.perf_counter()
+        stamps = []
+        for _ in range(4):
+            await asyncio.sleep(0.1)  # slower than the rule's checks: some still in flight
+            stamps.append(time.perf_counter())
+            live.add(stamps[-1])
+        end = stamps[-1]
+        return Reply(
+            prompt.item_id, "x", RequestTiming(start, stamps[0], end, end, 4, 4, tuple(stamps))
+        )
+
+    prompts = [Prompt(f"i{n}", None, "p") for n in range(3)]  # type: ignore[arg-type]
+    # An interval it cannot reach in 12 requests: only the cap on work ends it.
+    capped = rule(target_ci_rel=1e-6, max_requests=12)
+    run = asyncio.run(
+        closed_loop_until(send, prompts, 4, capped, live=live, on_estimate=shown.append)
+    )
+    assert run.stop_reason == MAX_REQUESTS
+    assert run.trail[-1]["stop"] == MAX_REQUESTS
+    assert [entry["stop"] for entry in run.trail[:-1]] == [None] * (len(run.trail) - 1)
+    assert shown[-1]["stop"] == MAX_REQUESTS
+    assert len(run.replies) == 12  # those in flight at the cap drained
