@@ -95,14 +95,32 @@ def wait_for_trial(db: Path, number: int, timeout_s: float = 240) -> None:
     raise AssertionError(f"trial {number} never started")
 
 
+def wait_for_a_measuring_trial(db: Path, timeout_s: float = 240) -> int:
+    """Until a trial after the reference shows a running estimate: its load test is under way
+    (read from the database as it runs). Its number."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.exists():
+            with contextlib.suppress(Exception):  # the study may not be created yet
+                study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
+                for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    if trial.number >= 1 and "running_estimate" in trial.user_attrs:
+                        return trial.number
+        time.sleep(0.2)
+    raise AssertionError("no trial after the reference began its load test")
+
+
 def test_killed_worker_fails_one_trial_and_the_study_goes_on(tmp_path: Path) -> None:
-    space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2]}})
+    # Every load test runs to its 15 s cap (a target no interval meets, no racing), so the kill
+    # below lands inside trial 1's load test on a busy machine too: it is sent once the trial's
+    # first running estimate is in the database, not after a pause.
+    workload = {**LOOP_WORKLOAD, "max_measure_s": 15, "target_ci_rel": 1e-6, "racing": False}
+    space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2]}}, workload=workload)
     db = tmp_path / "s.db"
     run = start_run(space, db, 3, tmp_path)
     worker = wait_for_new_worker(run, set())
     # Trial 1 shares the reference's launch: the same worker measures it. Kill it mid-trial.
-    wait_for_trial(db, 1)
-    time.sleep(0.5)
+    killed = wait_for_a_measuring_trial(db)
     worker.send_signal(signal.SIGKILL)
     _, stderr = run.communicate(timeout=900)
     assert run.returncode == 0, stderr[-2000:]
@@ -114,6 +132,7 @@ def test_killed_worker_fails_one_trial_and_the_study_goes_on(tmp_path: Path) -> 
         TrialState.COMPLETE,
     ]
     failed = measured[1]
+    assert failed.number == killed
     assert failed.user_attrs["failure_kind"] == "crash"
     assert "signal 9" in failed.user_attrs["failure_reason"]
     assert failed.user_attrs["launch_id"] == measured[0].user_attrs["launch_id"]
