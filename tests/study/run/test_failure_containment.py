@@ -81,20 +81,6 @@ def wait_for_new_worker(
     raise AssertionError("no worker process appeared")
 
 
-def wait_for_trial(db: Path, number: int, timeout_s: float = 240) -> None:
-    """Until trial `number` of study 's' is RUNNING (read from the database as it runs)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if db.exists():
-            with contextlib.suppress(Exception):  # the study may not be created yet
-                study = optuna.load_study(study_name="s", storage=f"sqlite:///{db}")
-                trials = study.get_trials(deepcopy=False)
-                if len(trials) > number and trials[number].state == TrialState.RUNNING:
-                    return
-        time.sleep(0.2)
-    raise AssertionError(f"trial {number} never started")
-
-
 def wait_for_a_measuring_trial(db: Path, timeout_s: float = 240) -> int:
     """Until a trial after the reference shows a running estimate: its load test is under way
     (read from the database as it runs). Its number."""
