@@ -1,8 +1,8 @@
 """The H200 response surface the replay benchmark searches: what the default space measures.
 
 Measured on the H200 (LMDeploy 0.18, PyTorch engine, CUDA graphs, KV share 0.3, bf16, random
-weights, 128-token answers spread +-50%): bench/results/h200-issue10-2026-11-30.json (two
-studies), h200-issue17-2026-12-01.json, h200-issue17-study-2026-12-01.json (its grid) and the
+weights, 128-token answers spread +-50%): bench/results/h200-study-beside-grid-2026-11-30.json (two
+studies), h200-verify-and-relaunches-2026-12-01.json, h200-study-2026-12-01.json (its grid) and the
 fourth session's grid (../shared/data/h200-turn4/grid.json). Where nothing was measured the
 surface is a model of the same shape, fitted to those points by hand:
 
@@ -16,8 +16,8 @@ surface is a model of the same shape, fitted to those points by hand:
   (CV 12%); each launch's pace swings in waves of prefill and decode (a sine of 8-12 s whose
   phase drifts, its amplitude fitted to the H200's 5-second windows and measuring times:
   WAVE_*); each launch is offset by a normal factor (SD 3%: bench/results/
-  h200-issue17-spread-2026-12-01.md measured 2.6%); and a load starts at 60% of its rate for
-  its first round of requests (the warm-up the stop rule cuts);
+  h200-relaunches-spread-lengths-2026-12-01.md measured 2.6%); and a load starts at 60% of
+  its rate for its first round of requests (the warm-up the stop rule cuts);
 - start-up: 15 s for the transformers reference, 60 s for LMDeploy with CUDA graphs, 45 s
   without (measured 48-91 s and 45-65 s).
 

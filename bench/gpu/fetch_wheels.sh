@@ -2,7 +2,7 @@
 # Download the wheels the offline GPU machine lacks (LMDeploy 0.18 + its light dependencies,
 # Optuna, and autotune's own), for CPython 3.12 on x86-64 Linux, into .whl/ (git-ignored).
 # Run on a machine WITH network access, from the repo root; then carry .whl/ to the GPU
-# machine and run bench/gpu/run_h200.sh there.
+# machine and run bench/gpu/run.sh there.
 #
 # The lmdeploy wheel (106 MB) is repacked without its TurboMind binary
 # (lmdeploy/turbomind/_turbomind*.so and lib64/libxgrammar.a, 105 MB of it): Qwen3-VL runs

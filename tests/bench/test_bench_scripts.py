@@ -8,6 +8,7 @@ every collector then reads them as it reads what an H200 run leaves behind.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def bench(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="module")
 def bench_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder standing for `run_h200.sh`'s $OUT, holding the tiny space they all run."""
+    """The folder standing for `run.sh`'s $OUT, holding the tiny space they all run."""
     out = tmp_path_factory.mktemp("out")
     # verify's tolerances and the grid's figures are compared: the longer load.
     return small_space(out, name="bench", trials=2, workload=FIGURES_WORKLOAD)
@@ -77,7 +78,7 @@ def grids(bench_space: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def outputs(study_and_verify: Path, grids: Path) -> Path:
-    """What `run_h200.sh` leaves in $OUT, made on the CPU: a study, verify, grid, repeat."""
+    """What `run.sh` leaves in $OUT, made on the CPU: a study, verify, grid, repeat."""
     return study_and_verify
 
 
@@ -97,16 +98,16 @@ def test_grid_measures_every_point_on_reused_and_fresh_launches(grids: Path) -> 
         assert row["stop_reason"] in ("converged", "max_seconds", "max_requests")
 
 
-def test_collect_issue17_reads_the_study_verify_repeat_and_grid(outputs: Path) -> None:
+def test_collect_study_reads_the_study_verify_repeat_and_grid(outputs: Path) -> None:
     result = bench(
-        "collect_issue17.py", "--study", str(outputs / "bench.db"),
+        "collect_study.py", "--study", str(outputs / "bench.db"),
         "--verify", str(outputs / "verify.json"), "--repeat", str(outputs / "repeat.json"),
         "--grid", str(outputs / "grid.json"), "--candidate", "none",
-        "--json", str(outputs / "issue17.json"), "--markdown", str(outputs / "issue17.md"),
+        "--json", str(outputs / "study.json"), "--markdown", str(outputs / "study.md"),
         cwd=outputs,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    data = json.loads((outputs / "issue17.json").read_text())
+    data = json.loads((outputs / "study.json").read_text())
     assert [run["source"] for run in data["repeat"]["runs"]] == [
         "repeat launch 1",
         "repeat launch 2",
@@ -115,7 +116,7 @@ def test_collect_issue17_reads_the_study_verify_repeat_and_grid(outputs: Path) -
     assert data["verify"]["measured"] > 0 and "covered" in data["verify"]
     assert data["grid"]["recommendation_share_of_best"] > 0
     assert data["study"]["recommended"]["trial"] in (0, 1)
-    page = (outputs / "issue17.md").read_text()
+    page = (outputs / "study.md").read_text()
     assert "One configuration, fresh launches" in page and "Fresh relaunch" in page
 
 
@@ -152,15 +153,16 @@ def copy_study(outputs: Path, storage: str, name: str) -> None:
 
 
 def test_the_earlier_collectors_still_read_what_they_were_written_for(outputs: Path) -> None:
-    # issue 10: the grid and the study in one folder, the study and verify in another.
-    run_dir = outputs / "issue10"
+    # A resumed study and its grid: the grid and the study in one folder, verify in another.
+    run_dir = outputs / "resumed"
     run_dir.mkdir()
     shutil.copy(outputs / "bench.db", run_dir / "bench.db")
     shutil.copy(outputs / "verify.json", run_dir / "verify.json")
     shutil.copy(outputs / "grid.json", run_dir / "grid.json")
-    name = "cpu-issue10-test"
+    name = "cpu-resumed-study-and-grid-test"
     ten = bench(
-        "collect_issue10.py", "--name", name, "--run", f"cpu:HEAD:bench:{run_dir}:{run_dir}",
+        "collect_resumed_study_and_grid.py", "--name", name,
+        "--run", f"cpu:HEAD:bench:{run_dir}:{run_dir}",
         cwd=outputs,
     )  # fmt: skip
     results = REPO / "bench" / "results"
@@ -170,42 +172,52 @@ def test_the_earlier_collectors_still_read_what_they_were_written_for(outputs: P
     finally:
         for suffix in (".json", ".tables.md"):
             (results / f"{name}{suffix}").unlink(missing_ok=True)
-    # issue 11: three journal studies and the wall times.
-    for study in ("issue11-1gpu", "issue11-2gpu", "issue11-tp"):
+    # Two GPUs: three journal studies and the wall times.
+    for study in ("two-gpus-1", "two-gpus-2", "tensor-parallel"):
         copy_study(outputs, str(outputs / f"{study}.journal"), study)
-    (outputs / "issue11-walls.json").write_text('{"one_gpu_s": 10, "two_gpus_s": 6}')
+    (outputs / "two-gpus-walls.json").write_text('{"one_gpu_s": 10, "two_gpus_s": 6}')
     eleven = subprocess.run(
-        [sys.executable, str(BENCH / "collect_issue11.py"), str(outputs)],
+        [sys.executable, str(BENCH / "collect_two_gpus.py"), str(outputs)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert eleven.returncode == 0, eleven.stderr[-2000:]
-    assert json.loads((outputs / "issue11.json").read_text())["ratio"] == pytest.approx(0.6)
-    # issue 12: the side-by-side study and a default-space study.
-    copy_study(outputs, f"sqlite:///{outputs}/issue12.db", "issue12")
-    copy_study(outputs, f"sqlite:///{outputs}/issue12-default.db", "issue12-default")
+    assert json.loads((outputs / "two-gpus.json").read_text())["ratio"] == pytest.approx(0.6)
+    # FP8 and the cache: the side-by-side study and a default-space study.
+    copy_study(outputs, f"sqlite:///{outputs}/fp8-and-cache.db", "fp8-and-cache")
+    copy_study(outputs, f"sqlite:///{outputs}/guide-recipe.db", "guide-recipe")
     twelve = subprocess.run(
-        [sys.executable, str(BENCH / "collect_issue12.py"), str(outputs)],
+        [sys.executable, str(BENCH / "collect_fp8_and_cache.py"), str(outputs)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert twelve.returncode == 0, twelve.stderr[-2000:]
-    assert "reference" in json.loads((outputs / "issue12.json").read_text())["side_by_side"]
+    assert "reference" in json.loads((outputs / "fp8-and-cache.json").read_text())["side_by_side"]
 
 
 def test_the_gpu_shell_script_parses_and_names_every_mode() -> None:
-    script = BENCH / "run_h200.sh"
+    script = BENCH / "run.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
-    for mode in ("issue17-a", "issue17-b", "issue38", "study", "grid", "verify"):
-        assert f"  {mode})" in text, mode
+    modes = re.findall(r"^  ([a-z0-9-]+)\)", text, flags=re.MULTILINE)
+    for mode in ("study", "verify", "sides", "second-study", "grid", "accuracy-through-lmdeploy"):
+        assert mode in modes, mode
+    # Modes say what they measure: none is named after a ticket.
+    assert not [m for m in modes if re.search(r"issue|^i[0-9]", m)], modes
+    # The usage line names every mode.
+    assert all(m in text.split("usage:")[1] for m in modes), modes
+
+
+def test_no_bench_file_is_named_after_an_issue() -> None:
+    names = [p.name for p in (REPO / "bench").rglob("*") if p.is_file()]
+    assert not [n for n in names if re.search(r"issue[0-9]|-i[0-9]+-", n)], names
 
 
 def test_a_grid_point_of_the_candidate_first_on_its_launch_counts_as_a_fresh_launch() -> None:
-    """collect_issue17: the grid's point with the candidate's very configuration, measured first
+    """collect_study: the grid's point with the candidate's very configuration, measured first
     on its launch, is one more fresh launch of it; a later point on that launch, another
     configuration or a failed point is not."""
     sys.path.insert(0, str(BENCH))
     try:
-        import collect_issue17
+        import collect_study
     finally:
         sys.path.remove(str(BENCH))
     launch = {"backend": "lmdeploy", "compile_mode": "default"}
@@ -224,7 +236,7 @@ def test_a_grid_point_of_the_candidate_first_on_its_launch_counts_as_a_fresh_lau
         row("d", 64, status="failed"),
         row("e", 64),  # first on launch e: counts
     ]
-    fresh = collect_issue17._grid_fresh_launches(rows, config)
+    fresh = collect_study._grid_fresh_launches(rows, config)
     assert [run["source"] for run in fresh] == ["grid launch a", "grid launch e"]
     assert fresh[0]["throughput_output_tokens_per_s"] == 2000.0
 
@@ -258,11 +270,12 @@ def test_the_busy_cores_check_compares_recommendations_and_ranked_intervals() ->
     assert check([idle, busy], 0.5)[0].startswith("recommendations differ")
 
 
-def test_collect_issue38_compares_answers_with_the_reference_and_in_process_per_side(
+def test_collect_accuracy_through_lmdeploy_compares_with_the_reference_and_in_process_per_side(
     small_study: tuple[str, str], tmp_path: Path
 ) -> None:
-    """bench/gpu/collect_issue38.py: each trial's answers against the reference's, and with
-    --inprocess against the in-process engine's at the trial's own image side."""
+    """bench/gpu/collect_accuracy_through_lmdeploy.py: each trial's answers against the
+    reference's, and with --inprocess against the in-process engine's at the trial's own image
+    side."""
     url, name = small_study
     trials = optuna.load_study(study_name=name, storage=url).trials
     side_trial = next(
@@ -280,11 +293,12 @@ def test_collect_issue38_compares_answers_with_the_reference_and_in_process_per_
     )
     out = tmp_path / "out"
     done = bench(
-        "collect_issue38.py", "--storage", url, "--study", name, "--out", str(out),
+        "collect_accuracy_through_lmdeploy.py", "--storage", url, "--study", name,
+        "--out", str(out),
         "--inprocess", str(inprocess), cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {row["trial"]: row for row in json.loads((out / "issue38.json").read_text())}
+    rows = {row["trial"]: row for row in json.loads((out / "through-lmdeploy.json").read_text())}
     row = rows[side_trial.number]
     assert row["inprocess_items_compared"] == len(answers)
     assert row["same_answers_as_inprocess_at_side"] == (len(answers) - 1) / len(answers)
@@ -293,4 +307,4 @@ def test_collect_issue38_compares_answers_with_the_reference_and_in_process_per_
     # A side without in-process answers compares nothing, and says so.
     others = [r for r in rows.values() if r["image_max_side"] not in (side,)]
     assert all(r["same_answers_as_inprocess_at_side"] is None for r in others)
-    assert "same answers as in-process at this side" in (out / "issue38.md").read_text()
+    assert "same answers as in-process at this side" in (out / "through-lmdeploy.md").read_text()

@@ -1,9 +1,9 @@
-"""Issue 11's GPU criteria from the studies `run_h200.sh issue11` leaves in $OUT.
+"""Two GPUs against one: the studies `run.sh two-gpus` leaves in $OUT.
 
-    python3 bench/gpu/collect_issue11.py OUT_DIR   # prints JSON; writes OUT_DIR/issue11.json
+    python3 bench/gpu/collect_two_gpus.py OUT_DIR   # prints JSON; writes OUT_DIR/two-gpus.json
 
-Reads the one-GPU and two-GPU studies of bench/gpu/issue11.yaml and the tensor-parallel study
-of bench/gpu/issue11-tp.yaml, with the wall times the script recorded, and checks: the two-GPU
+Reads the one-GPU and two-GPU studies of bench/gpu/two-gpus.yaml and the tensor-parallel study
+of bench/gpu/tensor-parallel.yaml, with the wall times the script recorded, and checks: the two-GPU
 run took at most 0.6x the one-GPU run's wall time; both measured the same configurations, none
 lost (failed, left running) or measured twice; the tp-2 trial completed on two GPUs.
 """
@@ -50,10 +50,10 @@ def _summary(study: optuna.Study) -> dict[str, object]:
 
 
 def main(out: Path) -> dict[str, object]:
-    walls = json.loads((out / "issue11-walls.json").read_text())
-    one = _summary(_study(out / "issue11-1gpu.journal", "issue11-1gpu"))
-    two = _summary(_study(out / "issue11-2gpu.journal", "issue11-2gpu"))
-    tp_study = _study(out / "issue11-tp.journal", "issue11-tp")
+    walls = json.loads((out / "two-gpus-walls.json").read_text())
+    one = _summary(_study(out / "two-gpus-1.journal", "two-gpus-1"))
+    two = _summary(_study(out / "two-gpus-2.journal", "two-gpus-2"))
+    tp_study = _study(out / "tensor-parallel.journal", "tensor-parallel")
     tp = [t for t in tp_study.get_trials(deepcopy=False) if t.user_attrs.get("candidate") == "tp-2"]
     tp_attrs = tp[0].user_attrs if tp else {}
     ratio = walls["two_gpus_s"] / walls["one_gpu_s"]
@@ -76,7 +76,7 @@ def main(out: Path) -> dict[str, object]:
             "failure_reason": tp_attrs.get("failure_reason"),
         },
     }
-    (out / "issue11.json").write_text(json.dumps(result, indent=2))
+    (out / "two-gpus.json").write_text(json.dumps(result, indent=2))
     return result
 
 

@@ -1,6 +1,7 @@
-"""Issue 12's GPU comparisons from the studies `run_h200.sh issue12` leaves in $OUT.
+"""FP8 against bf16 and the prefix cache off against on, from the studies that
+`run.sh fp8-and-cache` and `run.sh guide-recipe` leave in $OUT.
 
-    python3 bench/gpu/collect_issue12.py OUT_DIR   # prints JSON; writes OUT_DIR/issue12.json
+    python3 bench/gpu/collect_fp8_and_cache.py OUT_DIR   # writes OUT_DIR/fp8-and-cache.json
 
 - FP8 weights vs bf16 (LMDeploy, concurrency 64): output tokens/s with its 95% interval, peak
   GPU memory;
@@ -55,10 +56,10 @@ def _ratio(a: Any, b: Any) -> float | None:
 
 
 def main(out: Path) -> dict[str, Any]:
-    storage = open_storage(f"sqlite:///{out}/issue12.db", create=False)
+    storage = open_storage(f"sqlite:///{out}/fp8-and-cache.db", create=False)
     side = {
         _label(t): _figures(t)
-        for t in optuna.load_study(study_name="issue12", storage=storage).trials
+        for t in optuna.load_study(study_name="fp8-and-cache", storage=storage).trials
     }
     bf16, fp8, cache = (
         side.get("reference", {}),
@@ -77,10 +78,10 @@ def main(out: Path) -> dict[str, Any]:
             "throughput_ratio": _ratio(cache.get(tps), bf16.get(tps)),
         },
     }
-    default_db = out / "issue12-default.db"
+    default_db = out / "guide-recipe.db"
     if default_db.is_file():
         study = optuna.load_study(
-            study_name="issue12-default",
+            study_name="guide-recipe",
             storage=open_storage(f"sqlite:///{default_db}", create=False),
         )
         named = {
@@ -94,7 +95,7 @@ def main(out: Path) -> dict[str, Any]:
         except NoDeployableTrial as exc:
             named["recommendation"] = {"none": str(exc)}
         result["guide_vs_reference_vs_recommendation"] = named
-    (out / "issue12.json").write_text(json.dumps(result, indent=2))
+    (out / "fp8-and-cache.json").write_text(json.dumps(result, indent=2))
     return result
 
 

@@ -1,6 +1,6 @@
-"""Merge what `run_h200.sh issue10-a` and `issue10-b` brought back into bench/results/.
+"""Merge a study resumed over two calls and the grid measured beside it into bench/results/.
 
-    python bench/gpu/collect_issue10.py --name h200-issue10-2026-11-30 \
+    python bench/gpu/collect_resumed_study_and_grid.py --name h200-study-beside-grid-2026-11-30 \
         --run "RUN_LABEL:COMMIT:STUDY:DIR_A:DIR_B" [--run ...]
 
 DIR_A holds the grid (grid.json) and the first part of the study; DIR_B the resumed study

@@ -1,16 +1,18 @@
-"""Issue 38 on the GPU: what the floor decided for the reader served by LMDeploy, and how the
+"""On the GPU: what the floor decided for the reader served by LMDeploy, and how the
 LMDeploy answers agree with the in-process engine's, item by item.
 
 Reads the study that `bench/gpu/smoke-lmdeploy.yaml` ran (its reference: transformers in
 process; its candidates: `lmdeploy serve api_server` at full size and shrunk) and writes
-issue38.json and issue38.md: per trial its engine, image side, accuracy on the items it
-answered, the floor's verdict and interval, and the share of items on which its answers equal
-the reference's word for word. With --inprocess DIR (a folder of `autotune eval --space
-bench/gpu/smoke-lmdeploy.yaml --json [--param image_max_side=N]` outputs named eval-full.json,
-eval-N.json, as `bench/gpu/run_h200.sh issue38` writes them), also the share on which each
-LMDeploy trial's answers equal the in-process engine's at the same image side.
+through-lmdeploy.json and through-lmdeploy.md: per trial its engine, image side, accuracy on
+the items it answered, the floor's verdict and interval, and the share of items on which its
+answers equal the reference's word for word. With --inprocess DIR (a folder of
+`autotune eval --space bench/gpu/smoke-lmdeploy.yaml --json [--param image_max_side=N]`
+outputs named eval-full.json,
+eval-N.json, as `bench/gpu/run.sh accuracy-through-lmdeploy` writes them), also the share on
+which each LMDeploy trial's answers equal the in-process engine's at the same image side.
 
-    python3 bench/gpu/collect_issue38.py --storage sqlite:///$OUT/issue38.db --study issue38 \
+    python3 bench/gpu/collect_accuracy_through_lmdeploy.py \
+        --storage sqlite:///$OUT/through-lmdeploy.db --study through-lmdeploy \
         --out $OUT [--inprocess DIR]
 """
 
@@ -99,7 +101,7 @@ def _share(share: float | None, items: int) -> str:
 
 def markdown(table: list[dict[str, Any]]) -> str:
     lines = [
-        "# Issue 38 on the H200: the reader through LMDeploy, judged by the sequential floor",
+        "# The reader through LMDeploy, judged by the sequential floor",
         "",
         "| trial | name | engine | image side | accuracy (items) | same answers as the reference | same answers as in-process at this side | verdict | interval | tok/s |",  # noqa: E501
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -140,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: no study {args.study!r} in {args.storage}") from None
     table = rows(study, inprocess)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "issue38.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    (args.out / "through-lmdeploy.json").write_text(
+        json.dumps(table, indent=1) + "\n", encoding="utf-8"
+    )
     text = markdown(table)
-    (args.out / "issue38.md").write_text(text, encoding="utf-8")
+    (args.out / "through-lmdeploy.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
 

@@ -1,6 +1,6 @@
-"""Issue 17's criteria from what `run_h200.sh issue17-a` and `issue17-b` leave in $OUT.
+"""A study's GPU figures from what `run.sh study`, `verify`, `sides` and `repeat` leave in $OUT.
 
-    python3 bench/gpu/collect_issue17.py --study DIR/STUDY.db [--verify DIR/verify.json] \
+    python3 bench/gpu/collect_study.py --study DIR/STUDY.db [--verify DIR/verify.json] \
         [--repeat DIR/repeat.json] [--grid DIR/grid.json] [--candidate lmdeploy-graphs] \
         --json OUT.json --markdown OUT.md
 
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=Path)
     parser.add_argument("--grid", type=Path)
     parser.add_argument("--candidate", default="lmdeploy-graphs")
-    parser.add_argument("--title", default="Issue 17: measurements that repeat")
+    parser.add_argument("--title", default="A study's measurements, and whether they repeat")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--markdown", type=Path, required=True)
     args = parser.parse_args(argv)
