@@ -31,7 +31,11 @@ _BACKEND_ONLY = ("kv_cache_fraction", "max_batch_size")
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """`name=value` pairs; values parse as YAML scalars (null, true, 256, 0.7, bfloat16)."""
+    """`name=value` pairs; values parse as YAML scalars (null, true, 256, 0.7, bfloat16).
+
+    `None` reads as null too, the spelling a Python user reaches for; lowercase `none` stays
+    a word, since `compile_mode`, `weight_quant` and `kv_quant` take it as a value.
+    """
     overrides: dict[str, Any] = {}
     for pair in pairs:
         name, sep, raw = pair.partition("=")
@@ -51,7 +55,7 @@ def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
 
 def _scalar(raw: str) -> Any:
     """A value as YAML reads it; the text itself when YAML cannot (TrialConfig judges it)."""
-    if not raw.strip():
+    if not raw.strip() or raw.strip() == "None":
         return None
     try:
         return yaml.safe_load(raw)

@@ -25,7 +25,10 @@ from autotune.cli.base import (
     "params",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Override one parameter of the reference configuration (repeatable).",
+    help=(
+        "Override one parameter of the reference configuration (repeatable). Values are YAML"
+        " scalars; full size is image_max_side=null (or None)."
+    ),
 )
 @endpoint_option
 @dummy_weights_option
