@@ -34,7 +34,7 @@ def printed(item: synth.SynthItem) -> str:
 
 def test_every_character_a_generator_prints_is_in_the_font_it_prints_with() -> None:
     missing = []
-    for seed in range(20):
+    for seed in range(12):
         rng = random.Random(f"fonts/{seed}")
         for item in (
             synth.text_line(rng),
@@ -83,3 +83,5 @@ def test_a_subset_renders_as_the_system_font_it_came_from(key: str) -> None:
     if not source.is_file() or "2.37" not in (TTFont(source)["name"].getDebugName(5) or ""):
         pytest.skip(f"Debian's DejaVu 2.37 is not installed ({source})")
     assert rendering_differences(source, FONT_DIR / SOURCES[key].shipped, characters()) == []
+    other = "dejavu-mono" if key != "dejavu-mono" else "dejavu-sans"  # the check can fail
+    assert rendering_differences(source, FONT_DIR / SOURCES[other].shipped, "Ag")
