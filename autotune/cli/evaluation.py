@@ -171,7 +171,8 @@ def evalset_needs(
 @click.argument("name")
 @user_errors
 def evalset_build(name: str) -> None:
-    """Build an evaluation pool into studies/evalsets/ (done by its first use otherwise)."""
+    """Build an evaluation pool into studies/evalsets/ (done by its first use otherwise), or
+    check the one built there file by file against its build."""
     from autotune.evalset.pools import ensure_pool
 
-    click.echo(f"{name}: {ensure_pool(name)}")
+    click.echo(f"{name}: {ensure_pool(name)} (every file as its build wrote it)")

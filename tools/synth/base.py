@@ -2,8 +2,9 @@
 
 Every generator takes a `random.Random` and keyword-only knobs (font size, canvas, length …)
 and returns a `SynthItem`: an image, the prompt, reference answers, the metric that scores
-them, a category and free-form metadata. The same seed gives the same item on the same
-machine (FreeType versions may move a few pixels).
+them, a category and free-form metadata. The same seed gives the same item on any machine:
+the fonts travel with the repository (evalsets/fonts/) and no other is used; another Pillow,
+FreeType or matplotlib version may still move a few pixels.
 
 The bundled evaluation sets are made by `tools/make_evalset.py` with seeds named
 ``"<set>/<category>/<index>"``; a training script that imports these generators must use
@@ -19,7 +20,6 @@ This module: the prompts, fonts, random values and text rendering every generato
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,25 +47,20 @@ PROMPT_SHAPE_CAPTION = (
 )
 PROMPT_PHOTO = "Describe the image in one sentence."
 
-FONT_DIRS = (
-    Path("/usr/share/fonts/truetype/dejavu"),
-    Path("/usr/share/fonts/truetype/liberation2"),
-    Path("/usr/share/fonts/truetype/liberation"),
-)
-# Extra font folders (os.pathsep-separated), searched before FONT_DIRS: machines with no system
-# fonts and no package access (GPU boxes) get copies of the same font files there. The same
-# files render the same glyphs, and `latin_fonts()` (which the generators draw from) lists a
-# font whichever folder holds it, so the generated items do not change.
-FONT_DIRS_ENV = "AUTOTUNE_FONT_DIRS"
+# The fonts travel with the repository (subsets of Debian's files, tools/synth/subset_fonts.py,
+# licences beside them) and are the only ones used: a machine with no system fonts (the GPU
+# image) builds a pool, and every machine draws the same glyphs, so the same items.
+FONT_DIR = Path(__file__).resolve().parents[2] / "evalsets" / "fonts"
 LATIN_FONT_FILES = {
     "dejavu-sans": "DejaVuSans.ttf",
     "dejavu-serif": "DejaVuSerif.ttf",
     "dejavu-mono": "DejaVuSansMono.ttf",
-    "liberation-sans": "LiberationSans-Regular.ttf",
-    "liberation-serif": "LiberationSerif-Regular.ttf",
-    "liberation-mono": "LiberationMono-Regular.ttf",
+    # Liberation 2.1.5, renamed as its licence asks of a modified font (its names are reserved).
+    "liberation-sans": "EvalsetSans-Regular.ttf",
+    "liberation-serif": "EvalsetSerif-Regular.ttf",
+    "liberation-mono": "EvalsetMono-Regular.ttf",
 }
-CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+CJK_FONT = FONT_DIR / "wqy-microhei.ttf"
 
 # Letters and digits that no font confuses: 0/O, 1/l/I and 5/S are left out so that a wrong
 # answer means the text was illegible, not that the glyphs were ambiguous.
@@ -90,37 +85,25 @@ class SynthItem:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def _font_dirs() -> tuple[Path, ...]:
-    extra = os.environ.get(FONT_DIRS_ENV, "")
-    return (*(Path(part) for part in extra.split(os.pathsep) if part), *FONT_DIRS)
-
-
-def _font_path(file_name: str) -> Path | None:
-    for folder in _font_dirs():
-        if (folder / file_name).is_file():
-            return folder / file_name
-    if file_name.startswith("DejaVu"):
-        # matplotlib ships DejaVu, so machines without Debian's fonts still render Latin text.
-        import matplotlib
-
-        bundled = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / file_name
-        if bundled.is_file():
-            return bundled
-    return None
-
-
 def latin_fonts() -> list[str]:
-    """Names (keys of `LATIN_FONT_FILES`) of the Latin fonts installed here."""
-    return [name for name, file in LATIN_FONT_FILES.items() if _font_path(file)]
+    """Names (keys of `LATIN_FONT_FILES`) of the Latin fonts, all shipped."""
+    return list(LATIN_FONT_FILES)
+
+
+def font_path(name: str) -> Path:
+    """The shipped file of a font by name ("cjk" for WenQuanYi Micro Hei)."""
+    return CJK_FONT if name == "cjk" else FONT_DIR / LATIN_FONT_FILES[name]
 
 
 @lru_cache(maxsize=256)
 def load_font(name: str, px: int) -> ImageFont.FreeTypeFont:
     """A font by name ("cjk" for WenQuanYi Micro Hei) at a pixel size."""
-    path = CJK_FONT if name == "cjk" else _font_path(LATIN_FONT_FILES[name])
-    if path is None or not path.is_file():
-        hint = "apt-get install fonts-wqy-microhei" if name == "cjk" else "install the font"
-        raise FileNotFoundError(f"font {name!r} is not installed ({hint})")
+    path = font_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"font {name!r} is missing from this checkout ({path}): restore it with "
+            f"git checkout -- {path.parent.name}"
+        )
     return ImageFont.truetype(str(path), px)
 
 

@@ -21,6 +21,7 @@ from tools.synth.base import (
     SAFE_CHARS,
     SynthItem,
     degrade,
+    font_path,
     ink_and_paper,
     latin_fonts,
     line_text,
@@ -377,8 +378,10 @@ def bar_chart(
     """
     if ask not in ("value", "max"):
         raise ValueError(f"unknown chart question {ask!r}; use value or max")
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
 
     n_bars = n_bars or rng.randint(4, 7)
     font_px = font_px or rng.randint(10, 28)
@@ -390,22 +393,32 @@ def bar_chart(
     texts = [f"{v / 10:.1f}" if decimals else str(v) for v in values]
     dpi = 100
     points = font_px * 72 / dpi  # matplotlib sizes text in points
-    fig = Figure(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
-    canvas = FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    colour = rng.choice(("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"))
-    bars = ax.bar(labels, [float(t) for t in texts], color=colour)
-    ax.bar_label(bars, labels=texts, fontsize=points, padding=2)
-    ax.set_title(rng.choice(vocab.CHART_TITLES), fontsize=points * 1.2)
-    ax.tick_params(labelsize=points)
-    # No y axis: the value labels are the only way to read a value, so the question tests
-    # reading, not estimating bar heights.
-    ax.yaxis.set_visible(False)
-    for side in ("left", "top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.margins(y=0.15)
-    fig.tight_layout()
-    canvas.draw()
+    # The shipped font alone, under matplotlib's own defaults: neither another DejaVu on the
+    # machine, nor a user's matplotlibrc, nor matplotlib's last-resort font (absent where its
+    # fonts are not installed) changes a chart.
+    font = FontProperties(fname=font_path("dejavu-sans"), size=points)
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        matplotlib.rcParams["font.enable_last_resort"] = False
+        fig = Figure(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)
+        canvas = FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        colour = rng.choice(("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"))
+        bars = ax.bar(labels, [float(t) for t in texts], color=colour)
+        ax.bar_label(bars, labels=texts, fontproperties=font, padding=2)
+        title = font.copy()
+        title.set_size(points * 1.2)
+        ax.set_title(rng.choice(vocab.CHART_TITLES), fontproperties=title)
+        for label in ax.get_xticklabels():
+            label.set_fontproperties(font)
+        # No y axis: the value labels are the only way to read a value, so the question tests
+        # reading, not estimating bar heights.
+        ax.yaxis.set_visible(False)
+        for side in ("left", "top", "right"):
+            ax.spines[side].set_visible(False)
+        ax.margins(y=0.15)
+        fig.tight_layout()
+        canvas.draw()
     img = Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba()).convert("RGB")
     meta = {
         "task": f"chart_{ask}",
