@@ -161,9 +161,15 @@ class TransformersEngine:
             torch.cuda.reset_peak_memory_stats()
 
     def generate(
-        self, batch: list[Prompt], config: TrialConfig, *, forced_tokens: int | None = None
+        self,
+        batch: list[Prompt],
+        config: TrialConfig,
+        *,
+        forced_tokens: int | None = None,
+        answer_tokens: list[int] | None = None,
     ) -> list[Reply]:
-        """Answer one static batch; with `forced_tokens` every answer is exactly that long."""
+        """Answer one static batch; with `forced_tokens` every answer is exactly that long,
+        and with `answer_tokens` too each answer is cut to its own length (it ends there)."""
         start = self.clock.now()
         images = [
             mark_image(
@@ -207,15 +213,29 @@ class TransformersEngine:
             )
         end = self.clock.now()
         return [
-            self._completion(request, index, clock, start, end)
+            self._completion(
+                request,
+                index,
+                clock,
+                start,
+                end,
+                limit=answer_tokens[index] if answer_tokens is not None else None,
+            )
             for index, request in enumerate(batch)
         ]
 
     def _completion(
-        self, request: Prompt, index: int, clock: _StepClock, start: float, end: float
+        self,
+        request: Prompt,
+        index: int,
+        clock: _StepClock,
+        start: float,
+        end: float,
+        *,
+        limit: int | None = None,
     ) -> Reply:
         tokens: list[int] = []
-        for step in clock.step_tokens:
+        for step in clock.step_tokens[:limit]:
             tokens.append(step[index])
             if step[index] in self.eos_ids:
                 break

@@ -23,6 +23,7 @@ from autotune.accuracy.reuse import (
     stored_accuracy,
 )
 from autotune.accuracy.staged import FloorRequest
+from autotune.accuracy.timed import timed_before
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
 from autotune.engines.session import accuracy_batch_size
@@ -322,6 +323,9 @@ class Objective:
             reference = None if proposal.is_reference else reference_trial(trial.study)
             cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
+        timed_pass = None  # dummy weights: the pass a real study would run, timed, not judged
+        if not timed_before(trial.study, proposal.output_key):
+            timed_pass = plan.timed_pass(config, reference=proposal.is_reference)
         rival = None
         ids = plan.evalset.decision_order()
         try:
@@ -346,9 +350,12 @@ class Objective:
                 accuracy_ids=ids if measure_accuracy else None,
                 floor=None if cached else _floor(plan, config, reference),
                 max_seconds=self.budget.measure_seconds(
-                    trial.study, used_s=self.clock() - self.started, accuracy=measure_accuracy
+                    trial.study,
+                    used_s=self.clock() - self.started,
+                    accuracy=measure_accuracy or timed_pass is not None,
                 ),
                 race=None if rival is None else rival.bound,
+                timed=timed_pass,
             )
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
