@@ -175,3 +175,8 @@ def timed_before(study: optuna.Study, key: str) -> bool:
         trial.user_attrs.get("output_key") == key and TIMED_ITEMS in trial.user_attrs
         for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     )
+
+
+def timed_study(study: optuna.Study) -> bool:
+    """Whether any trial of `study` timed an accuracy pass (dummy weights)."""
+    return any(TIMED_ITEMS in trial.user_attrs for trial in study.get_trials(deepcopy=False))
