@@ -67,6 +67,18 @@ def quick_space(tmp_path: Path, *, items: int = 4, floor: dict | None = None) ->
     return path
 
 
+def run_dummy_study(space: Path, tmp_path: Path) -> tuple[str, str]:
+    """`autotune run --dummy-weights` of `space` as study "d": (its storage, the output)."""
+    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
+    run = CliRunner().invoke(
+        main,
+        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
+        catch_exceptions=False,
+    )
+    assert run.exit_code == 0, run.output
+    return storage, run.output
+
+
 def test_bundled_2b_config_has_the_tiny_models_keys_and_2b_parameters() -> None:
     torch = pytest.importorskip("torch")
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -162,15 +174,9 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     from autotune.accuracy.timed import TIMED_NOTE, items_to_time
 
     space = quick_space(tmp_path, items=40, floor={"mode": "relative", "max_drop": 0.3})
-    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
-    run = CliRunner().invoke(
-        main,
-        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
-        catch_exceptions=False,
-    )
-    assert run.exit_code == 0, run.output
-    assert "dummy weights" in run.output
-    assert "acc timed, not judged (20 items)" in run.output  # the progress line
+    storage, output = run_dummy_study(space, tmp_path)
+    assert "dummy weights" in output
+    assert "acc timed, not judged (20 items)" in output  # the progress line
 
     study = optuna.load_study(study_name="d", storage=storage)
     assert study.user_attrs["dummy_weights"] is True
@@ -217,13 +223,7 @@ def test_study_with_dummy_weights_records_why_and_skips_accuracy(
     import optuna
 
     space = quick_space(tmp_path)
-    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
-    run = CliRunner().invoke(
-        main,
-        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
-        catch_exceptions=False,
-    )
-    assert run.exit_code == 0, run.output
+    storage, _ = run_dummy_study(space, tmp_path)
     study = optuna.load_study(study_name="d", storage=storage)
     assert study.user_attrs["dummy_weights"] is True
     assert any("accuracy" in note and "not judged" in note for note in study.user_attrs["notes"])
