@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotune.accuracy.reuse import FIRST_STAGE_ITEMS
 from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.evalset.dataset import EvalSet
+from autotune.records.stored import TrialRecord
 from autotune.space import AccuracyConstraint
 
 # The share of items on which a passing candidate answers unlike the reference (one right,
@@ -171,12 +172,16 @@ def timed_accuracy(
 def timed_before(study: optuna.Study, key: str) -> bool:
     """Whether a completed trial with the same answers key (autotune.accuracy.reuse) timed its
     pass: a real study would reuse those answers, so this trial answers nothing."""
-    return any(
-        trial.user_attrs.get("output_key") == key and TIMED_ITEMS in trial.user_attrs
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    )
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = TrialRecord.of(trial)
+        if record.output_key == key and record.figure(TIMED_ITEMS) is not None:
+            return True
+    return False
 
 
 def timed_study(study: optuna.Study) -> bool:
     """Whether any trial of `study` timed an accuracy pass (dummy weights)."""
-    return any(TIMED_ITEMS in trial.user_attrs for trial in study.get_trials(deepcopy=False))
+    return any(
+        TrialRecord.of(trial).figure(TIMED_ITEMS) is not None
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    )

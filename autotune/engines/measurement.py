@@ -107,7 +107,9 @@ def to_measurement(
         figures[TIMED_ITEMS] = float(len(result.timed_tokens))
         figures[TIMED_ANSWER_TOKENS] = float(sum(result.timed_tokens.values()))
     predictions = result.predictions
-    report = score_predictions(evalset, predictions) if measure_accuracy else None
+    # A timed pass (dummy weights) answered for its time: nothing to score.
+    scored = measure_accuracy and not result.timed_tokens
+    report = score_predictions(evalset, predictions) if scored else None
     return Measurement(
         config=config,
         figures=figures,
