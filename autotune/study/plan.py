@@ -125,6 +125,8 @@ def plan_study(
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})
     model_id = model if model is not None else space.resolve_path(space.model)
+    # Before any checkpoint is built: a pool that cannot be built fails in seconds.
+    loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
     judged = space  # its floor and screening: what a dummy-weights study's timed pass stands for
     if dummy_weights:
@@ -138,7 +140,6 @@ def plan_study(
     quantized_paths = {}
     for layout in _served_checkpoint_layouts(space) if endpoint is None else []:
         quantized_paths[layout] = quantized_path(space, layout, model_id, dummy_weights)
-    loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     if base_url is not None:
         _check_endpoint_answers(base_url)
     timed = None

@@ -276,3 +276,25 @@ def test_report_of_a_stored_dummy_weights_study(tmp_path: Path) -> None:
     assert "plot-accuracy" not in document  # nothing to draw
     best = CliRunner().invoke(main, ["best", "--storage", url, "--study", name])
     assert best.exit_code == 0 and "accuracy not measured" in best.output
+
+
+def test_a_pool_that_cannot_be_built_fails_a_dummy_study_in_one_line(
+    tmp_path: Path, dummy_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timed pass answers the pool's items, so a dummy-weights study needs the pool built;
+    where it cannot be, one line says so before any checkpoint is built."""
+    import autotune.evalset.pools as pools
+
+    monkeypatch.setattr(pools, "REPO_ROOT", tmp_path)  # an installation without tools/
+    monkeypatch.setattr(pools, "POOLS_DIR", tmp_path / "evalsets")
+    data = yaml.safe_load(quick_space(tmp_path).read_text(encoding="utf-8"))
+    space = tmp_path / "pool.yaml"
+    space.write_text(yaml.safe_dump({**data, "evalset": "ocr-caption-3k"}), encoding="utf-8")
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    result = CliRunner().invoke(
+        main, ["run", "--space", str(space), "--dummy-weights", "--storage", storage]
+    )
+    assert result.exit_code != 0
+    (line,) = result.output.strip().splitlines()
+    assert "evaluation pool 'ocr-caption-3k' is not built" in line
+    assert not dummy_dir.exists() and not (tmp_path / "p.db").exists()
