@@ -3,8 +3,8 @@
 `--dummy-weights` measures Qwen3-VL-2B's speed from its config alone, as vLLM's
 `--load-format dummy` does: a model built from the real config with random weights runs the
 same kernels on the same shapes as the released checkpoint, so latency, throughput and memory
-carry over while its answers are noise. Accuracy is therefore switched off (see
-`without_accuracy`).
+carry over while its answers are noise. Accuracy is therefore timed, not judged: the accuracy
+pass runs for its time alone, with no verdict (see `without_accuracy`, autotune.accuracy.timed).
 
 Every backend, in-process or server, loads checkpoints from disk, so the random model is saved
 once per architecture into a cache folder (`studies/dummy-checkpoints/<key>/`, or
@@ -35,7 +35,6 @@ from typing import Any
 
 from autotune.checkpoints.source import SUPPORTED_MODEL_TYPES
 from autotune.errors import ModelError, SpaceError
-from autotune.evalset.pools import known_pools
 from autotune.space import REPO_ROOT, SearchSpace
 
 # Bump when the files written below change, so stale cached checkpoints are not reused.
@@ -59,8 +58,8 @@ COMPLETE_MARKER = ".autotune-dummy-complete"
 
 REASON = (
     "dummy weights: random weights of the real architecture; speed, memory and start-up carry "
-    "over to the released checkpoint, answers do not, so the accuracy pass, the accuracy "
-    "constraint and screening are switched off"
+    "over to the released checkpoint, answers do not, so the accuracy constraint and "
+    "screening's verdicts are switched off and the accuracy pass is timed, not judged"
 )
 
 
@@ -147,24 +146,19 @@ def dummy_checkpoint(
 
 
 def without_accuracy(space: SearchSpace) -> SearchSpace:
-    """`space` with the accuracy constraint and screening off (answers of random weights), on
-    an evaluation pool's base set."""
+    """`space` with the accuracy constraint and screening off (answers of random weights).
+
+    Its evaluation set stays the space's, a pool included: the accuracy pass still answers
+    its items, for its time (autotune.accuracy.timed), and load tests use them as a real
+    study's do."""
     accuracy = space.constraints.accuracy.model_copy(update={"enabled": False})
     constraints = space.constraints.model_copy(update={"accuracy": accuracy})
     screening = space.screening.model_copy(update={"items": 0})
     objectives = [o for o in space.objectives if o.metric != "accuracy"]
     if not objectives:
         raise SpaceError("with --dummy-weights accuracy cannot be an objective; pick another")
-    # A pool holds its items for the accuracy pass alone; load tests need only its base set's
-    # images (the pool's first items), which need no build and no fonts.
-    evalset = known_pools().get(space.evalset, {}).get("base") or space.evalset
     return space.model_copy(
-        update={
-            "constraints": constraints,
-            "screening": screening,
-            "objectives": objectives,
-            "evalset": evalset,
-        }
+        update={"constraints": constraints, "screening": screening, "objectives": objectives}
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
+from autotune.accuracy.timed import TIMED_ANSWER_TOKENS, TIMED_ITEMS, TIMED_TOKENS
 from autotune.checkpoints.adapters import Adapter
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.equal_work import (
@@ -44,6 +45,8 @@ class Measurement:
     repeated_requests: int = 0
     # Why its answers were not the forced length (autotune.measure.equal_work); None: they were.
     unequal_work: str | None = None
+    # A timed pass's tokens per answer (dummy weights: autotune.accuracy.timed).
+    timed_tokens: dict[str, int] = field(default_factory=dict)
 
     def user_attrs(self) -> dict[str, Any]:
         """What a trial stores: figures with units in their names, plus provenance."""
@@ -62,6 +65,8 @@ class Measurement:
             attrs["predictions"] = self.predictions
         if self.unequal_work is not None:
             attrs[UNEQUAL_WORK] = self.unequal_work
+        if self.timed_tokens:
+            attrs[TIMED_TOKENS] = self.timed_tokens
         return attrs
 
 
@@ -98,8 +103,13 @@ def to_measurement(
     figures["startup_s"] = startup_s
     figures["compile_s"] = warmup_s
     figures["peak_memory_mib"] = result.peak_memory_mib
+    if result.timed_tokens:  # timed, not judged: how much it answered, never what
+        figures[TIMED_ITEMS] = float(len(result.timed_tokens))
+        figures[TIMED_ANSWER_TOKENS] = float(sum(result.timed_tokens.values()))
     predictions = result.predictions
-    report = score_predictions(evalset, predictions) if measure_accuracy else None
+    # A timed pass (dummy weights) answered for its time: nothing to score.
+    scored = measure_accuracy and not result.timed_tokens
+    report = score_predictions(evalset, predictions) if scored else None
     return Measurement(
         config=config,
         figures=figures,
@@ -111,6 +121,7 @@ def to_measurement(
         stop_reason=result.stop_reason,
         repeated_requests=result.repeated_requests,
         unequal_work=unequal,
+        timed_tokens=dict(result.timed_tokens),
         time_s={
             "warmup": warmup_s,
             "measuring": max(0.0, result.load_s - load_warmup_s),

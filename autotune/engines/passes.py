@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.client.chat import ChatClient, http_client
@@ -39,6 +39,7 @@ class _ServerDriver:
         config: TrialConfig,
         plan: MeasurePlan,
         forced_fields: ForcedFields | None,
+        answer_fields: ForcedFields | None = None,
     ) -> None:
         self.same_server = same_server
         self.chat = same_server()
@@ -46,6 +47,7 @@ class _ServerDriver:
         self.config = config
         self.plan = plan
         self.forced_fields = forced_fields
+        self.answer_fields = answer_fields
 
     def now(self) -> float:
         return time.perf_counter()
@@ -53,9 +55,18 @@ class _ServerDriver:
     async def warm_up(self) -> None:
         return None
 
-    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
-        replies = await closed_loop(self.chat.send, [self.by_id[i] for i in ids], concurrency)
-        return {reply.item_id: reply.text for reply in replies}
+    async def answer(
+        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+    ) -> list[Reply]:
+        prompts = [self.by_id[i] for i in ids]
+        answer_fields = self.answer_fields
+        if lengths is None or answer_fields is None:
+            return await closed_loop(self.chat.send, prompts, concurrency)
+
+        async def send_forced(prompt: Prompt) -> Reply:
+            return await self.chat.send(prompt, answer_fields(lengths[prompt.item_id]))
+
+        return await closed_loop(send_forced, prompts, concurrency)
 
     async def load_test(
         self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None
@@ -122,6 +133,7 @@ async def run_passes(
     fields: dict[str, Any],
     plan: MeasurePlan,
     forced_fields: ForcedFields | None = None,
+    answer_fields: ForcedFields | None = None,
     on_phase: Callable[[str], None] | None = None,
     on_estimate: EstimateCallback | None = None,
     judge: Judge | None = None,
@@ -130,7 +142,8 @@ async def run_passes(
 
     `forced_fields(tokens)` join the load test's requests only: they make each answer as long
     as `plan.answer_lengths()` says (autotune.export.forced_length), so trials do equal work.
-    Screening and accuracy send the trial's own `fields` alone.
+    Screening and accuracy send the trial's own `fields` alone, but for a timed pass
+    (`plan.timed`), whose answers `answer_fields(tokens)` force to each item's length.
     """
     by_id = {prompt.item_id: prompt for prompt in prompts}
     async with http_client(max(config.batch_size, plan.accuracy_batch_size)) as client:
@@ -142,7 +155,7 @@ async def run_passes(
             fields=fields,
             image_max_side=config.image_max_side,
         )
-        driver = _ServerDriver(same_server, by_id, config, plan, forced_fields)
+        driver = _ServerDriver(same_server, by_id, config, plan, forced_fields, answer_fields)
         return await run_phases(
             driver,
             plan,

@@ -15,12 +15,16 @@ decided here once, so that a rule added to one engine holds for all of them:
    or the set runs out; every look, screening's included, belongs to one confidence
    sequence. The screening answers stand (greedy answers do not depend on the batch,
    tests/accuracy/test_output_neutral).
+
+With dummy weights the pass is timed, not judged (autotune.accuracy.timed): the same phases
+answer the plan's `timed` items in the floor's stages, each answer forced to its length, and
+only how long they took and how many tokens each answer held come back.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,7 +34,7 @@ from autotune.engines.session import EstimateCallback, MeasurePlan, PhaseCallbac
 from autotune.measure.convergence import RACED, SteadyRule
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.timing import RequestTiming
-from autotune.records import PassesResult
+from autotune.records import PassesResult, Reply
 
 # The floor's verdict on the answers so far (accuracy.staged.look_at_answers over the session's
 # eval set).
@@ -64,8 +68,11 @@ class PhaseDriver(Protocol):
 
     async def warm_up(self) -> None: ...
 
-    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
-        """Free answers (the trial's own decoding settings) to these eval items."""
+    async def answer(
+        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+    ) -> list[Reply]:
+        """Answers to these eval items with the trial's own decoding settings; with `lengths`
+        each answer forced to its item's length in tokens (a timed pass)."""
         ...
 
     async def load_test(
@@ -99,16 +106,18 @@ async def run_phases(
         warmup_s = time.perf_counter() - started
 
     floor = plan.floor if judge is not None else None
-    predictions: dict[str, str] = {}
+    answers = _Answers(driver, plan)
     verdict: FloorLook | None = None
     screening_s = 0.0
-    if floor is not None and floor.screening_items:
+    screening = _screening_ids(floor, plan)
+    if screening:
         phase("screening")
         started = time.perf_counter()
-        predictions = await driver.answer(floor.order[: floor.screening_items], batch_size)
-        verdict = judge(predictions, floor)  # type: ignore[misc]
+        await answers.add(screening, batch_size)
+        if floor is not None:
+            verdict = judge(answers.texts, floor)  # type: ignore[misc]
         screening_s = time.perf_counter() - started
-        if verdict.decision == "infeasible":
+        if verdict is not None and verdict.decision == "infeasible":
             now = driver.now()
             return PassesResult(
                 warmup_s=warmup_s,
@@ -117,7 +126,7 @@ async def run_phases(
                 screening_s=screening_s,
                 timings=[],
                 stop_reason=SCREENED_OUT,
-                predictions=predictions,
+                predictions=answers.texts,
                 screened_out=True,
             )
 
@@ -129,7 +138,7 @@ async def run_phases(
     if plan.accuracy_ids is not None and load.stop_reason != RACED:
         phase("accuracy")
         started = time.perf_counter()
-        predictions = await _answer_accuracy(driver, plan, floor, judge, predictions, verdict)
+        await _answer_accuracy(answers, plan, floor, judge, verdict)
         accuracy_s = time.perf_counter() - started
     return PassesResult(
         warmup_s=warmup_s,
@@ -142,30 +151,59 @@ async def run_phases(
         timings=load.timings,
         stop_reason=load.stop_reason,
         stop_rule_trail=load.trail,
-        predictions=predictions,
+        # A timed pass's answers are noise: only their token counts come back.
+        predictions={} if plan.timed is not None else answers.texts,
+        timed_tokens=answers.tokens if plan.timed is not None else {},
         screened_out=False,
         repeated_requests=repeats.repeated,
     )
 
 
+class _Answers:
+    """The trial's answers so far: their texts, and each answer's tokens (usage)."""
+
+    def __init__(self, driver: PhaseDriver, plan: MeasurePlan) -> None:
+        self.driver = driver
+        self.lengths = plan.timed.lengths if plan.timed is not None else None
+        self.texts: dict[str, str] = {}
+        self.tokens: dict[str, int] = {}
+
+    async def add(self, ids: Sequence[str], concurrency: int) -> None:
+        for reply in await self.driver.answer(ids, concurrency, self.lengths):
+            self.texts[reply.item_id] = reply.text
+            self.tokens[reply.item_id] = reply.timing.output_tokens
+
+
+def _screening_ids(floor: FloorRequest | None, plan: MeasurePlan) -> list[str]:
+    """The items answered before the load test: the floor's first stage, or a timed pass's."""
+    if floor is not None:
+        return floor.order[: floor.screening_items]
+    if plan.timed is not None:
+        return plan.timed.order[: plan.timed.screening_items]
+    return []
+
+
 async def _answer_accuracy(
-    driver: PhaseDriver,
+    answers: _Answers,
     plan: MeasurePlan,
     floor: FloorRequest | None,
     judge: Judge | None,
-    predictions: dict[str, str],
     verdict: FloorLook | None,
-) -> dict[str, str]:
-    """Every accuracy item, or under the sequential floor a stage at a time until it decides."""
-    answered = dict(predictions)
-    if floor is None or judge is None:
-        todo = [item_id for item_id in plan.accuracy_ids or [] if item_id not in answered]
-        return {**answered, **await driver.answer(todo, plan.accuracy_batch_size)}
-    for size in floor.stages:
+) -> None:
+    """Every accuracy item; under the sequential floor (or a timed pass, unjudged) a stage
+    at a time, the floor's until it decides."""
+    if floor is not None and judge is not None:
+        order, stages = floor.order, floor.stages
+    elif plan.timed is not None:
+        order, stages = plan.timed.order, plan.timed.stages
+    else:
+        order = plan.accuracy_ids or []
+        stages = [len(order)]
+    for size in stages:
         if verdict is not None and verdict.decision != "undecided":
             break
-        todo = [item_id for item_id in floor.order[:size] if item_id not in answered]
+        todo = [item_id for item_id in order[:size] if item_id not in answers.texts]
         if todo:
-            answered |= await driver.answer(todo, plan.accuracy_batch_size)
-        verdict = judge(answered, floor)
-    return answered
+            await answers.add(todo, plan.accuracy_batch_size)
+        if floor is not None and judge is not None:
+            verdict = judge(answers.texts, floor)

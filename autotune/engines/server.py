@@ -77,6 +77,7 @@ def drive_passes(
     on_phase: PhaseCallback | None,
     on_estimate: EstimateCallback | None = None,
     forced_fields: ForcedFields | None = None,
+    answer_fields: ForcedFields | None = None,
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
     judge: Judge | None = None,
@@ -92,6 +93,7 @@ def drive_passes(
             fields=fields,
             plan=plan,
             forced_fields=forced_fields,
+            answer_fields=answer_fields,
             on_phase=on_phase,
             on_estimate=on_estimate,
             judge=judge,
@@ -131,6 +133,22 @@ def load_fields(fmt: str | None, plan: MeasurePlan) -> ForcedFields | None:
         return forced_length(fmt, tokens) or {}
 
     return fields
+
+
+# The request fields that cap an answer's tokens, by server.
+CAP_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def timed_fields(fmt: str, fields: dict[str, Any]) -> ForcedFields:
+    """How a timed accuracy answer (autotune.accuracy.timed) asks for its length on `fmt`:
+    forced as a load test's, where the server can force one; else (ms-swift) the trial's own
+    cap lowered to it, which a dummy model fills, as it never stops early."""
+
+    def answer_fields(tokens: int) -> dict[str, Any]:
+        forced = forced_length(fmt, tokens)
+        return forced or {key: tokens for key in CAP_FIELDS if key in fields}
+
+    return answer_fields
 
 
 # What a server's log says when the GPU (or the host) ran out of memory.
@@ -339,6 +357,7 @@ class ServerSession:
                 fields=dict(trial_export.request),
                 plan=plan,
                 forced_fields=load_fields(export.format, plan),
+                answer_fields=timed_fields(export.format, trial_export.request),
                 timeout_s=self.trial_timeout_s,
                 on_phase=on_phase,
                 on_estimate=on_estimate,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from autotune.accuracy.staged import FloorRequest
+from autotune.accuracy.timed import TimedPass
 from autotune.measure.convergence import RaceBound, SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
@@ -49,6 +50,9 @@ class MeasurePlan(BaseModel):
     # The sequential floor: answer accuracy_ids a stage at a time (screening first) and stop
     # once it decides; None: answer every id.
     floor: FloorRequest | None = None
+    # Dummy weights: the accuracy pass for its time alone (autotune.accuracy.timed), in place
+    # of accuracy_ids and the floor; its answers are counted, never kept or judged.
+    timed: TimedPass | None = None
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
     # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.
@@ -88,9 +92,11 @@ def measure_plan(
     floor: FloorRequest | None = None,
     max_seconds: float | None = None,
     race: RaceBound | None = None,
+    timed: TimedPass | None = None,
 ) -> MeasurePlan:
     """The plan for `config` under the space's workload; `max_seconds` may shorten the load
-    test, warm-up included (the budget); `race`: the incumbent it must beat to go on."""
+    test, warm-up included (the budget); `race`: the incumbent it must beat to go on;
+    `timed`: an accuracy pass timed, not judged (dummy weights), which answers its own items."""
     workload = space.workload
     one_pass = workload.pass_requests(config.batch_size)
     max_load_s = workload.max_warmup_s + workload.max_measure_s
@@ -109,9 +115,10 @@ def measure_plan(
         output_tokens=workload.output_tokens,
         output_tokens_spread=workload.output_tokens_spread,
         request_rate_per_s=workload.request_rate_per_s,
-        accuracy_ids=accuracy_ids,
+        accuracy_ids=timed.order if timed is not None else accuracy_ids,
         accuracy_batch_size=accuracy_batch,
-        floor=floor,
+        floor=None if timed is not None else floor,
+        timed=timed,
         repeat_image_share=workload.repeat_image_share,
         seed=config.seed,
         race=race,

@@ -34,6 +34,9 @@ class PassesResult(BaseModel):
         default_factory=list, description="What the stop rule saw every few seconds."
     )
     predictions: dict[str, str] = Field(default_factory=dict, description="item id -> answer.")
+    timed_tokens: dict[str, int] = Field(
+        default_factory=dict, description="A timed pass's item id -> tokens its answer held."
+    )
     screened_out: bool = Field(False, description="Screening put it below the floor.")
     repeated_requests: int = Field(0, description="Requests that resent an earlier image.")
 

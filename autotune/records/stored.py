@@ -165,6 +165,8 @@ class TrialRecord(_Stored):
     item_scores: dict[str, Fraction] = {}
     item_passed: dict[str, bool] = {}
     predictions: dict[str, str] = {}
+    # Dummy weights: each timed answer's tokens (autotune.accuracy.timed), never its text.
+    accuracy_timed_tokens: dict[str, int] = {}
     sample_outputs_artifact: str | None = None
     paired_vs_reference: Annotated[Paired | None, stored_part(Paired)] = None
     # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).

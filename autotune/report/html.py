@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__
+from autotune.accuracy.timed import TIMED_NOTE, timed_study
 from autotune.records.stored import StudyRecord
 from autotune.report.cells import e
 from autotune.report.data import ReportData, collect
@@ -80,6 +81,8 @@ def render(data: ReportData) -> str:
             "measured with random (dummy) weights: speed and memory only, accuracy "
             "was not measured",
         )
+    if timed_study(study):
+        notes.insert(1, f"{TIMED_NOTE} (its pass is in the time split; no verdict)")
     notes.append(f"time: {data.time.line()}")
     if stored.floor_warning:
         notes.append(stored.floor_warning)

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.table import Table
 
+from autotune.accuracy.timed import TIMED_NOTE, timed_study
 from autotune.engines.gpus import describe, differs
 from autotune.export.reproduce import COMMANDS
 from autotune.records.repeats import impossible_repeats
@@ -88,6 +89,8 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         ),
         "trials": trial_counts(study).to_dict(),
         "dummy_weights": StudyRecord.of(study).dummy_weights,
+        # The accuracy pass ran for its time alone (autotune.accuracy.timed): no verdict.
+        "accuracy_timed_not_judged": timed_study(study),
         "deploy_target": deploy_target(study),
         "time": study_time_share(study).to_dict(),
         "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
@@ -258,6 +261,8 @@ def best_text(study: optuna.Study) -> str:
             "dummy weights: random weights of the real architecture; speed figures only, "
             "accuracy not measured"
         )
+    if timed_study(study):
+        console.print(f"{TIMED_NOTE} (its pass is in the time split; no verdict)")
     named = named_beside(study.get_trials(deepcopy=False), rec)
     if named:
         title = "the reference and the named candidates beside the recommendation"

@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
+from autotune.accuracy.timed import TimedAccuracy, TimedPass, timed_accuracy
 from autotune.backends import BACKENDS
 from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter
 from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
 from autotune.engines.gpus import Gpu, visible_gpus
+from autotune.engines.session import accuracy_batch_size
 from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
@@ -49,10 +51,23 @@ class StudyPlan:
     # Local folders of the model in a quantised layout, by weight_quant value, for engines
     # that serve such a checkpoint (LMDeploy's FP8); the ids export prints are the space's.
     quantized_paths: dict[str, str] = field(default_factory=dict)
+    # Dummy weights: the accuracy pass a real study would run, timed, not judged
+    # (autotune.accuracy.timed); None: a real pass, or none.
+    timed_accuracy: TimedAccuracy | None = None
 
     @property
     def budget_s(self) -> float | None:
         return self.space.budget
+
+    def timed_pass(self, config: TrialConfig, *, reference: bool) -> TimedPass | None:
+        """The timed accuracy pass of a trial of `config`; None without dummy weights."""
+        if self.timed_accuracy is None:
+            return None
+        return self.timed_accuracy.trial_pass(
+            batch=accuracy_batch_size(self.space, config),
+            max_new_tokens=config.max_new_tokens,
+            reference=reference,
+        )
 
 
 def plan_study(
@@ -76,11 +91,12 @@ def plan_study(
 
     With `endpoint` the trials measure that running server, and only request-side parameters
     are searched (autotune.space.narrowing.for_endpoint). With `dummy_weights` every backend loads a
-    random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy) and
-    accuracy is switched off. `budget_s` (from --budget) overrides the space's budget. `gpus`
-    (from --gpus) runs one worker per GPU; without it the run is one worker over the GPUs
-    this process sees. `adapters` (from --adapter) are served by every engine and measured;
-    a backend that cannot serve them for this model is dropped with a note.
+    random-weight checkpoint of the model's architecture (autotune.checkpoints.dummy), and
+    accuracy is timed, not judged (autotune.accuracy.timed). `budget_s` (from --budget)
+    overrides the space's budget. `gpus` (from --gpus) runs one worker per GPU; without it
+    the run is one worker over the GPUs this process sees. `adapters` (from --adapter) are
+    served by every engine and measured; a backend that cannot serve them for this model is
+    dropped with a note.
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
@@ -109,7 +125,10 @@ def plan_study(
     if budget_s is not None:
         space = space.model_copy(update={"budget": budget_s})
     model_id = model if model is not None else space.resolve_path(space.model)
+    # Before any checkpoint is built: a pool that cannot be built fails in seconds.
+    loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     # An endpoint already serves its model: nothing is loaded here, so nothing is downloaded.
+    judged = space  # its floor and screening: what a dummy-weights study's timed pass stands for
     if dummy_weights:
         from autotune.checkpoints.dummy import REASON, dummy_checkpoint, without_accuracy
 
@@ -121,9 +140,17 @@ def plan_study(
     quantized_paths = {}
     for layout in _served_checkpoint_layouts(space) if endpoint is None else []:
         quantized_paths[layout] = quantized_path(space, layout, model_id, dummy_weights)
-    loaded_evalset = load_evalset(evalset or space.resolve_path(space.evalset))
     if base_url is not None:
         _check_endpoint_answers(base_url)
+    timed = None
+    if dummy_weights:
+        timed = timed_accuracy(
+            judged.constraints.accuracy,
+            screening_items=judged.screening.items,
+            evalset=loaded_evalset,
+            model_path=model_path,
+        )
+        notes.append(timed.note())
     return StudyPlan(
         space=space,
         model=model_id,
@@ -139,6 +166,7 @@ def plan_study(
         workers=workers,
         adapters=list(adapters or []),
         quantized_paths=quantized_paths,
+        timed_accuracy=timed,
     )
 
 

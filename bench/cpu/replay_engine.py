@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import replay_surface as surface
@@ -30,7 +30,7 @@ from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
-from autotune.records import SessionResult
+from autotune.records import Reply, SessionResult
 
 CHECK_EVERY_S = 1.0  # the HTTP client's monitor looks at the load about this often
 RECORDING_S = 1.0  # judging, the storage's writes: measured 0.1-0.7 s a trial on the H200
@@ -171,7 +171,9 @@ class ReplayDriver:
     async def warm_up(self) -> None:
         return None
 
-    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
+    async def answer(
+        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+    ) -> list[Reply]:
         raise NotImplementedError("the surface answers nothing: a replay runs without accuracy")
 
     async def load_test(

@@ -1,4 +1,4 @@
-"""--dummy-weights: random-weight checkpoints of a real architecture, accuracy switched off.
+"""--dummy-weights: random-weight checkpoints of a real architecture, accuracy timed, not judged.
 
 The CPU runs use the smoke space's tiny architecture (the same code path as the 2B one on a
 GPU); the 2B config is checked on the meta device, where building it costs no memory.
@@ -24,6 +24,7 @@ from autotune.checkpoints.dummy import (
 )
 from autotune.cli import main
 from autotune.errors import ModelError, SpaceError
+from autotune.evalset.dataset import load_evalset
 from autotune.space import load_space
 from autotune.study import plan_study
 
@@ -38,13 +39,13 @@ def dummy_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def quick_space(tmp_path: Path) -> Path:
-    """The smoke space on absolute paths, 4 items, 4 measured requests, 2 trials."""
+def quick_space(tmp_path: Path, *, items: int = 4, floor: dict | None = None) -> Path:
+    """The smoke space on absolute paths, `items` items, 4 measured requests, 2 trials."""
     data = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text(encoding="utf-8"))
     source = REPO / "evalsets" / "smoke"
     target = tmp_path / "evalset"
     (target / "images").mkdir(parents=True)
-    lines = (source / "items.jsonl").read_text(encoding="utf-8").splitlines()[:4]
+    lines = (source / "items.jsonl").read_text(encoding="utf-8").splitlines()[:items]
     for line in lines:
         image = json.loads(line)["image"]
         shutil.copy(source / image, target / image)
@@ -57,9 +58,25 @@ def quick_space(tmp_path: Path) -> Path:
         workload={"warmup_requests": 1, "requests": 2, "max_requests": 4},
         params={"batch_size": {"choices": [1, 2]}},
     )
+    if floor is not None:
+        data["constraints"]["accuracy"] = floor
+        # Another image side than the reference's: other answers, so no reuse of its pass.
+        data["params"]["image_max_side"] = {"choices": [256]}
     path = tmp_path / "quick.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+def run_dummy_study(space: Path, tmp_path: Path) -> tuple[str, str]:
+    """`autotune run --dummy-weights` of `space` as study "d": (its storage, the output)."""
+    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
+    run = CliRunner().invoke(
+        main,
+        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
+        catch_exceptions=False,
+    )
+    assert run.exit_code == 0, run.output
+    return storage, run.output
 
 
 def test_bundled_2b_config_has_the_tiny_models_keys_and_2b_parameters() -> None:
@@ -146,32 +163,70 @@ def test_eval_with_dummy_weights_measures_speed_only(tmp_path: Path, dummy_dir: 
 
 
 @pytest.mark.slow
+def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
+    tmp_path: Path, dummy_dir: Path
+) -> None:
+    """Each trial answers the items the floor would need, each as long as the rule says (the
+    server's usage count), and records the time, never a verdict."""
+    import optuna
+
+    from autotune.accuracy.sequential import stage_sizes
+    from autotune.accuracy.timed import TIMED_NOTE, items_to_time
+
+    space = quick_space(tmp_path, items=40, floor={"mode": "relative", "max_drop": 0.3})
+    storage, output = run_dummy_study(space, tmp_path)
+    assert "dummy weights" in output
+    assert "acc timed, not judged (20 items)" in output  # the progress line
+
+    study = optuna.load_study(study_name="d", storage=storage)
+    assert study.user_attrs["dummy_weights"] is True
+    assert any(note.startswith(TIMED_NOTE) for note in study.user_attrs["notes"])
+    assert study.user_attrs["space"]["constraints"]["accuracy"]["enabled"] is False
+    assert study.user_attrs["space"]["screening"]["items"] == 0
+    evalset = load_evalset(str(tmp_path / "evalset"))
+    answers = {item.id: item.answers[0] for item in evalset.items}
+    # One item at a time (the quick workload names no accuracy batch): the floor's first
+    # look at or past the items it needs to pass a candidate that loses nothing at 5%
+    # discordance.
+    needed = items_to_time(0.3, 0.9, 40)
+    looks = stage_sizes(40, first=20, batch=1)
+    stated = next(look for look in looks if look >= needed)
+    assert stated == 20 < len(evalset)
+    expected = evalset.decision_order()[:stated]
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 2
+    for trial in complete:
+        attrs = trial.user_attrs
+        assert attrs["time_s"]["accuracy"] > 0
+        assert attrs["accuracy_timed_items"] == stated
+        tokens = attrs["accuracy_timed_tokens"]
+        assert list(tokens) == expected  # the pool's items, in decision order
+        max_new = attrs["config"]["max_new_tokens"]
+        assert tokens == {i: min(len(answers[i]) + 1, max_new) for i in expected}
+        assert attrs["accuracy_timed_answer_tokens"] == sum(tokens.values())
+        for verdict in ("accuracy", "predictions", "item_scores", "paired_vs_reference"):
+            assert verdict not in attrs
+        assert attrs["constraints"]["accuracy"] == 0.0 and not attrs["infeasible_because"]
+        assert attrs["throughput_output_tokens_per_s"] > 0
+
+    best_text = CliRunner().invoke(main, ["best", "--storage", storage, "--study", "d"])
+    assert f"{TIMED_NOTE} (its pass is in the time split; no verdict)" in best_text.output
+    timeshare = CliRunner().invoke(main, ["best", "--storage", storage, "--study", "d", "--json"])
+    data = json.loads(timeshare.output)
+    assert data["accuracy_timed_not_judged"] is True and data["time"]["accuracy_s"] > 0
+
+
+@pytest.mark.slow
 def test_study_with_dummy_weights_records_why_and_skips_accuracy(
     tmp_path: Path, dummy_dir: Path
 ) -> None:
     import optuna
 
     space = quick_space(tmp_path)
-    storage = f"sqlite:///{tmp_path / 'dummy.db'}"
-    run = CliRunner().invoke(
-        main,
-        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
-        catch_exceptions=False,
-    )
-    assert run.exit_code == 0, run.output
-    assert "dummy weights" in run.output
-
+    storage, _ = run_dummy_study(space, tmp_path)
     study = optuna.load_study(study_name="d", storage=storage)
     assert study.user_attrs["dummy_weights"] is True
-    assert any("accuracy" in note and "switched off" in note for note in study.user_attrs["notes"])
-    assert study.user_attrs["space"]["constraints"]["accuracy"]["enabled"] is False
-    assert study.user_attrs["space"]["screening"]["items"] == 0
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(complete) == 2
-    for trial in complete:
-        assert "accuracy" not in trial.user_attrs
-        assert trial.user_attrs["constraints"]["accuracy"] == 0.0
-        assert trial.user_attrs["throughput_output_tokens_per_s"] > 0
+    assert any("accuracy" in note and "not judged" in note for note in study.user_attrs["notes"])
 
     best = CliRunner().invoke(main, ["best", "--storage", storage, "--study", "d", "--json"])
     assert json.loads(best.output)["dummy_weights"] is True
@@ -221,3 +276,25 @@ def test_report_of_a_stored_dummy_weights_study(tmp_path: Path) -> None:
     assert "plot-accuracy" not in document  # nothing to draw
     best = CliRunner().invoke(main, ["best", "--storage", url, "--study", name])
     assert best.exit_code == 0 and "accuracy not measured" in best.output
+
+
+def test_a_pool_that_cannot_be_built_fails_a_dummy_study_in_one_line(
+    tmp_path: Path, dummy_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timed pass answers the pool's items, so a dummy-weights study needs the pool built;
+    where it cannot be, one line says so before any checkpoint is built."""
+    import autotune.evalset.pools as pools
+
+    monkeypatch.setattr(pools, "REPO_ROOT", tmp_path)  # an installation without tools/
+    monkeypatch.setattr(pools, "POOLS_DIR", tmp_path / "evalsets")
+    data = yaml.safe_load(quick_space(tmp_path).read_text(encoding="utf-8"))
+    space = tmp_path / "pool.yaml"
+    space.write_text(yaml.safe_dump({**data, "evalset": "ocr-caption-3k"}), encoding="utf-8")
+    storage = f"sqlite:///{tmp_path / 'p.db'}"
+    result = CliRunner().invoke(
+        main, ["run", "--space", str(space), "--dummy-weights", "--storage", storage]
+    )
+    assert result.exit_code != 0
+    (line,) = result.output.strip().splitlines()
+    assert "evaluation pool 'ocr-caption-3k' is not built" in line
+    assert not dummy_dir.exists() and not (tmp_path / "p.db").exists()

@@ -51,6 +51,34 @@ class _StepClock(BaseStreamer):
     def end(self) -> None:
         pass
 
+    def answer(self, index: int, eos_ids: set[int], limit: int | None) -> list[tuple[int, float]]:
+        """Row `index`'s tokens and the instant of each, through its end-of-sequence token or
+        its first `limit` tokens."""
+        tokens: list[tuple[int, float]] = []
+        for step, at in zip(self.step_tokens[:limit], self.step_times, strict=False):
+            tokens.append((step[index], at))
+            if step[index] in eos_ids:
+                break
+        return tokens
+
+
+def _reply(
+    request: Prompt, tokens: list[tuple[int, float]], tokenizer: Any, start: float, end: float
+) -> Reply:
+    """One answer of a batch: its text and its timing (first and last token, token count)."""
+    text = tokenizer.decode([token for token, _ in tokens], skip_special_tokens=True).strip()
+    return Reply(
+        item_id=request.item_id,
+        text=text,
+        timing=RequestTiming(
+            start=start,
+            first_token=tokens[0][1] if tokens else end,
+            last_token=tokens[-1][1] if tokens else end,
+            end=end,
+            output_tokens=len(tokens),
+        ),
+    )
+
 
 def resolve_device(device: str) -> str:
     if device == "auto":
@@ -161,9 +189,15 @@ class TransformersEngine:
             torch.cuda.reset_peak_memory_stats()
 
     def generate(
-        self, batch: list[Prompt], config: TrialConfig, *, forced_tokens: int | None = None
+        self,
+        batch: list[Prompt],
+        config: TrialConfig,
+        *,
+        forced_tokens: int | None = None,
+        answer_tokens: list[int] | None = None,
     ) -> list[Reply]:
-        """Answer one static batch; with `forced_tokens` every answer is exactly that long."""
+        """Answer one static batch; with `forced_tokens` every answer is exactly that long,
+        and with `answer_tokens` too each answer is cut to its own length (it ends there)."""
         start = self.clock.now()
         images = [
             mark_image(
@@ -206,30 +240,12 @@ class TransformersEngine:
                 streamer=clock,
             )
         end = self.clock.now()
+        limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
+        tokenizer = self.processor.tokenizer
         return [
-            self._completion(request, index, clock, start, end)
-            for index, request in enumerate(batch)
+            _reply(request, clock.answer(index, self.eos_ids, limit), tokenizer, start, end)
+            for index, (request, limit) in enumerate(zip(batch, limits, strict=True))
         ]
-
-    def _completion(
-        self, request: Prompt, index: int, clock: _StepClock, start: float, end: float
-    ) -> Reply:
-        tokens: list[int] = []
-        for step in clock.step_tokens:
-            tokens.append(step[index])
-            if step[index] in self.eos_ids:
-                break
-        n = len(tokens)
-        first = clock.step_times[0] if clock.step_times else end
-        last = clock.step_times[n - 1] if n else end
-        text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-        return Reply(
-            item_id=request.item_id,
-            text=text,
-            timing=RequestTiming(
-                start=start, first_token=first, last_token=last, end=end, output_tokens=n
-            ),
-        )
 
     def peak_memory_mib(self) -> tuple[float, str]:
         if self.device == "cuda":

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from pydantic import BaseModel
@@ -155,12 +155,21 @@ class _BatchDriver:
         for group in _batches(self.workload, self.config.batch_size):
             self.engine.generate(group, self.config, forced_tokens=self.plan.output_tokens)
 
-    async def answer(self, ids: Sequence[str], concurrency: int) -> dict[str, str]:
-        answers: dict[str, str] = {}
+    async def answer(
+        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+    ) -> list[Any]:
+        replies: list[Any] = []
         for group in _batches([self.worker.request(i) for i in ids], concurrency):
-            for completion in self.engine.generate(group, self.config):
-                answers[completion.item_id] = completion.text
-        return answers
+            if lengths is None:
+                replies += self.engine.generate(group, self.config)
+                continue
+            # A static batch decodes until its longest answer ends, as real answers of these
+            # lengths would; each answer then counts its own length (autotune.accuracy.timed).
+            own = [lengths[request.item_id] for request in group]
+            replies += self.engine.generate(
+                group, self.config, forced_tokens=max(own), answer_tokens=own
+            )
+        return replies
 
     async def load_test(
         self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None

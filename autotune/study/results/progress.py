@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
+from autotune.accuracy.timed import TIMED_ITEMS
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.study.results.counting import (
@@ -69,11 +70,14 @@ def trial_figures(trial: FrozenTrial) -> str:
     tags = "" if is_feasible(trial) else f" (infeasible: {'; '.join(reasons) or 'see best'})"
     if a.deployable is False:
         tags += " (what-if)"
+    timed = a.figure(TIMED_ITEMS)
+    accuracy = _fmt(a.figure("accuracy"), ".3f")
+    if timed is not None:  # dummy weights (autotune.accuracy.timed)
+        accuracy = f"timed, not judged ({timed:.0f} items)"
     return (
         f"{_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
         f"{measuring_caveat(a)}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "
-        f"acc {_fmt(a.figure('accuracy'), '.3f')}, "
-        f"mem {_fmt(a.figure('peak_memory_mib'), '.0f')} MiB{tags}"
+        f"acc {accuracy}, mem {_fmt(a.figure('peak_memory_mib'), '.0f')} MiB{tags}"
     )
 
 

@@ -23,6 +23,7 @@ from autotune.accuracy.reuse import (
     stored_accuracy,
 )
 from autotune.accuracy.staged import FloorRequest
+from autotune.accuracy.timed import TimedPass, timed_before
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
 from autotune.engines.session import accuracy_batch_size
@@ -321,9 +322,8 @@ class Objective:
         with timed(time_s, "study_reads"):
             reference = None if proposal.is_reference else reference_trial(trial.study)
             cached = find_reusable(trial.study, proposal.output_key)
-        measure_accuracy = cached is None and not plan.dummy_weights
+        measure_accuracy, unjudged = _accuracy_pass(plan, trial.study, proposal, cached)
         rival = None
-        ids = plan.evalset.decision_order()
         try:
             then = _next_beside(plan, trial, proposal)
             session, launched = self.launches.session_for(config, self.progress.phase, then=then)
@@ -343,12 +343,13 @@ class Objective:
             measure = measure_plan(
                 space,
                 config,
-                accuracy_ids=ids if measure_accuracy else None,
+                accuracy_ids=plan.evalset.decision_order() if measure_accuracy else None,
                 floor=None if cached else _floor(plan, config, reference),
                 max_seconds=self.budget.measure_seconds(
                     trial.study, used_s=self.clock() - self.started, accuracy=measure_accuracy
                 ),
                 race=None if rival is None else rival.bound,
+                timed=unjudged,
             )
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
@@ -399,6 +400,19 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
+
+
+def _accuracy_pass(
+    plan: StudyPlan, study: optuna.Study, proposal: _Proposal, cached: FrozenTrial | None
+) -> tuple[bool, TimedPass | None]:
+    """Whether the trial answers the set (not when it reuses `cached` answers), and with dummy
+    weights the pass it answers for its time alone (autotune.accuracy.timed), unless a real
+    study would reuse earlier answers."""
+    if plan.timed_accuracy is None:
+        return cached is None and not plan.dummy_weights, None
+    if timed_before(study, proposal.output_key):
+        return False, None
+    return True, plan.timed_pass(proposal.config, reference=proposal.is_reference)
 
 
 def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:

@@ -1,0 +1,187 @@
+"""Accuracy timed, not judged: a dummy-weights study's accuracy pass, run for its time alone.
+
+Random weights answer noise, so a dummy-weights study judges nothing (autotune.checkpoints.
+dummy). A real study still spends part of its time answering the pool, and a speed study that
+skipped it showed a time split, a budget and racing no real study has. So each trial answers
+what the floor would have asked of it, unjudged:
+
+- how many: the items the sequential floor spends to pass a candidate that loses nothing and
+  answers unlike the reference on TIMED_DISCORDANCE of them: the median of
+  `items_needed_to_pass`, the typical trial (the budget's estimates are medians of trials too;
+  the 90th percentile sizes a pool, not a trial), up to the floor's next look, from the pool
+  in decision order and in the floor's stages. A floor that answers every item (bootstrap,
+  point, none) or whose count depends on the accuracy itself (absolute) times the whole pool.
+- how long: the item's expected answer (its first) in the served tokenizer's tokens, at least
+  1, plus the end token a real model stops with, capped by the trial's max_new_tokens; forced
+  as a load test forces its lengths (autotune.export.forced_length; in process min_new_tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotune.accuracy.reuse import FIRST_STAGE_ITEMS
+from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
+from autotune.evalset.dataset import EvalSet
+from autotune.records.stored import TrialRecord
+from autotune.space import AccuracyConstraint
+
+# The share of items on which a passing candidate answers unlike the reference (one right,
+# the other wrong): greedy decoding on another engine's kernels, as the default space's are.
+TIMED_DISCORDANCE = 0.05
+TIMED_NOTE = "accuracy timed, not judged: dummy weights"
+# What a trial records of its timed pass: the items it answered, their tokens in all, and
+# each answer's tokens (the engine's usage count).
+TIMED_ITEMS = "accuracy_timed_items"
+TIMED_ANSWER_TOKENS = "accuracy_timed_answer_tokens"
+TIMED_TOKENS = "accuracy_timed_tokens"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class TimedPass(BaseModel):
+    """One trial's timed accuracy pass, as its engine runs it (sent in the MeasurePlan)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    order: list[str] = Field(description="The items to answer, in decision order.")
+    stages: list[int] = Field(description="Items answered by each look; the last is len(order).")
+    screening_items: int = Field(0, description="Items answered before the load test.")
+    lengths: dict[str, int] = Field(description="Each item's forced answer length, in tokens.")
+
+
+@dataclass(frozen=True)
+class TimedAccuracy:
+    """A study's timed accuracy pass: the pool's order, how many items a trial answers and
+    each item's answer length before the trial's max_new_tokens caps it."""
+
+    order: tuple[str, ...]
+    needed: int | None  # items the sequential floor spends; None: every item
+    screening_items: int
+    lengths: dict[str, int]
+
+    def note(self) -> str:
+        """What the study's notes say about it."""
+        count = (
+            f"the {self.needed} items the sequential floor spends to pass a candidate that "
+            f"loses nothing at {TIMED_DISCORDANCE:.0%} discordance (median), up to its next look"
+            if self.needed is not None
+            else "every item, as this floor answers"
+        )
+        return (
+            f"{TIMED_NOTE}: each trial answers {count} of {len(self.order)}, each answer "
+            "forced to its expected answer's length in the served tokenizer's tokens + 1 "
+            "(end), capped by max_new_tokens; no verdict, constraint or screening verdict"
+        )
+
+    def trial_pass(self, *, batch: int, max_new_tokens: int, reference: bool) -> TimedPass:
+        """The pass of one trial: the reference's items (`reference_items_needed`), or a
+        candidate's, with screening's items first as the floor would answer them."""
+        if reference:
+            ids = reference_items_needed(self.order, needed=self.needed, batch=batch)
+            screening = 0
+        else:
+            ids = floor_items(
+                self.order, needed=self.needed, batch=batch, screening=self.screening_items
+            )
+            screening = self.screening_items if self.needed is not None else 0
+        stages = [
+            size
+            for size in _stages(len(self.order), self.needed, batch, screening)
+            if size < len(ids)
+        ]
+        return TimedPass(
+            order=ids,
+            stages=[*stages, len(ids)],
+            screening_items=min(screening, len(ids)),
+            lengths={i: min(self.lengths[i], max_new_tokens) for i in ids},
+        )
+
+
+def _stages(pool: int, needed: int | None, batch: int, screening: int) -> list[int]:
+    if needed is None:
+        return [pool]
+    return stage_sizes(pool, first=max(screening, FIRST_STAGE_ITEMS), batch=batch)
+
+
+def floor_items(
+    order: tuple[str, ...] | list[str], *, needed: int | None, batch: int, screening: int = 0
+) -> list[str]:
+    """The prefix of `order` a candidate answers: through the first of the floor's looks at
+    or past `needed` items (None: all of them)."""
+    if needed is None:
+        return list(order)
+    stages = _stages(len(order), needed, batch, screening)
+    return list(order[: next(size for size in stages if size >= min(needed, len(order)))])
+
+
+def reference_items_needed(
+    order: tuple[str, ...] | list[str], *, needed: int | None, batch: int
+) -> list[str]:
+    """The items the reference answers so that the floor can look at `needed` items of a
+    candidate: the same prefix, through the look at or past `needed`, in the reference's own
+    batches (None: every item, as the reference of a real study answers today)."""
+    return floor_items(order, needed=needed, batch=batch)
+
+
+@functools.cache
+def items_to_time(max_drop: float, confidence: float, pool: int) -> int:
+    """The median items the sequential floor spends to pass a candidate that loses nothing
+    at TIMED_DISCORDANCE, at most the pool."""
+    median, _, _ = items_needed_to_pass(
+        max_drop=max_drop, confidence=confidence, discordance=TIMED_DISCORDANCE, cap=pool
+    )
+    return min(pool, max(1, round(median)))
+
+
+def answer_lengths(evalset: EvalSet, tokenizer_file: Path) -> dict[str, int]:
+    """Each item's expected answer (its first) in the tokenizer's tokens, at least 1, plus
+    the end token."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    answers = [item.answers[0] for item in evalset.items]
+    encoded = tokenizer.encode_batch(answers, add_special_tokens=False)
+    return {
+        item.id: max(1, len(tokens.ids)) + 1
+        for item, tokens in zip(evalset.items, encoded, strict=True)
+    }
+
+
+def timed_accuracy(
+    floor: AccuracyConstraint, *, screening_items: int, evalset: EvalSet, model_path: str
+) -> TimedAccuracy:
+    """The timed pass of a study whose space has `floor` and `screening_items`, on `evalset`,
+    served by the checkpoint at `model_path` (its tokenizer counts the answers)."""
+    order = tuple(evalset.decision_order())
+    sequential = floor.enabled and floor.test == "sequential" and floor.mode == "relative"
+    needed = items_to_time(floor.max_drop, floor.confidence, len(order)) if sequential else None
+    return TimedAccuracy(
+        order=order,
+        needed=needed,
+        screening_items=screening_items if sequential and screening_items < len(order) else 0,
+        lengths=answer_lengths(evalset, Path(model_path) / TOKENIZER_FILE),
+    )
+
+
+def timed_before(study: optuna.Study, key: str) -> bool:
+    """Whether a completed trial with the same answers key (autotune.accuracy.reuse) timed its
+    pass: a real study would reuse those answers, so this trial answers nothing."""
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = TrialRecord.of(trial)
+        if record.output_key == key and record.figure(TIMED_ITEMS) is not None:
+            return True
+    return False
+
+
+def timed_study(study: optuna.Study) -> bool:
+    """Whether any trial of `study` timed an accuracy pass (dummy weights)."""
+    return any(
+        TrialRecord.of(trial).figure(TIMED_ITEMS) is not None
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    )

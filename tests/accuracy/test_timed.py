@@ -1,0 +1,85 @@
+"""Accuracy timed, not judged: how many items a dummy-weights trial answers, and how long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
+from autotune.accuracy.timed import (
+    TIMED_DISCORDANCE,
+    TIMED_NOTE,
+    floor_items,
+    items_to_time,
+    reference_items_needed,
+    timed_accuracy,
+)
+from autotune.evalset.dataset import load_evalset
+from autotune.space import AccuracyConstraint
+
+TINY = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen3-vl"
+
+
+def test_the_count_is_the_floors_median_to_pass_a_candidate_that_loses_nothing() -> None:
+    median, p90, passed = items_needed_to_pass(
+        max_drop=0.02, confidence=0.9, discordance=TIMED_DISCORDANCE, cap=3000
+    )
+    needed = items_to_time(0.02, 0.9, 3000)
+    assert needed == round(median) and passed > 0.9
+    assert needed < p90 < 3000  # the median: a typical trial, not the pool's sizing figure
+    assert items_to_time(0.02, 0.9, 164) == 164  # never more than the pool
+
+
+def test_items_run_through_the_floors_next_look_in_decision_order() -> None:
+    order = [f"item-{k:04d}" for k in range(3000)]
+    needed = items_to_time(0.02, 0.9, 3000)
+    for batch in (1, 8, 32, 64):
+        looks = stage_sizes(3000, first=20, batch=batch)
+        ids = floor_items(order, needed=needed, batch=batch)
+        assert len(ids) in looks and len(ids) >= needed
+        assert looks[looks.index(len(ids)) - 1] < needed  # the first look past it, no later
+        assert ids == order[: len(ids)]
+    assert reference_items_needed(order, needed=needed, batch=32) == floor_items(
+        order, needed=needed, batch=32
+    )
+    assert reference_items_needed(order, needed=None, batch=32) == order
+
+
+def test_each_answer_is_its_expected_answer_in_served_tokens_plus_the_end() -> None:
+    evalset = load_evalset("ocr-caption")
+    timed = timed_accuracy(
+        AccuracyConstraint(max_drop=0.3), screening_items=0, evalset=evalset, model_path=str(TINY)
+    )
+    by_id = {item.id: item for item in evalset.items}
+    # The tiny model's tokenizer is character-level: one token per character.
+    assert all(n == len(by_id[i].answers[0]) + 1 for i, n in timed.lengths.items())
+    trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=False)
+    assert trial.order == evalset.decision_order()[: len(trial.order)]
+    assert len(trial.order) >= timed.needed  # type: ignore[operator]
+    assert trial.stages[-1] == len(trial.order)
+    assert all(n == min(len(by_id[i].answers[0]) + 1, 16) for i, n in trial.lengths.items())
+    assert max(trial.lengths.values()) == 16  # a document's transcription, capped
+    assert timed.note().startswith(TIMED_NOTE)
+
+
+def test_a_floor_that_answers_every_item_times_every_item() -> None:
+    evalset = load_evalset("smoke")
+    for floor in (
+        AccuracyConstraint(test="bootstrap"),
+        AccuracyConstraint(mode="absolute", min=0.5),
+        AccuracyConstraint(enabled=False),
+    ):
+        timed = timed_accuracy(floor, screening_items=12, evalset=evalset, model_path=str(TINY))
+        trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=False)
+        assert timed.needed is None and trial.screening_items == 0
+        assert trial.order == evalset.decision_order() and trial.stages == [len(evalset)]
+
+
+def test_screening_items_come_first_for_candidates_only() -> None:
+    evalset = load_evalset("smoke")
+    timed = timed_accuracy(
+        AccuracyConstraint(max_drop=0.3), screening_items=12, evalset=evalset, model_path=str(TINY)
+    )
+    candidate = timed.trial_pass(batch=4, max_new_tokens=16, reference=False)
+    reference = timed.trial_pass(batch=4, max_new_tokens=16, reference=True)
+    assert candidate.screening_items == 12 and candidate.stages[0] == 20
+    assert reference.screening_items == 0

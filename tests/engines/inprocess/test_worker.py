@@ -1,0 +1,53 @@
+"""The in-process worker's timed accuracy pass (dummy weights): every answer as long as its
+item's rule says, in static batches that decode until their longest answer ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.accuracy.timed import timed_accuracy
+from autotune.checkpoints.dummy import dummy_checkpoint
+from autotune.engines import measure_plan, open_session
+from autotune.evalset.dataset import load_evalset
+from autotune.space import AccuracyConstraint, load_space
+
+TINY = Path(__file__).resolve().parents[3] / "models" / "tiny-qwen3-vl"
+
+
+@pytest.mark.slow
+def test_timed_answers_hold_each_items_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AUTOTUNE_DUMMY_DIR", str(tmp_path / "dummy"))
+    space = load_space("smoke")
+    workload = space.workload.model_copy(
+        update={"warmup_requests": 1, "requests": 2, "max_warmup_s": 1, "max_measure_s": 2}
+    )
+    space = space.model_copy(update={"workload": workload})
+    model_path = dummy_checkpoint(str(TINY), device="cpu")
+    evalset = load_evalset("smoke")
+    timed = timed_accuracy(
+        AccuracyConstraint(max_drop=0.3), screening_items=12, evalset=evalset, model_path=model_path
+    )
+    config = space.reference_config().model_copy(update={"backend": "transformers"})
+    trial = timed.trial_pass(batch=8, max_new_tokens=config.max_new_tokens, reference=False)
+    assert len(trial.order) == 24 and len(set(trial.lengths.values())) > 1
+    phases: list[str] = []
+    session = open_session(space, config, model_path=model_path, evalset=evalset)
+    try:
+        plan = measure_plan(space, config, accuracy_ids=None, timed=trial)
+        result = session.measure(config, plan, on_phase=phases.append)
+    finally:
+        session.close()
+    # The engine's own count of each answer's tokens: the rule's length, item by item.
+    assert result.timed_tokens == trial.lengths
+    assert list(result.timed_tokens) == trial.order  # screening's 12 first, then the rest
+    assert result.predictions == {}  # noise is never kept
+    assert result.screening_s > 0 and result.accuracy_s > 0
+    assert [p for p in phases if p in ("screening", "load test", "accuracy")] == [
+        "screening",
+        "load test",
+        "accuracy",
+    ]
