@@ -36,6 +36,7 @@ from autotune.records import PassesResult
 # eval set).
 Judge = Callable[[dict[str, str], FloorRequest], FloorLook]
 SCREENED_OUT = "screened out"
+ANSWERS_ONLY = "answers only"  # a plan without a load test (MeasurePlan.load_test)
 
 
 @dataclass
@@ -91,6 +92,8 @@ async def run_phases(
         if on_phase is not None:
             on_phase(name)
 
+    if not plan.load_test:
+        return await _answers_only(driver, plan, phase)
     warmup_s = 0.0
     if driver.separate_warmup:
         phase("warm-up")
@@ -145,6 +148,24 @@ async def run_phases(
         predictions=predictions,
         screened_out=False,
         repeated_requests=repeats.repeated,
+    )
+
+
+async def _answers_only(
+    driver: PhaseDriver, plan: MeasurePlan, phase: Callable[[str], None]
+) -> PassesResult:
+    """The accuracy ids answered, and nothing else: no warm-up, screening or load."""
+    phase("accuracy")
+    started = time.perf_counter()
+    predictions = await driver.answer(plan.accuracy_ids or [], plan.accuracy_batch_size)
+    now = driver.now()
+    return PassesResult(
+        load_start=now,
+        load_stop=now,
+        accuracy_s=time.perf_counter() - started,
+        timings=[],
+        stop_reason=ANSWERS_ONLY,
+        predictions=predictions,
     )
 
 
