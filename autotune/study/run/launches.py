@@ -9,7 +9,8 @@ one engine at a time) and starts its own. A failed trial ends its launch. The on
 the reference that only feeds the "x the reference" figure (autotune.study.run.reference_load):
 while it starts and measures, the next launch's server may start beside it, when
 its engine sizes its KV cache from the memory left free (LMDeploy), so the first deployable
-launch's start-up is not paid on top of the reference's time. Each launch holds
+launch's start-up is not paid on top of the reference's time, its accuracy pass included (the
+next trial's record says how much of that pass the start-up hid). Each launch holds
 its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.run.gpu_pool)
 until it stops, so the engines of parallel workers never share a device.
 """
