@@ -1,10 +1,5 @@
-"""The start measured only as much as its roles need: the reference's load test and answers,
-and the first figure.
-
-The reference's answers are every candidate's baseline, but a candidate's floor only looks at
-as many items as its verdict needs: the reference answers them a stage at a time, as far as
-the furthest candidate's floor has needed, and keeps them in the answers cache for the next
-study on the same model and set (ReferenceStages).
+"""The start measured only as much as its roles need: the reference's load test, its answers
+(a stage at a time, as far as the candidates' floors need: ReferenceStages), the first figure.
 
 A reference that the deploy target cannot run (the default space's transformers, batch 1,
 beside LMDeploy) is never recommended: its speed only feeds the "x the reference" figure,
