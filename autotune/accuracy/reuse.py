@@ -10,14 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.scoring import AccuracyReport
-from autotune.accuracy.sequential import stage_sizes
+from autotune.accuracy.sequential import items_to_decide, stage_sizes
 from autotune.accuracy.staged import FloorRequest
 from autotune.evalset.dataset import EvalSet
 from autotune.params import TrialConfig
@@ -65,26 +67,73 @@ def screening_ids(evalset: EvalSet, n: int) -> list[str]:
     return evalset.decision_order()[:n]
 
 
+def answered_prefix(order: Sequence[str], known: Mapping[str, object] | None) -> int:
+    """How many items of `order`, from its start, `known` holds."""
+    count = 0
+    for item_id in order:
+        if known is None or item_id not in known:
+            break
+        count += 1
+    return count
+
+
 def floor_request(
-    space: SearchSpace, evalset: EvalSet, reference: FrozenTrial | None, *, batch: int = 1
+    space: SearchSpace,
+    evalset: EvalSet,
+    reference: Mapping[str, float] | None,
+    *,
+    batch: int = 1,
 ) -> FloorRequest | None:
     """How a candidate's accuracy pass answers and stops (the sequential floor), screening
     included; None where it answers every item: no floor, another test, or no reference to
-    compare with (the reference itself)."""
+    compare with (the reference itself).
+
+    `reference`: the reference's item scores. A relative floor can only look at items the
+    reference has answered, so its order stops at the end of the reference's answered
+    prefix (autotune.study.run.reference_load extends the reference when a candidate is
+    undecided there).
+    """
     floor = space.constraints.accuracy
     if not floor.enabled or floor.test != "sequential":
         return None
     if floor.mode == "relative" and reference is None:
         return None
     order = evalset.decision_order()
+    if floor.mode == "relative":
+        order = order[: answered_prefix(order, reference)]
     screening = space.screening.items if space.screening.items < len(order) else 0
     return FloorRequest(
         order=order,
         stages=stage_sizes(len(order), first=max(screening, FIRST_STAGE_ITEMS), batch=batch),
         screening_items=screening,
-        reference_scores=None
-        if floor.mode == "absolute"
-        else stored_accuracy(reference).item_scores,  # type: ignore[arg-type]
+        reference_scores=None if floor.mode == "absolute" else dict(reference or {}),
         margin=floor.min if floor.mode == "absolute" else -floor.max_drop,
         confidence=floor.confidence,
     )
+
+
+@cache
+def _items_to_pass_identical(pool: int, max_drop: float, confidence: float) -> int:
+    verdict, count = items_to_decide(np.zeros(pool), margin=-max_drop, confidence=confidence)
+    return int(count) if verdict == "feasible" else pool
+
+
+def reference_stages(space: SearchSpace, evalset: EvalSet, *, batch: int) -> list[int]:
+    """How many items of the decision order the reference has answered after each of its
+    stages: all of them at once unless the floor is relative and sequential.
+
+    Under that floor a candidate can only pass once its paired differences have shown no
+    loss, which takes a candidate that answers word for word as the reference a fixed number
+    of items (log(1 / (1 - confidence)) / max_drop, about); no verdict of a passing candidate
+    comes sooner. So the reference answers, up front, the floor's first stage (at its own
+    accuracy batch) that holds that many; each later stage is the floor's next one, answered
+    when a candidate is still undecided at the end of the previous.
+    """
+    pool = len(evalset.items)
+    floor = space.constraints.accuracy
+    if not (floor.enabled and floor.test == "sequential" and floor.mode == "relative"):
+        return [pool]
+    screening = space.screening.items if space.screening.items < pool else 0
+    stages = stage_sizes(pool, first=max(screening, FIRST_STAGE_ITEMS), batch=batch)
+    needed = _items_to_pass_identical(pool, floor.max_drop, floor.confidence)
+    return [size for size in stages if size >= needed] or [pool]

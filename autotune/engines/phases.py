@@ -40,6 +40,7 @@ from autotune.records import PassesResult, Reply
 # eval set).
 Judge = Callable[[dict[str, str], FloorRequest], FloorLook]
 SCREENED_OUT = "screened out"
+ANSWERS_ONLY = "answers only"  # a plan without a load test (MeasurePlan.load_test)
 
 
 @dataclass
@@ -98,6 +99,8 @@ async def run_phases(
         if on_phase is not None:
             on_phase(name)
 
+    if not plan.load_test:
+        return await _answers_only(driver, plan, phase)
     warmup_s = 0.0
     if driver.separate_warmup:
         phase("warm-up")
@@ -181,6 +184,25 @@ def _screening_ids(floor: FloorRequest | None, plan: MeasurePlan) -> list[str]:
     if plan.timed is not None:
         return plan.timed.order[: plan.timed.screening_items]
     return []
+
+
+async def _answers_only(
+    driver: PhaseDriver, plan: MeasurePlan, phase: Callable[[str], None]
+) -> PassesResult:
+    """The accuracy ids answered, and nothing else: no warm-up, screening or load."""
+    phase("accuracy")
+    started = time.perf_counter()
+    answers = _Answers(driver, plan)
+    await answers.add(plan.accuracy_ids or [], plan.accuracy_batch_size)
+    now = driver.now()
+    return PassesResult(
+        load_start=now,
+        load_stop=now,
+        accuracy_s=time.perf_counter() - started,
+        timings=[],
+        stop_reason=ANSWERS_ONLY,
+        predictions=answers.texts,
+    )
 
 
 async def _answer_accuracy(

@@ -46,6 +46,9 @@ class MeasurePlan(BaseModel):
     output_tokens_spread: float = 0.0  # lengths spread around output_tokens (measure.lengths)
     request_rate_per_s: float | None = None
     accuracy_ids: list[str] | None = None  # None: no accuracy pass
+    # False: the accuracy pass alone, more answers for a trial already measured (its floor,
+    # or the reference's later stages: autotune.study.run.reference_load).
+    load_test: bool = True
     accuracy_batch_size: int = 1
     # The sequential floor: answer accuracy_ids a stage at a time (screening first) and stop
     # once it decides; None: answer every id.

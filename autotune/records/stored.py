@@ -158,7 +158,8 @@ class TrialRecord(_Stored):
     deployability: str | None = None
     # A proposal that repeated a measured configuration copies that trial's record.
     duplicate_of: int | None = None
-    accuracy_reused_from: int | None = None
+    # The trial whose answers it reused, or "cache:<entry>" (autotune.accuracy.answers_cache).
+    accuracy_reused_from: int | str | None = None
     answers_computed: int | None = None
     accuracy: Fraction | None = None
     accuracy_by_category: dict[str, Fraction] = {}

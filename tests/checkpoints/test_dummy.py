@@ -67,12 +67,12 @@ def quick_space(tmp_path: Path, *, items: int = 4, floor: dict | None = None) ->
     return path
 
 
-def run_dummy_study(space: Path, tmp_path: Path) -> tuple[str, str]:
-    """`autotune run --dummy-weights` of `space` as study "d": (its storage, the output)."""
+def run_dummy_study(space: Path, tmp_path: Path, study: str = "d") -> tuple[str, str]:
+    """`autotune run --dummy-weights` of `space` as `study`: (its storage, the output)."""
     storage = f"sqlite:///{tmp_path / 'dummy.db'}"
     run = CliRunner().invoke(
         main,
-        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", "d"],
+        ["run", "--space", str(space), "--dummy-weights", "--storage", storage, "--study", study],
         catch_exceptions=False,
     )
     assert run.exit_code == 0, run.output
@@ -214,6 +214,34 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     timeshare = CliRunner().invoke(main, ["best", "--storage", storage, "--study", "d", "--json"])
     data = json.loads(timeshare.output)
     assert data["accuracy_timed_not_judged"] is True and data["time"]["accuracy_s"] > 0
+
+
+@pytest.mark.slow
+def test_a_second_dummy_study_reuses_the_timed_passes_from_the_answers_cache(
+    tmp_path: Path, dummy_dir: Path
+) -> None:
+    """The answers cache keeps a timed pass's answer lengths (never a text), so a second
+    study on the same checkpoint and set answers nothing it already timed."""
+    import optuna
+
+    space = quick_space(tmp_path, items=40, floor={"mode": "relative", "max_drop": 0.3})
+    storage, _ = run_dummy_study(space, tmp_path, study="first")
+    _, output = run_dummy_study(space, tmp_path, study="second")
+    assert "timed accuracy passes reused from the answers cache" in output
+    for name, reused in (("first", False), ("second", True)):
+        study = optuna.load_study(study_name=name, storage=storage)
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert len(complete) == 2
+        for trial in complete:
+            attrs = trial.user_attrs
+            if reused:
+                assert attrs["answers_computed"] == 0
+                assert str(attrs["accuracy_reused_from"]).startswith("cache:")
+                assert "accuracy_timed_items" not in attrs
+            else:
+                assert attrs["answers_computed"] == attrs["accuracy_timed_items"] > 0
+    entries = list((tmp_path / "answers").rglob("*.json"))
+    assert entries and all("<timed: " in e.read_text() for e in entries if "digest" not in e.name)
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ one engine at a time) and starts its own. A failed trial ends its launch. The on
 the reference that only feeds the "x the reference" figure (autotune.study.run.reference_load):
 while it starts and measures, the next launch's server may start beside it, when
 its engine sizes its KV cache from the memory left free (LMDeploy), so the first deployable
-launch's start-up is not paid on top of the reference's time. Each launch holds
+launch's start-up is not paid on top of the reference's time, its accuracy pass included (the
+next trial's record says how much of that pass the start-up hid). Each launch holds
 its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.run.gpu_pool)
 until it stops, so the engines of parallel workers never share a device.
 """
@@ -72,6 +73,17 @@ class LaunchScheduler:
     def started_beside(self) -> bool:
         return self.starter.started_beside
 
+    def accuracy_beside(self, started: float, ended: float) -> None:
+        """The running launch's accuracy pass ran from `started` to `ended` (the runtime's
+        clock): what of it the launch starting beside hid is said by `accuracy_overlap_s`."""
+        self.starter.accuracy_window = (started, ended)
+
+    @property
+    def accuracy_overlap_s(self) -> tuple[float, float] | None:
+        """(seconds of the accuracy pass inside the start-up, the pass's seconds) of the launch
+        before, when the running launch started beside it; None otherwise."""
+        return self.starter.accuracy_overlap_s
+
     @property
     def gpu_share(self) -> float:
         """The running launch's share of the run's GPUs: what its time costs the budget."""
@@ -90,8 +102,8 @@ class LaunchScheduler:
         `then`: the launch the next trial needs, started beside a new one before it starts
         itself (LaunchStarter.begin), when it fits on the same GPUs; `beside_next` says
         whether it did."""
-        current = self.session
-        if current is not None and current.launch_key == config.launch_key() and current.alive():
+        current = self.serving(config)
+        if current is not None:
             self.trials_on_session += 1
             return current, False
         beside = self.starter.has_beside(config)
@@ -109,6 +121,21 @@ class LaunchScheduler:
             raise
         self.trials_on_session = 1
         return self.session, True
+
+    def serving(self, config: TrialConfig) -> EngineSession | None:
+        """The running launch when it is up and serves `config`, else None."""
+        current = self.session
+        if current is not None and current.launch_key == config.launch_key() and current.alive():
+            return current
+        return None
+
+    def open_aside(self, config: TrialConfig, on_phase: PhaseCallback | None) -> EngineSession:
+        """A launch of `config` on the running launch's GPUs, beside it, for work between
+        trials (the reference's later answers, autotune.study.run.reference_load); the caller
+        closes it. Only while the running launch is idle: it never shares a load test."""
+        return self.starter.runtime.open_session(
+            self.plan.space, config, **self.starter.arguments(self.gpus or None), on_phase=on_phase
+        )
 
     def _begin_beside(self, config: TrialConfig, then: TrialConfig) -> bool:
         if self.lease is not None and len(self.lease.gpus) != then.tensor_parallel:
@@ -150,6 +177,10 @@ class LaunchStarter:
         self.beside: PendingSession | None = None
         self.wait_s = 0.0  # what the last `open` waited for
         self.started_beside = False  # whether it had started beside the launch before
+        self.begun_at = 0.0  # when the launch beside began (the runtime's clock)
+        # The running launch's accuracy pass (start, end), and of the launch before.
+        self.accuracy_window: tuple[float, float] | None = None
+        self.accuracy_overlap_s: tuple[float, float] | None = None
 
     def has_beside(self, config: TrialConfig) -> bool:
         """Whether the launch started beside serves `config` (else it is stopped unused)."""
@@ -167,13 +198,19 @@ class LaunchStarter:
         else:  # the launch started beside is another's: it keeps starting for its own trial
             pending = None
         self.started_beside = pending is not None
+        window, self.accuracy_window, self.accuracy_overlap_s = self.accuracy_window, None, None
         if pending is not None:
             waited = self.runtime.clock()
             session = pending.start(on_phase=on_phase)
             self.wait_s = self.runtime.clock() - waited
+            if window is not None:
+                # Its start-up ran from `begun_at` until it first answered.
+                ready = self.begun_at + session.startup_s
+                inside = min(window[1], ready) - max(window[0], self.begun_at)
+                self.accuracy_overlap_s = (max(0.0, inside), window[1] - window[0])
             return session
         session = self.runtime.open_session(
-            self.plan.space, config, **self._arguments(gpus), on_phase=on_phase
+            self.plan.space, config, **self.arguments(gpus), on_phase=on_phase
         )
         self.wait_s = session.startup_s
         return session
@@ -195,12 +232,14 @@ class LaunchStarter:
             or self.plan.space.device == "cpu"
         ):
             return False
+        begun = self.runtime.clock()
         try:
             self.beside = self.runtime.begin_session(
-                self.plan.space, config, **self._arguments(gpus)
+                self.plan.space, config, **self.arguments(gpus)
             )
         except TrialFailure:
             return False
+        self.begun_at = begun
         return self.beside is not None
 
     def close(self) -> None:
@@ -208,7 +247,8 @@ class LaunchStarter:
             self.beside.close()
         self.beside = None
 
-    def _arguments(self, gpus: list[Gpu] | None) -> dict[str, object]:
+    def arguments(self, gpus: list[Gpu] | None) -> dict[str, object]:
+        """What every launch of the study is opened with, on `gpus`."""
         plan = self.plan
         return {
             "model_path": plan.model_path,

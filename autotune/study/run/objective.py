@@ -13,20 +13,13 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune.accuracy.floor import infeasible_because
-from autotune.accuracy.reuse import (
-    accuracy_key,
-    find_reusable,
-    floor_request,
-    stored_accuracy,
-)
-from autotune.accuracy.staged import FloorRequest
+from autotune.accuracy.reuse import accuracy_key
 from autotune.accuracy.timed import TimedPass, timed_before
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
-from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
@@ -41,16 +34,28 @@ from autotune.study.proposals.steering import Steering
 from autotune.study.results.counting import FAILURE_WORDS, is_surplus
 from autotune.study.results.live import LiveEstimate
 from autotune.study.results.progress import SURPLUS, Progress
-from autotune.study.results.select import CONSTRAINT_NAMES, DEPLOYABLE, reference_trial
+from autotune.study.results.select import CONSTRAINT_NAMES, DEPLOYABLE
 from autotune.study.results.timeshare import timed
 from autotune.study.run.artifacts import ArtifactRecorder
 from autotune.study.run.budget import Budget
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
 from autotune.study.run.racing import Incumbent, incumbent, raced_attrs
-from autotune.study.run.reference_load import only_a_baseline, plan_for_role
+from autotune.study.run.reference_load import (
+    ReferenceAnswers,
+    ReferenceStages,
+    only_a_baseline,
+    plan_for_role,
+)
 from autotune.study.run.runtime import REAL, Runtime
-from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
+from autotune.study.run.twins import (
+    AnswersPlan,
+    TrialAnswers,
+    await_reference,
+    copy_raced_twin,
+    copy_twin,
+    identical_trial,
+)
 from autotune.study.run.verdicts import (
     constraint_values,
     judge,
@@ -105,12 +110,12 @@ class _Proposal:
 @dataclass(frozen=True)
 class _Run:
     config: TrialConfig
-    result: SessionResult  # turned into the trial's figures by to_measurement
+    result: SessionResult  # turned into the trial's figures by to_measurement; every answer
     startup_s: float
     launch_id: str
-    measure_accuracy: bool
-    reference: FrozenTrial | None  # None when this is the reference, or it failed
-    cached: FrozenTrial | None  # the earlier trial whose answers this one reuses
+    answers: AnswersPlan  # where its answers came from (autotune.study.run.twins)
+    computed: int  # the answers it computed itself
+    reference: ReferenceAnswers | None  # None when this is the reference, or it failed
     rival: Incumbent | None = None  # the trial it raced (autotune.study.run.racing)
     # What ran beside its launch's start-up, or beside its measuring (environment entries).
     overlap: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -148,23 +153,21 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         run.result,
         startup_s=run.startup_s,
         evalset=plan.evalset,
-        measure_accuracy=run.measure_accuracy,
+        measure_accuracy=not plan.dummy_weights,
     )
     m.environment = {**m.environment, "launch_id": run.launch_id, **run.overlap}
     time_s.update(m.time_s)
     attrs: dict[str, Any] = {}
-    if run.cached is not None:
-        m.accuracy = stored_accuracy(run.cached)
-        m.predictions = dict(TrialRecord.of(run.cached).predictions)
-        attrs["accuracy_reused_from"] = run.cached.number
-    attrs["answers_computed"] = 0 if run.cached else len(m.predictions)
+    if run.answers.source is not None:  # a trial's number, or the answers cache's entry
+        attrs["accuracy_reused_from"] = run.answers.source
+    attrs["answers_computed"] = run.computed
     attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
     paired = None
     same_answers = False
     if run.reference is not None and m.accuracy is not None:
-        paired = judge(m.accuracy, run.reference, space, plan.evalset)
+        paired = judge(m.accuracy, run.reference.report, space, plan.evalset)
         attrs["paired_vs_reference"] = paired.to_dict()
-        same_answers = m.predictions == TrialRecord.of(run.reference).predictions
+        same_answers = m.predictions == run.reference.predictions
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         attrs["accuracy_floor"] = dataclasses.asdict(absolute)
@@ -188,16 +191,6 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     figures = m.user_attrs()
     values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
     return _Verdict(m, attrs, constraints, values)
-
-
-def _floor(
-    plan: StudyPlan, config: TrialConfig, reference: FrozenTrial | None
-) -> FloorRequest | None:
-    """How the trial's accuracy pass answers and stops (the sequential floor)."""
-    if plan.dummy_weights:  # random weights answer noise: no accuracy pass, no screening
-        return None
-    batch = accuracy_batch_size(plan.space, config)
-    return floor_request(plan.space, plan.evalset, reference, batch=batch)
 
 
 class Objective:
@@ -228,6 +221,8 @@ class Objective:
         self.budget = budget
         self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
+        # Every trial's answers, and the reference's a stage at a time (study/run/twins.py).
+        self.answers = TrialAnswers(plan, ReferenceStages(plan, launches, progress))
         # The trial in progress (the last one, once study.optimize has returned or raised).
         self.current: optuna.Trial | None = None
 
@@ -315,14 +310,15 @@ class Objective:
         return _Proposal(config, output_key, is_reference, sampled=not (is_reference or candidate))
 
     def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
-        """The load test (and accuracy pass, unless an earlier trial's answers are reused) on
-        the launch the scheduler gives; a failure fails this trial alone."""
-        plan, space, config = self.plan, self.plan.space, proposal.config
-        # Another worker may still be measuring the reference: measure now, judge after.
-        with timed(time_s, "study_reads"):
-            reference = None if proposal.is_reference else reference_trial(trial.study)
-            cached = find_reusable(trial.study, proposal.output_key)
-        measure_accuracy, unjudged = _accuracy_pass(plan, trial.study, proposal, cached)
+        """The load test (and accuracy pass, unless the answers are known) on the launch the
+        scheduler gives; a failure fails this trial alone."""
+        plan, space, config, study = self.plan, self.plan.space, proposal.config, trial.study
+        with timed(time_s, "study_reads"):  # the reference's answers, reusable answers
+            answers = self.answers.plan_for(
+                study, config, proposal.output_key, is_reference=proposal.is_reference
+            )
+        unjudged = _timed_pass(plan, study, proposal, answers)
+        spends = answers.spends_accuracy or unjudged is not None
         rival = None
         try:
             then = _next_beside(plan, trial, proposal)
@@ -332,24 +328,16 @@ class Objective:
             # candidate that can no longer tie the front is raced like any trial.
             if not proposal.is_reference:
                 with timed(time_s, "study_reads"):
-                    rival = incumbent(trial.study, space, launch_id=session.launch_id)
-            if self.launches.gpus:
-                gpus = [gpu.to_dict() for gpu in self.launches.gpus]
-                write_trial(trial, {"gpus": gpus, "gpu_share": self.launches.gpu_share})
-            if launched:  # what the trial waited for: less when it started beside another
-                time_s["startup"] = self.launches.startup_wait_s
-                time_s["gpu_wait"] = self.launches.gpu_wait_s
-            overlap = _overlap(self.launches, launched, then)
+                    rival = incumbent(study, space, launch_id=session.launch_id)
+            overlap = _launch_record(trial, self.launches, launched, then, time_s)
             measure = measure_plan(
                 space,
                 config,
-                accuracy_ids=plan.evalset.decision_order() if measure_accuracy else None,
-                floor=None if cached else _floor(plan, config, reference),
+                **_accuracy_args(plan, answers, unjudged),
                 max_seconds=self.budget.measure_seconds(
-                    trial.study, used_s=self.clock() - self.started, accuracy=measure_accuracy
+                    study, used_s=self.clock() - self.started, accuracy=spends
                 ),
                 race=None if rival is None else rival.bound,
-                timed=unjudged,
             )
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
@@ -362,13 +350,18 @@ class Objective:
             finally:
                 live.close()  # nothing is written to the trial once it is told
             self.gate.check()
-            if reference is None and not proposal.is_reference:
-                reference = await_reference(trial.study, space)
+            if launched and self.launches.beside_next:  # the pass the next start-up hid
+                ended = self.clock()
+                self.launches.accuracy_beside(ended - result.accuracy_s, ended)
+            if not proposal.is_reference:
+                await_reference(study, space)
+            with timed(time_s, "engine_call"):  # its floor past the reference's answers
+                settled = self.answers.settle(study, trial.number, session, config, answers, result)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
-            config, result, session.startup_s, session.launch_id, measure_accuracy, reference,
-            cached, rival, overlap,
+            config, settled.result, session.startup_s, session.launch_id, answers,
+            settled.computed, settled.reference, rival, overlap,
         )  # fmt: skip
 
     def _record(
@@ -402,17 +395,25 @@ class Objective:
         return verdict.values
 
 
-def _accuracy_pass(
-    plan: StudyPlan, study: optuna.Study, proposal: _Proposal, cached: FrozenTrial | None
-) -> tuple[bool, TimedPass | None]:
-    """Whether the trial answers the set (not when it reuses `cached` answers), and with dummy
-    weights the pass it answers for its time alone (autotune.accuracy.timed), unless a real
-    study would reuse earlier answers."""
-    if plan.timed_accuracy is None:
-        return cached is None and not plan.dummy_weights, None
+def _accuracy_args(
+    plan: StudyPlan, answers: AnswersPlan, unjudged: TimedPass | None
+) -> dict[str, Any]:
+    """What the engine's accuracy pass is asked: the floor's items, or a timed pass's."""
+    ids = plan.evalset.decision_order() if unjudged is not None else answers.accuracy_ids
+    return {"accuracy_ids": ids, "floor": answers.floor, "timed": unjudged}
+
+
+def _timed_pass(
+    plan: StudyPlan, study: optuna.Study, proposal: _Proposal, answers: AnswersPlan
+) -> TimedPass | None:
+    """With dummy weights, the pass the trial answers for its time alone
+    (autotune.accuracy.timed); None where a real study would reuse answers: a trial of this
+    study timed the same output key, or the answers cache holds it (`answers.known`)."""
+    if plan.timed_accuracy is None or answers.known:
+        return None
     if timed_before(study, proposal.output_key):
-        return False, None
-    return True, plan.timed_pass(proposal.config, reference=proposal.is_reference)
+        return None
+    return plan.timed_pass(proposal.config, reference=proposal.is_reference)
 
 
 def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:
@@ -425,11 +426,31 @@ def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> T
     return next_queued_launch(trial.study, plan)
 
 
-def _overlap(launches: LaunchScheduler, launched: bool, then: TrialConfig | None) -> dict[str, str]:
-    """What both records say (environment entries) when a launch started beside another:
-    the reference was measured beside a starting server, whose start-up it hid."""
-    if launched and then is not None and launches.beside_next:
+def _launch_record(
+    trial: optuna.Trial,
+    launches: LaunchScheduler,
+    launched: bool,
+    then: TrialConfig | None,
+    time_s: dict[str, float],
+) -> dict[str, str]:
+    """The trial's GPUs and the start-up it waited for; what both records say (environment
+    entries) when a launch started beside another: the reference was measured beside a
+    starting server, whose start-up hid the reference's accuracy pass (how much of it: the
+    next trial's entry)."""
+    if launches.gpus:
+        gpus = [gpu.to_dict() for gpu in launches.gpus]
+        write_trial(trial, {"gpus": gpus, "gpu_share": launches.gpu_share})
+    if not launched:
+        return {}
+    # What the trial waited for: less when it started beside another.
+    time_s["startup"] = launches.startup_wait_s
+    time_s["gpu_wait"] = launches.gpu_wait_s
+    if then is not None and launches.beside_next:
         return {MEASURED_BESIDE: f"the next launch ({then.backend}) starting up"}
-    if launched and launches.started_beside:
-        return {STARTUP_BESIDE: "started while the reference started and measured"}
-    return {}
+    if not launches.started_beside:
+        return {}
+    said = "started while the reference started and measured"
+    if (hidden := launches.accuracy_overlap_s) is not None:
+        inside, total = hidden
+        said += f"; {inside:.1f} s of the reference's {total:.1f} s accuracy pass ran in it"
+    return {STARTUP_BESIDE: said}

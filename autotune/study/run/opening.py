@@ -18,20 +18,17 @@ Then an earlier run's processes, RUNNING trials and spooled results are dealt wi
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import optuna
 
+from autotune.accuracy.answers_cache import evalset_digest
 from autotune.accuracy.floor import floor_warning
 from autotune.engines.leftovers import clean_up
 from autotune.errors import StudyError
-from autotune.evalset.dataset import EvalSet
 from autotune.params import base_param
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
@@ -64,40 +61,13 @@ _WHAT = {
 _SHOWN_CHANGES = 3
 
 
-@functools.cache
-def _file_digest(path: Path, mtime_ns: int, size: int) -> bytes:
-    """A file's SHA-256, read once per process while it stays as it was (a pool of
-    thousands of images is hashed by every open of the study: the coordinator's, each
-    worker's)."""
-    return hashlib.sha256(path.read_bytes()).digest()
-
-
-def _digest(named: dict[str, Path]) -> str:
-    """One hash of the files, each under its name (a path relative to the set: the same set
-    copied elsewhere is the same set)."""
-    hashed = hashlib.sha256()
-    for name, path in named.items():
-        stat = path.stat()
-        hashed.update(name.encode() + b"\0" + _file_digest(path, stat.st_mtime_ns, stat.st_size))
-    return hashed.hexdigest()[:16]
-
-
-def evalset_basis(evalset: EvalSet) -> dict[str, str]:
-    """The set's name and a hash of its items file and of its images (in item order)."""
-    return {
-        "name": evalset.name,
-        "items": _digest({"items": evalset.path}),
-        "images": _digest({item.image: item.image_path for item in evalset.items}),
-    }
-
-
 def comparison_basis(plan: StudyPlan) -> dict[str, Any]:
     """What every comparison in the study rests on. Models are dumped whole, without their
     defaults: a field added later (a new floor setting) is compared as soon as it is set,
     and a study stored before it existed still resumes while it keeps its default."""
     space = plan.space
     return {
-        "evalset": evalset_basis(plan.evalset),
+        "evalset": evalset_digest(plan.evalset),
         "reference": space.reference_config().model_dump(mode="json", exclude_defaults=True),
         "floor": space.constraints.accuracy.model_dump(mode="json", exclude_defaults=True),
         "params": {

@@ -1,22 +1,38 @@
-"""Configurations measured before: a repeated proposal copies its twin's figures, and a trial
-whose reference another worker still runs waits for it."""
+"""Configurations and answers measured before: a repeated proposal copies its twin's
+figures, a trial whose output key was answered before reuses those answers (in this study or
+the answers cache), and a trial whose reference another worker still runs waits for it."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.accuracy.reuse import stored_accuracy
+from autotune.accuracy.answers_cache import AnswersKey
+from autotune.accuracy.reuse import answered_prefix, find_reusable, floor_request, stored_accuracy
+from autotune.accuracy.scoring import score_predictions
+from autotune.accuracy.staged import FloorRequest
+from autotune.engines import EngineSession
+from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.evalset.dataset import EvalSet
+from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
+from autotune.records import SessionResult
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
+from autotune.study.plan import StudyPlan
 from autotune.study.results.select import reference_trial
+from autotune.study.run.reference_load import (
+    ReferenceAnswers,
+    ReferenceStages,
+    answers_only,
+    cache_key,
+)
 from autotune.study.run.verdicts import judge, record_constraints
 
 # Attributes that describe a trial's own run, not its configuration's figures.
@@ -123,7 +139,8 @@ def copy_twin(
     if twin_record.is_reference and twin_record.item_passed:
         # The reference's twin is still a candidate: judged like every other one (a zero
         # difference), not left without a comparison.
-        paired = judge(stored_accuracy(twin), twin, space, evalset)
+        own = stored_accuracy(twin)
+        paired = judge(own, own, space, evalset)
         attrs["paired_vs_reference"] = paired.to_dict()
     end_trial(trial, attrs)
     record_constraints(trial, constraints)
@@ -135,3 +152,176 @@ def copy_raced_twin(trial: optuna.Trial, twin: FrozenTrial) -> NoReturn:
     partial figures and reason, not re-run (and not counted, as any repeat)."""
     end_trial(trial, _inherited(twin))
     raise optuna.TrialPruned(str(TrialRecord.of(twin).raced_reason))
+
+
+@dataclass(frozen=True)
+class AnswersPlan:
+    """Where a trial's answers come from, and what its engine's accuracy pass is asked."""
+
+    known: dict[str, str]  # answers it has before measuring (an earlier trial's, the cache's)
+    source: int | str | None  # where they came from: a trial's number, or "cache:<entry>"
+    accuracy_ids: list[str] | None  # what the engine's accuracy pass answers; None: none
+    floor: FloorRequest | None  # how that pass answers and stops
+    follow: bool  # whether its floor is followed past the engine's pass (TrialAnswers.settle)
+    key: AnswersKey | None  # its answers cache entry; None: not cached
+    for_reference: bool = False  # the reference's own trial (its first stage)
+
+    @property
+    def spends_accuracy(self) -> bool:
+        """Whether the trial answers anything itself after its load test."""
+        return self.accuracy_ids is not None or self.follow
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A trial's session result with all its answers, and how many it computed itself."""
+
+    result: SessionResult
+    computed: int
+    reference: ReferenceAnswers | None  # the reference's answers it is judged against
+
+
+class TrialAnswers:
+    """A trial's answers: reused where they are known (a completed trial of the same output
+    key, or the answers cache), computed where not, and its floor followed past the items
+    the reference had answered when it started (ReferenceStages.extend)."""
+
+    def __init__(self, plan: StudyPlan, stages: ReferenceStages) -> None:
+        self.plan = plan
+        self.stages = stages
+        self.order = stages.order
+
+    def _scores(self, predictions: dict[str, str]) -> dict[str, float]:
+        return score_predictions(self.plan.evalset, predictions).item_scores
+
+    def floor(self, config: TrialConfig, reference: ReferenceAnswers | None) -> FloorRequest | None:
+        """How the trial's accuracy pass answers and stops (the sequential floor)."""
+        scores = reference.report.item_scores if reference is not None else None
+        batch = accuracy_batch_size(self.plan.space, config)
+        return floor_request(self.plan.space, self.plan.evalset, scores, batch=batch)
+
+    def plan_for(
+        self, study: optuna.Study, config: TrialConfig, output_key: str, *, is_reference: bool
+    ) -> AnswersPlan:
+        key = cache_key(self.plan, config)
+        if self.plan.dummy_weights:  # noise, timed only: a cached timed pass is not redone
+            known, source = self._known(study, output_key, key, in_study=False)
+            return AnswersPlan(known, source, None, None, follow=False, key=key)
+        known, source = self._known(study, output_key, key)
+        reference = None if is_reference else self.stages.answers(study)
+        floor = self.floor(config, reference)
+        if floor is None and not is_reference and self.stages.staged:
+            # Another worker still runs the reference: its floor is followed once it is done.
+            return AnswersPlan(known, source, None, None, follow=True, key=key)
+        if floor is None:  # every item, or the reference's first stage
+            wanted = self.order[: self.stages.stages[0]] if is_reference else self.order
+            todo = [item_id for item_id in wanted if item_id not in known] or None
+            return AnswersPlan(known, source, todo, None, False, key, for_reference=is_reference)
+        if known:  # followed from what is known, without an accuracy pass of its own
+            decided = floor.judge(self._scores(known)).decision != "undecided"
+            done = decided or answered_prefix(self.order, known) >= len(self.order)
+            return AnswersPlan(known, source, None, None, not done, key, is_reference)
+        return AnswersPlan({}, None, list(self.order), floor, True, key, is_reference)
+
+    def _known(
+        self, study: optuna.Study, output_key: str, key: AnswersKey | None, in_study: bool = True
+    ) -> tuple[dict[str, str], int | str | None]:
+        """Answers of this output key already paid for: a completed trial's in this study,
+        else the answers cache's."""
+        earlier = find_reusable(study, output_key) if in_study else None
+        if earlier is not None:
+            record = TrialRecord.of(earlier)
+            reference = self.stages.answers(study) if record.is_reference else None
+            known = reference.predictions if reference is not None else dict(record.predictions)
+            return known, earlier.number
+        if key is None:
+            return {}, None
+        cached = self.stages.cache.read(key, self.plan.evalset)
+        if cached.refused is not None:
+            self.stages.note_once(f"answers cache: refused {cached.refused}; answered again")
+        return cached.answers, f"cache:{key.id}" if cached.answers else None
+
+    def settle(
+        self,
+        study: optuna.Study,
+        number: int,
+        session: EngineSession,
+        config: TrialConfig,
+        planned: AnswersPlan,
+        result: SessionResult,
+    ) -> Settled:
+        """`result` with the known answers and those its floor still needed, stored in the
+        answers cache."""
+        if self.plan.dummy_weights:
+            return self._settle_timed(planned, result)
+        computed = dict(result.predictions)
+        predictions = {**planned.known, **computed}
+        spent = 0.0
+        if planned.follow and result.stop_reason != RACED and not result.screened_out:
+            started = time.perf_counter()
+            more = self._follow(study, number, session, config, predictions)
+            spent = time.perf_counter() - started
+            computed |= more
+            predictions |= more
+        if planned.key is not None and computed:
+            self.stages.cache.write(planned.key, predictions)
+        if planned.for_reference and predictions:
+            source = planned.source if isinstance(planned.source, str) else None
+            reused = f"; {len(planned.known)} from the answers cache" if source else ""
+            self.stages.progress.note(
+                self.stages.line(answered_prefix(self.order, predictions), extra=reused)
+            )
+        update = {"predictions": predictions, "accuracy_s": result.accuracy_s + spent}
+        reference = None if planned.for_reference else self.stages.answers(study)
+        return Settled(result.model_copy(update=update), len(computed), reference)
+
+    def _settle_timed(self, planned: AnswersPlan, result: SessionResult) -> Settled:
+        """A timed pass's answers are noise: the cache keeps how long each one was, so a later
+        study on the same checkpoint and set reuses the pass (its time), never a text."""
+        if planned.key is not None and result.timed_tokens:
+            lengths = {i: f"<timed: {n} tokens>" for i, n in result.timed_tokens.items()}
+            self.stages.cache.write(planned.key, lengths)
+        if planned.source is None:
+            return Settled(result, len(result.timed_tokens), None)
+        self.stages.note_once("timed accuracy passes reused from the answers cache")
+        return Settled(result, 0, None)
+
+    def _follow(
+        self,
+        study: optuna.Study,
+        number: int,
+        session: EngineSession,
+        config: TrialConfig,
+        predictions: dict[str, str],
+    ) -> dict[str, str]:
+        """Answers past the engine's pass until the floor decides or the set runs out: up to
+        the reference's answered items, then the reference's next stage and those items."""
+        space, pool = self.plan.space, len(self.order)
+        scores, predictions, more = self._scores(predictions), dict(predictions), {}
+        while True:
+            floor = self.floor(config, self.stages.answers(study))
+            if floor is None or floor.judge(scores).decision != "undecided":
+                return more
+            have, answered = answered_prefix(self.order, predictions), len(floor.order)
+            if have < answered:  # to its next look, inside what the reference answered
+                upto = next((size for size in floor.stages if size > have), answered)
+                ids = [i for i in self.order[have:upto] if i not in predictions]
+                new = session.measure(config, answers_only(space, config, ids)).predictions
+                more |= new
+                predictions |= new
+                scores |= self._scores(new)
+                continue
+            if answered >= pool:
+                return more  # the set ran out: undecided, and so infeasible
+            wanted = self.order[answered : self.stages.next_stage(answered)]
+            try:
+                self.stages.extend(study, wanted, for_trial=number)
+            except TrialFailure as failure:
+                self.stages.progress.note(
+                    f"reference: could not answer more items ({failure.reason}); trial {number} "
+                    f"is judged on the {answered} it has answered"
+                )
+                return more
+            reference = self.stages.answers(study)
+            if reference is None or answered_prefix(self.order, reference.predictions) <= answered:
+                return more  # nothing was added (an extension that did not store): stop

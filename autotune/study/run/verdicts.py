@@ -4,10 +4,9 @@ reference's, item by item."""
 from __future__ import annotations
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.accuracy.paired import PairedComparison, compare
-from autotune.accuracy.reuse import floor_request, stored_accuracy
+from autotune.accuracy.reuse import floor_request
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
@@ -68,18 +67,18 @@ def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
 
 
 def judge(
-    accuracy: AccuracyReport, reference: FrozenTrial, space: SearchSpace, evalset: EvalSet
+    accuracy: AccuracyReport, reference: AccuracyReport, space: SearchSpace, evalset: EvalSet
 ) -> PairedComparison:
-    """Compare a candidate's answers with the reference's, item by item: under the
-    sequential floor, its confidence sequence over the items in decision order."""
-    ref_accuracy = stored_accuracy(reference)
+    """Compare a candidate's answers with the reference's (all it has answered, its later
+    stages included), item by item: under the sequential floor, its confidence sequence over
+    the items in decision order."""
     return compare(
         accuracy.item_scores,
-        ref_accuracy.item_scores,
+        reference.item_scores,
         candidate_passed=accuracy.item_passed,
-        reference_passed=ref_accuracy.item_passed,
+        reference_passed=reference.item_passed,
         confidence=space.constraints.accuracy.confidence,
-        sequence=floor_request(space, evalset, reference),
+        sequence=floor_request(space, evalset, reference.item_scores),
     )
 
 

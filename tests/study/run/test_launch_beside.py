@@ -102,6 +102,24 @@ def test_the_next_launch_starts_beside_the_reference_and_its_trial_waits_only_fo
     assert all(launch.closed for launch in world.opened)
 
 
+@pytest.mark.parametrize(("window", "hidden"), [((40.0, 52.0), 12.0), ((50.0, 70.0), 10.0)])
+def test_the_reference_s_accuracy_pass_is_timed_against_the_start_up_beside_it(
+    window: tuple[float, float], hidden: float
+) -> None:
+    world = FakeWorld()
+    launches = scheduler(world)
+    launches.session_for(REFERENCE, None, then=GRAPHS)  # the next began at 0, answers at 60
+    launches.accuracy_beside(*window)  # the reference's accuracy pass, on the same clock
+    world.now = window[1]
+    launches.session_for(GRAPHS, None)
+    assert launches.started_beside
+    # The part of the pass that ran while the next launch was still starting: all of a
+    # pass that ended before it answered, none of what came after.
+    assert launches.accuracy_overlap_s == (hidden, window[1] - window[0])
+    launches.session_for(EAGER, None)  # a launch that started alone hid nothing
+    assert launches.accuracy_overlap_s is None
+
+
 def test_a_launch_started_for_a_trial_that_did_not_come_next_is_closed_unused():
     world = FakeWorld()
     launches = scheduler(world)
