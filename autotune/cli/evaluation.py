@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from autotune.cli.base import (
+    FiniteFloatRange,
     _fail,
     adapter_option,
     dummy_weights_option,
@@ -115,8 +116,9 @@ def evalset_show(name_or_path: str, as_json: bool) -> None:
 
 
 @evalset.command("needs")
-@click.option("--max-drop", type=click.FloatRange(0.001, 0.5), default=0.02, show_default=True)
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.9, show_default=True)
+# Finite ranges: NaN passes every range check, and would print a table of capped medians.
+@click.option("--max-drop", type=FiniteFloatRange(0.001, 0.5), default=0.02, show_default=True)
+@click.option("--confidence", type=FiniteFloatRange(0.5, 0.999), default=0.9, show_default=True)
 @click.option("--evalset", "name_or_path", default=None, help="Also say what this set can decide.")
 @json_option
 @user_errors

@@ -293,7 +293,7 @@ def accuracy_figure(data: ReportData) -> Any | None:
     floor = _accuracy_floor(data)
     if floor is not None:
         applied = (
-            f": the whole paired {confidence:.0%} interval (bar) must clear it"
+            ": the lower end of the paired interval (bar) must clear it"
             if confidence is not None
             else ""
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial
 
+from autotune.accuracy.floor import interval_label
 from autotune.engines.gpus import describe
 from autotune.records.stored import TrialRecord
 from autotune.report.cells import (
@@ -74,7 +75,7 @@ def _paired_line(trial: FrozenTrial) -> str:
     return (
         f"<p>Accuracy vs reference on the same {e(paired.n_items)} items: "
         f"{fmt(paired.accuracy_diff, '+.3f')} "
-        f"({conf:.0%} interval {fmt(paired.ci_low, '+.3f')} to "
+        f"({e(interval_label(conf, paired.test))} {fmt(paired.ci_low, '+.3f')} to "
         f"{fmt(paired.ci_high, '+.3f')}; McNemar p = "
         f"{fmt(paired.mcnemar_p, '.3g')})</p>"
     )

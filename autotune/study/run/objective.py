@@ -52,8 +52,8 @@ from autotune.study.run.runtime import REAL, Runtime
 from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.run.verdicts import (
     constraint_values,
-    judge,
     judge_absolute,
+    judge_paired,
     record_constraints,
 )
 from autotune.study.store.recovery import Spool, owner, spool_payload
@@ -161,9 +161,11 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     paired = None
     same_answers = False
     if run.reference is not None and m.accuracy is not None:
-        paired = judge(m.accuracy, run.reference, space, plan.evalset)
-        attrs["paired_vs_reference"] = paired.to_dict()
         same_answers = m.predictions == TrialRecord.of(run.reference).predictions
+        paired = judge_paired(
+            m.accuracy, run.reference, space, plan.evalset, same_answers=same_answers
+        )
+        attrs["paired_vs_reference"] = paired.to_dict()
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         attrs["accuracy_floor"] = dataclasses.asdict(absolute)

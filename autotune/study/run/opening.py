@@ -28,9 +28,9 @@ from typing import Any
 
 import optuna
 
-from autotune.accuracy.floor import floor_warning
+from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
-from autotune.errors import StudyError
+from autotune.errors import SpaceError, StudyError
 from autotune.evalset.dataset import EvalSet
 from autotune.params import base_param
 from autotune.records.readable import unreadable_line, unreadable_trials
@@ -314,6 +314,13 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
 def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:
     """Open (or resume) the study, repair what an earlier run left behind, and queue the
     reference and the candidates. None when there is nothing to run (target or budget met)."""
+    small = (
+        None
+        if plan.dummy_weights
+        else set_too_small(len(plan.evalset.items), plan.space.constraints)
+    )
+    if small is not None:  # before the study exists: nothing to leave behind
+        raise SpaceError(f"{plan.space.name}: {small}")
     study, _ = open_study(plan)
     spool = Spool(plan.storage_url, plan.study_name)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded

@@ -3,6 +3,8 @@ reference's, item by item."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 from optuna.trial import FrozenTrial
 
@@ -81,6 +83,28 @@ def judge(
         confidence=space.constraints.accuracy.confidence,
         sequence=floor_request(space, evalset, reference),
     )
+
+
+# The decision a trial records when its answers are the reference's, word for word: feasible
+# whatever the floor's sequence could show on the set (constraint_values).
+IDENTICAL = "identical answers"
+
+
+def judge_paired(
+    accuracy: AccuracyReport,
+    reference: FrozenTrial,
+    space: SearchSpace,
+    evalset: EvalSet,
+    *,
+    same_answers: bool,
+) -> PairedComparison:
+    """`judge`, with the decision a trial whose every answer is the reference's records: it
+    is feasible for that reason, not for what its sequence showed (often undecided on a set
+    too small to show anything)."""
+    paired = judge(accuracy, reference, space, evalset)
+    if same_answers and paired.decision is not None and paired.decision != "feasible":
+        return dataclasses.replace(paired, decision=IDENTICAL)
+    return paired
 
 
 def judge_absolute(
