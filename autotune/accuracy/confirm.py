@@ -30,6 +30,8 @@ from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.accuracy.staged import FloorRequest
 
 if TYPE_CHECKING:
+    from autotune.evalset.dataset import EvalSet
+    from autotune.space import SearchSpace
     from autotune.space.settings import AccuracyConstraint
 
 # The candidate the default held-out slice is sized for: it loses nothing, and answers unlike
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 SIZING_DISCORDANCE = 0.05
 FIRST_LOOK_ITEMS = 20  # as the search floor's first stage (autotune.accuracy.reuse)
 Verdict = Literal["confirmed", "not confirmed"]
+HOLDOUT = "confirmation_holdout"  # the study attribute naming its held-out slice
 
 
 def level(alpha: float, index: int) -> float:
@@ -86,6 +89,18 @@ class Holdout:
 
     def describe(self) -> dict[str, Any]:
         return {"items": len(self.ids), "digest": self.digest}
+
+
+def study_holdout(space: SearchSpace, evalset: EvalSet) -> Holdout:
+    """The study's held-out slice: deterministic from the set's decision order and the
+    space's floor, so a resumed run holds out the same items."""
+    return Holdout.of(evalset.decision_order(), holdout_size(space.constraints.accuracy))
+
+
+def search_order(space: SearchSpace, evalset: EvalSet) -> list[str]:
+    """The items the search floor may ask for, in decision order: all but the held-out."""
+    order = evalset.decision_order()
+    return study_holdout(space, evalset).search_order(order)
 
 
 class ConfirmRequest(BaseModel):

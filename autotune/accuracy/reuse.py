@@ -16,6 +16,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.confirm import search_order
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import stage_sizes
 from autotune.accuracy.staged import FloorRequest
@@ -76,7 +77,7 @@ def floor_request(
         return None
     if floor.mode == "relative" and reference is None:
         return None
-    order = evalset.decision_order()
+    order = search_order(space, evalset)  # never the items held out to confirm
     screening = space.screening.items if space.screening.items < len(order) else 0
     return FloorRequest(
         order=order,

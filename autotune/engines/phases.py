@@ -168,4 +168,24 @@ async def _answer_accuracy(
         if todo:
             answered |= await driver.answer(todo, plan.accuracy_batch_size)
         verdict = judge(answered, floor)
+    if plan.confirmation is not None and verdict is not None and verdict.decision == "feasible":
+        answered = await _answer_stages(driver, plan, plan.confirmation, judge, answered)
+    return answered
+
+
+async def _answer_stages(
+    driver: PhaseDriver,
+    plan: MeasurePlan,
+    request: FloorRequest,
+    judge: Judge,
+    answered: dict[str, str],
+) -> dict[str, str]:
+    """The held-out items of a trial the floor passed, a stage at a time until the
+    confirmation decides (autotune.accuracy.confirm)."""
+    for size in request.stages:
+        todo = [item_id for item_id in request.order[:size] if item_id not in answered]
+        if todo:
+            answered |= await driver.answer(todo, plan.accuracy_batch_size)
+        if judge(answered, request).decision != "undecided":
+            break
     return answered

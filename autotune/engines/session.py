@@ -49,6 +49,9 @@ class MeasurePlan(BaseModel):
     # The sequential floor: answer accuracy_ids a stage at a time (screening first) and stop
     # once it decides; None: answer every id.
     floor: FloorRequest | None = None
+    # Once the floor passes the trial: the held-out items, answered a stage at a time until
+    # the confirmation decides (autotune.accuracy.confirm); None: no confirmation.
+    confirmation: FloorRequest | None = None
     repeat_image_share: float = 0.0
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
     # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.

@@ -19,6 +19,7 @@ from autotune.report.cells import (
     set_values,
     tag,
 )
+from autotune.report.confirmation import confirmation_lines
 from autotune.report.data import (
     ReportData,
     changed_params,
@@ -162,9 +163,11 @@ def recommended_section(data: ReportData) -> str:
     if unlike:
         where += f"<p class='note'>Its GPU is unlike the reference's: {e(unlike)}.</p>"
     why = _reference_note(data) if is_reference and rec.feasible else ""
+    # The recommendation's own accuracy error: the held-out confirmation, or why none.
+    guarantee = "".join(f"<p>{e(line)}</p>" for line in confirmation_lines(rec))
     return (
         f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{itself}{feasible_note}</h2>"
-        f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{why}{where}{ties}"
+        f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{guarantee}{why}{where}{ties}"
         f"<div class='grid'><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}"
         f"{ref_line}</div><div>{_samples_heading(data, rec.trial.number)}"
         f"{_samples_table(data)}</div></div>"

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import (
     accuracy_key,
@@ -51,6 +52,9 @@ from autotune.study.run.reference_load import only_a_baseline, plan_for_role
 from autotune.study.run.runtime import REAL, Runtime
 from autotune.study.run.twins import await_reference, copy_raced_twin, copy_twin, identical_trial
 from autotune.study.run.verdicts import (
+    CONFIRMATION,
+    confirmation_attrs,
+    confirmation_request,
     constraint_values,
     judge_absolute,
     judge_paired,
@@ -113,6 +117,7 @@ class _Run:
     rival: Incumbent | None = None  # the trial it raced (autotune.study.run.racing)
     # What ran beside its launch's start-up, or beside its measuring (environment entries).
     overlap: dict[str, str] = dataclasses.field(default_factory=dict)
+    confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,9 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
             m.accuracy, run.reference, space, plan.evalset, same_answers=same_answers
         )
         attrs["paired_vs_reference"] = paired.to_dict()
+    if run.cached is not None and CONFIRMATION in run.cached.user_attrs:
+        attrs[CONFIRMATION] = run.cached.user_attrs[CONFIRMATION]  # the same answers' verdict
+    attrs |= confirmation_attrs(run.confirm, paired, m.accuracy, run.reference)
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         attrs["accuracy_floor"] = dataclasses.asdict(absolute)
@@ -199,6 +207,21 @@ def _floor(
         return None
     batch = accuracy_batch_size(plan.space, config)
     return floor_request(plan.space, plan.evalset, reference, batch=batch)
+
+
+def _confirming(
+    plan: StudyPlan,
+    trial: optuna.Trial,
+    config: TrialConfig,
+    reference: FrozenTrial | None,
+    cached: FrozenTrial | None,
+) -> ConfirmRequest | None:
+    """The confirmation the trial runs if the floor passes it (autotune.accuracy.confirm);
+    None where it answers nothing new or has no reference to compare with."""
+    if cached is not None or reference is None or _floor(plan, config, reference) is None:
+        return None
+    batch = accuracy_batch_size(plan.space, config)
+    return confirmation_request(trial.study, plan.space, plan.evalset, batch=batch)
 
 
 class Objective:
@@ -342,6 +365,7 @@ class Objective:
                 time_s["startup"] = self.launches.startup_wait_s
                 time_s["gpu_wait"] = self.launches.gpu_wait_s
             overlap = _overlap(self.launches, launched, then)
+            confirming = _confirming(plan, trial, config, reference, cached)
             measure = measure_plan(
                 space,
                 config,
@@ -354,6 +378,9 @@ class Objective:
             )
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
+            if confirming is not None and reference is not None:
+                held = confirming.floor(stored_accuracy(reference).item_scores)
+                measure = measure.model_copy(update={"confirmation": held})
             live = LiveEstimate(trial, self.progress.estimate)
             # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
             phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)
@@ -369,7 +396,7 @@ class Objective:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
             config, result, session.startup_s, session.launch_id, measure_accuracy, reference,
-            cached, rival, overlap,
+            cached, rival, overlap, confirming,
         )  # fmt: skip
 
     def _record(

@@ -28,6 +28,7 @@ from typing import Any
 
 import optuna
 
+from autotune.accuracy.confirm import HOLDOUT, study_holdout
 from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
 from autotune.errors import SpaceError, StudyError
@@ -322,6 +323,8 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
     if small is not None:  # before the study exists: nothing to leave behind
         raise SpaceError(f"{plan.space.name}: {small}")
     study, _ = open_study(plan)
+    if not plan.dummy_weights:  # the items held out to confirm the recommendation
+        write_study(study, {HOLDOUT: study_holdout(plan.space, plan.evalset).describe()})
     spool = Spool(plan.storage_url, plan.study_name)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.confirm import ConfirmRequest, confirm, confirm_request, study_holdout
 from autotune.accuracy.paired import PairedComparison, compare
 from autotune.accuracy.reuse import floor_request, stored_accuracy
 from autotune.accuracy.scoring import AccuracyReport
@@ -114,3 +115,39 @@ def judge_absolute(
     floor = space.constraints.accuracy
     request = floor_request(space, evalset, None) if floor.mode == "absolute" else None
     return None if request is None else request.judge(accuracy.item_scores, with_interval=True)
+
+
+# The trial attribute a confirmation is recorded under (autotune.accuracy.confirm.Confirmation).
+CONFIRMATION = "confirmation"
+
+
+def confirmation_request(
+    study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int
+) -> ConfirmRequest | None:
+    """The confirmation a trial would run if the floor passes it: the study's next one (each
+    set of answers confirmed once spends one level), on the study's held-out slice."""
+    holdout = study_holdout(space, evalset)
+    tested = {
+        trial.user_attrs.get("output_key")
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if isinstance(trial.user_attrs.get(CONFIRMATION), dict)
+    }
+    floor = space.constraints.accuracy
+    return confirm_request(floor, holdout, index=len(tested) + 1, batch=batch)
+
+
+def confirmation_attrs(
+    request: ConfirmRequest | None,
+    paired: PairedComparison | None,
+    accuracy: AccuracyReport | None,
+    reference: FrozenTrial | None,
+) -> dict[str, object]:
+    """What a trial records of its confirmation: its verdict where the floor passed it and it
+    answered the held-out items; nothing otherwise."""
+    if request is None or paired is None or accuracy is None or reference is None:
+        return {}
+    if paired.decision != "feasible":
+        return {}
+    reference_scores = stored_accuracy(reference).item_scores
+    verdict = confirm(request, accuracy.item_scores, reference_scores)
+    return {CONFIRMATION: verdict.to_dict()}
