@@ -70,7 +70,11 @@ SPACE_CASES: list[tuple[str, dict[str, Any], str]] = [
     # identical answers are what it wants: refused with what the floor needs (issue 53).
     (
         "set-too-small",
-        {"constraints": {"accuracy": {"max_drop": 0.05, "confidence": 0.95}}},
+        {
+            "constraints": {
+                "accuracy": {"max_drop": 0.05, "confidence": 0.95, "identical_answers_only": False}
+            }
+        },
         "accuracy floor: 8 items cannot pass a candidate whose answers differ from the "
         "reference's: at max_drop 0.05, confidence 0.95, one as accurate that differs on 2% of "
         "items needs 160 items to pass 9 times in 10 (`autotune evalset needs --max-drop 0.05 "

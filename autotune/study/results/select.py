@@ -29,6 +29,8 @@ from autotune.records.stored import StudyRecord, TrialRecord
 # sampler (so it learns where deployable configurations are); it is not a feasibility limit.
 CONSTRAINT_NAMES = ("accuracy", "memory", "latency")
 DEPLOYABLE = "deployable"
+# The attribute a trial records its held-out confirmation under (autotune.accuracy.confirm).
+CONFIRMATION = "confirmation"
 # How a what-if that did not do the forced work says so (split_equal_work).
 UNEQUAL_PREFIX = "unequal work: "
 
@@ -336,7 +338,7 @@ def study_holdout(study: optuna.Study) -> dict[str, Any] | None:
 
 def confirmation_of(trial: FrozenTrial) -> dict[str, Any] | None:
     """The trial's confirmation verdict (autotune.accuracy.confirm.Confirmation), if any."""
-    verdict = trial.user_attrs.get("confirmation")
+    verdict = (TrialRecord.of(trial).model_extra or {}).get(CONFIRMATION)
     return verdict if isinstance(verdict, dict) else None
 
 

@@ -26,7 +26,7 @@ from autotune.accuracy.reuse import (
 from autotune.accuracy.staged import FloorRequest
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
-from autotune.engines.session import accuracy_batch_size
+from autotune.engines.session import MeasurePlan, accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
@@ -215,13 +215,18 @@ def _confirming(
     config: TrialConfig,
     reference: FrozenTrial | None,
     cached: FrozenTrial | None,
-) -> ConfirmRequest | None:
-    """The confirmation the trial runs if the floor passes it (autotune.accuracy.confirm);
-    None where it answers nothing new or has no reference to compare with."""
+    measure: MeasurePlan,
+) -> tuple[MeasurePlan, ConfirmRequest | None]:
+    """The measure plan with the confirmation the trial runs if the floor passes it
+    (autotune.accuracy.confirm); none where it answers nothing new or has no reference."""
     if cached is not None or reference is None or _floor(plan, config, reference) is None:
-        return None
+        return measure, None
     batch = accuracy_batch_size(plan.space, config)
-    return confirmation_request(trial.study, plan.space, plan.evalset, batch=batch)
+    request = confirmation_request(trial.study, plan.space, plan.evalset, batch=batch)
+    if request is None:
+        return measure, None
+    held = request.floor(stored_accuracy(reference).item_scores)
+    return measure.model_copy(update={"confirmation": held}), request
 
 
 class Objective:
@@ -348,7 +353,6 @@ class Objective:
             cached = find_reusable(trial.study, proposal.output_key)
         measure_accuracy = cached is None and not plan.dummy_weights
         rival = None
-        ids = plan.evalset.decision_order()
         try:
             then = _next_beside(plan, trial, proposal)
             session, launched = self.launches.session_for(config, self.progress.phase, then=then)
@@ -365,11 +369,10 @@ class Objective:
                 time_s["startup"] = self.launches.startup_wait_s
                 time_s["gpu_wait"] = self.launches.gpu_wait_s
             overlap = _overlap(self.launches, launched, then)
-            confirming = _confirming(plan, trial, config, reference, cached)
             measure = measure_plan(
                 space,
                 config,
-                accuracy_ids=ids if measure_accuracy else None,
+                accuracy_ids=plan.evalset.decision_order() if measure_accuracy else None,
                 floor=None if cached else _floor(plan, config, reference),
                 max_seconds=self.budget.measure_seconds(
                     trial.study, used_s=self.clock() - self.started, accuracy=measure_accuracy
@@ -378,9 +381,7 @@ class Objective:
             )
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
-            if confirming is not None and reference is not None:
-                held = confirming.floor(stored_accuracy(reference).item_scores)
-                measure = measure.model_copy(update={"confirmation": held})
+            measure, confirming = _confirming(plan, trial, config, reference, cached, measure)
             live = LiveEstimate(trial, self.progress.estimate)
             # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
             phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)

@@ -15,9 +15,10 @@ from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
+from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_trial
 from autotune.space import SearchSpace
-from autotune.study.results.select import CONSTRAINT_NAMES
+from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES, confirmation_of
 
 
 def constraint_values(
@@ -117,10 +118,6 @@ def judge_absolute(
     return None if request is None else request.judge(accuracy.item_scores, with_interval=True)
 
 
-# The trial attribute a confirmation is recorded under (autotune.accuracy.confirm.Confirmation).
-CONFIRMATION = "confirmation"
-
-
 def confirmation_request(
     study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int
 ) -> ConfirmRequest | None:
@@ -128,9 +125,9 @@ def confirmation_request(
     set of answers confirmed once spends one level), on the study's held-out slice."""
     holdout = study_holdout(space, evalset)
     tested = {
-        trial.user_attrs.get("output_key")
+        TrialRecord.of(trial).output_key
         for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if isinstance(trial.user_attrs.get(CONFIRMATION), dict)
+        if confirmation_of(trial) is not None
     }
     floor = space.constraints.accuracy
     return confirm_request(floor, holdout, index=len(tested) + 1, batch=batch)
