@@ -49,7 +49,10 @@ def level(alpha: float, index: int) -> float:
 
 
 @cache
-def _items_to_confirm(max_drop: float, alpha_1: float, discordance: float) -> int:
+def holdout_items(*, max_drop: float, confidence: float, discordance: float) -> int:
+    """Items a candidate that loses nothing, answering unlike the reference on `discordance`
+    of items, needs to be confirmed 9 times in 10 at the study's first level."""
+    alpha_1 = level(1 - confidence, 1)
     _, p90, _ = items_needed_to_pass(
         max_drop=max_drop, confidence=1 - alpha_1, discordance=discordance, cap=12_000
     )
@@ -66,7 +69,9 @@ def holdout_size(floor: AccuracyConstraint) -> int:
     if floor.confirmation.items is not None:
         return floor.confirmation.items
     discordance = 0.0 if floor.identical_answers_only else SIZING_DISCORDANCE
-    return _items_to_confirm(floor.max_drop, level(1 - floor.confidence, 1), discordance)
+    return holdout_items(
+        max_drop=floor.max_drop, confidence=floor.confidence, discordance=discordance
+    )
 
 
 @dataclass(frozen=True)
