@@ -28,7 +28,6 @@ from typing import Any
 
 import optuna
 
-from autotune.accuracy.confirm import HOLDOUT, study_holdout
 from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
 from autotune.errors import SpaceError, StudyError
@@ -45,6 +44,7 @@ from autotune.study.results.counting import counted_trials
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import reference_trial
 from autotune.study.run.budget import Budget, budget_allows
+from autotune.study.run.verdicts import keep_holdout
 from autotune.study.store.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.store.storage import local_file, open_storage, remove_study_file
 
@@ -324,7 +324,7 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         raise SpaceError(f"{plan.space.name}: {small}")
     study, _ = open_study(plan)
     if not plan.dummy_weights:  # the items held out to confirm the recommendation
-        write_study(study, {HOLDOUT: study_holdout(plan.space, plan.evalset).describe()})
+        keep_holdout(study, plan.space, plan.evalset)
     spool = Spool(plan.storage_url, plan.study_name)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.
