@@ -49,6 +49,39 @@ def sequential_reach(n_items: int, max_drop: float, confidence: float) -> float 
     return reach
 
 
+def set_too_small(n_items: int, constraints: Constraints) -> str | None:
+    """Why a set is refused for a relative sequential floor, or None: its search part (the
+    items not held out for the confirmation) cannot pass, 9 times in 10, a candidate as
+    accurate as the reference whose answers differ on even 2% of items, and the space has not
+    said that identical answers are what it wants (`identical_answers_only`)."""
+    from autotune.accuracy.confirm import holdout_size
+    from autotune.accuracy.sequential import items_needed_to_pass
+
+    floor = constraints.accuracy
+    if not floor.enabled or floor.mode != "relative" or floor.test != "sequential":
+        return None
+    if floor.identical_answers_only:
+        return None
+    held = holdout_size(floor)
+    search = n_items - held if held < n_items else n_items
+    reach = sequential_reach(search, floor.max_drop, floor.confidence)
+    if reach is not None and reach > 0:
+        return None
+    _, needed, _ = items_needed_to_pass(
+        max_drop=floor.max_drop, confidence=floor.confidence, discordance=0.02, cap=12_000
+    )
+    held_out = f" ({held} more held out to confirm the recommendation)" if held < n_items else ""
+    return (
+        f"accuracy floor: {search} items{held_out} cannot pass a candidate whose answers differ "
+        f"from the reference's: at max_drop {floor.max_drop:g}, confidence {floor.confidence:g}, "
+        f"one as accurate that differs on 2% of items needs {needed:,.0f} items to pass 9 times "
+        f"in 10 (`autotune evalset needs --max-drop {floor.max_drop:g} --confidence "
+        f"{floor.confidence:g}`); use a larger set, or set "
+        "constraints.accuracy.identical_answers_only: true if identical answers are what this "
+        "space wants"
+    )
+
+
 def floor_warning(n_items: int, reference_accuracy: float, constraints: Constraints) -> str | None:
     """A note when the set is too small for the relative floor's test, else None."""
     floor = constraints.accuracy
@@ -107,7 +140,8 @@ def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[
             reference = _num((accuracy or 0.0) - paired.get("accuracy_diff", math.nan))
             reasons.append(
                 f"accuracy {_num(accuracy)} vs reference {reference}; "
-                f"{paired.get('confidence', floor.confidence):.0%} paired interval "
+                f"{interval_label(paired.get('confidence', floor.confidence), 'bootstrap')} "
+                "of the paired difference "
                 f"[{_num(paired.get('ci_low'), '+.3f')}, {_num(paired.get('ci_high'), '+.3f')}] "
                 f"does not exclude a drop of {floor.max_drop:g} with "
                 f"{paired.get('n_items', '?')} items"
@@ -125,10 +159,23 @@ def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[
     return reasons
 
 
+def interval_label(confidence: float, test: str | None = "sequential") -> str:
+    """What a recorded interval is, in words. The sequential floor's two ends are each a
+    one-sided bound at `confidence` over all looks, so together they cover the mean with
+    2 * confidence - 1 (two 95% ends: a 90% pair); a bootstrap interval is two-sided."""
+    if test == "sequential":
+        return (
+            f"confidence sequence (each end a one-sided {confidence:.0%} bound, both ends "
+            f"together {2 * confidence - 1:.0%})"
+        )
+    return f"{confidence:.0%} two-sided interval"
+
+
 def _sequence(verdict: dict[str, Any], spec: str) -> str:
-    """'90% confidence sequence [-0.300, -0.100]' from a recorded verdict."""
+    """'confidence sequence (each end a one-sided 90% bound, both ends together 80%)
+    [-0.300, -0.100]' from a recorded verdict."""
     low, high = _num(verdict.get("ci_low"), spec), _num(verdict.get("ci_high"), spec)
-    return f"{verdict.get('confidence', 0.0):.0%} confidence sequence [{low}, {high}]"
+    return f"{interval_label(verdict.get('confidence', 0.0))} [{low}, {high}]"
 
 
 def _sequential_reason(accuracy: Any, paired: dict[str, Any], max_drop: float) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.accuracy.confirm import search_order
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import items_to_decide, stage_sizes
 from autotune.accuracy.staged import FloorRequest
@@ -98,7 +99,7 @@ def floor_request(
         return None
     if floor.mode == "relative" and reference is None:
         return None
-    order = evalset.decision_order()
+    order = search_order(space, evalset)  # never the items held out to confirm
     if floor.mode == "relative":
         order = order[: answered_prefix(order, reference)]
     screening = space.screening.items if space.screening.items < len(order) else 0
@@ -129,7 +130,7 @@ def reference_stages(space: SearchSpace, evalset: EvalSet, *, batch: int) -> lis
     accuracy batch) that holds that many; each later stage is the floor's next one, answered
     when a candidate is still undecided at the end of the previous.
     """
-    pool = len(evalset.items)
+    pool = len(search_order(space, evalset))  # the held-out slice is asked for apart
     floor = space.constraints.accuracy
     if not (floor.enabled and floor.test == "sequential" and floor.mode == "relative"):
         return [pool]

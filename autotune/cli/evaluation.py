@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from autotune.cli.base import (
+    FiniteFloatRange,
     _fail,
     adapter_option,
     dummy_weights_option,
@@ -118,8 +119,9 @@ def evalset_show(name_or_path: str, as_json: bool) -> None:
 
 
 @evalset.command("needs")
-@click.option("--max-drop", type=click.FloatRange(0.001, 0.5), default=0.02, show_default=True)
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.9, show_default=True)
+# Finite ranges: NaN passes every range check, and would print a table of capped medians.
+@click.option("--max-drop", type=FiniteFloatRange(0.001, 0.5), default=0.02, show_default=True)
+@click.option("--confidence", type=FiniteFloatRange(0.5, 0.999), default=0.9, show_default=True)
 @click.option("--evalset", "name_or_path", default=None, help="Also say what this set can decide.")
 @json_option
 @user_errors
@@ -128,6 +130,7 @@ def evalset_needs(
 ) -> None:
     """Items the sequential accuracy floor spends to pass a candidate as accurate as the
     reference, by how often the two answer differently (simulated with the floor's own code)."""
+    from autotune.accuracy.confirm import SIZING_DISCORDANCE, holdout_items
     from autotune.accuracy.sequential import items_needed_to_pass
 
     size = None
@@ -141,9 +144,21 @@ def evalset_needs(
             max_drop=max_drop, confidence=confidence, discordance=discordance, cap=12_000
         )
         rows.append({"discordance": discordance, "median_items": median, "items_for_90pct": p90})
+    held = {
+        f"{d:.0%}": holdout_items(max_drop=max_drop, confidence=confidence, discordance=d)
+        for d in (0.0, SIZING_DISCORDANCE)
+    }
     if as_json:
         click.echo(
-            json_text({"max_drop": max_drop, "confidence": confidence, "items": size, "rows": rows})
+            json_text(
+                {
+                    "max_drop": max_drop,
+                    "confidence": confidence,
+                    "items": size,
+                    "rows": rows,
+                    "holdout_items": held,
+                }
+            )
         )
         return
     click.echo(
@@ -155,6 +170,11 @@ def evalset_needs(
         p90 = row["items_for_90pct"]
         shown = f"{p90:,.0f}" if p90 < 12_000 else "over 12,000"
         click.echo(f"{row['discordance']:>15.0%}   | {row['median_items']:>12,.0f} | {shown}")
+    click.echo(
+        f"held out to confirm the recommendation (error at most {1 - confidence:.2g} for the "
+        f"whole study): {held['5%']:,} items (a candidate differing on 5% of items confirmed "
+        f"9 times in 10), {held['0%']:,} with identical_answers_only"
+    )
     if size is not None:
         enough = [r["discordance"] for r in rows if r["items_for_90pct"] <= size]
         reach = (

@@ -243,6 +243,14 @@ def _paired_confidence(data: ReportData) -> float | None:
     return finite(accuracy.get("confidence")) or 0.95
 
 
+def _lower_end(data: ReportData, confidence: float) -> str:
+    """What the bar's lower end is: a one-sided bound at the floor's confidence under the
+    sequential test; a two-sided interval's end, one-sided at (1 + confidence) / 2, else."""
+    if _accuracy_settings(data).get("test", "sequential") == "sequential":
+        return f"a one-sided {confidence:.0%} bound"
+    return f"the end of a two-sided {confidence:.0%} interval"
+
+
 def paired_bar(trial: FrozenTrial) -> tuple[float, float]:
     """How far the trial's paired interval, placed on the accuracy axis, reaches above and
     below its point: the reference's accuracy plus [ci_low, ci_high] of the difference."""
@@ -293,7 +301,8 @@ def accuracy_figure(data: ReportData) -> Any | None:
     floor = _accuracy_floor(data)
     if floor is not None:
         applied = (
-            f": the whole paired {confidence:.0%} interval (bar) must clear it"
+            f": the lower end of the paired interval (bar; {_lower_end(data, confidence)}) "
+            "must clear it"
             if confidence is not None
             else ""
         )

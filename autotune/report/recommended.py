@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial
 
+from autotune.accuracy.floor import interval_label
 from autotune.engines.gpus import describe
 from autotune.records.stored import TrialRecord
 from autotune.report.cells import (
@@ -18,6 +19,7 @@ from autotune.report.cells import (
     set_values,
     tag,
 )
+from autotune.report.confirmation import confirmation_lines
 from autotune.report.data import (
     ReportData,
     changed_params,
@@ -74,7 +76,7 @@ def _paired_line(trial: FrozenTrial) -> str:
     return (
         f"<p>Accuracy vs reference on the same {e(paired.n_items)} items: "
         f"{fmt(paired.accuracy_diff, '+.3f')} "
-        f"({conf:.0%} interval {fmt(paired.ci_low, '+.3f')} to "
+        f"({e(interval_label(conf, paired.test))} {fmt(paired.ci_low, '+.3f')} to "
         f"{fmt(paired.ci_high, '+.3f')}; McNemar p = "
         f"{fmt(paired.mcnemar_p, '.3g')})</p>"
     )
@@ -161,9 +163,11 @@ def recommended_section(data: ReportData) -> str:
     if unlike:
         where += f"<p class='note'>Its GPU is unlike the reference's: {e(unlike)}.</p>"
     why = _reference_note(data) if is_reference and rec.feasible else ""
+    # The recommendation's own accuracy error: the held-out confirmation, or why none.
+    guarantee = "".join(f"<p>{e(line)}</p>" for line in confirmation_lines(rec))
     return (
         f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{itself}{feasible_note}</h2>"
-        f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{why}{where}{ties}"
+        f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{guarantee}{why}{where}{ties}"
         f"<div class='grid'><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}"
         f"{ref_line}</div><div>{_samples_heading(data, rec.trial.number)}"
         f"{_samples_table(data)}</div></div>"

@@ -17,6 +17,7 @@ from autotune.export.reproduce import COMMANDS
 from autotune.records.repeats import impossible_repeats
 from autotune.records.repeats import measured as measured_trials
 from autotune.records.stored import StudyRecord, TrialRecord
+from autotune.report.confirmation import confirmation_json, confirmation_lines
 from autotune.report.data import (
     changed_params,
     named_beside,
@@ -120,6 +121,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "pareto_front": [trial_summary(t, ref) for t in rec.front],
         "ties": [t.number for t in rec.ties],
         "what_ifs": [_what_if(t, why) for t, why in rec.what_ifs],
+        "confirmation": confirmation_json(rec),
     }
 
 
@@ -295,6 +297,8 @@ def best_text(study: optuna.Study) -> str:
     console.print(f"  what ran: {provenance(TrialRecord.of(rec.trial), reference)}", markup=False)
     if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
         console.print(f"  throughput: {ratio.words()}", markup=False)
+    for line in confirmation_lines(rec):
+        console.print(f"  {line}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:
         console.print("  the reference itself is recommended; each faster trial and why not:")
         measured = measured_trials(_complete(study), study.get_trials(deepcopy=False))

@@ -79,12 +79,36 @@ class ParamSpec(_Strict):
         return self
 
 
+class Confirmation(_Strict):
+    """Held-out items that confirm a trial before it is recommended (autotune.accuracy.confirm):
+    the search floor never looks at them, so the recommendation's own error is bounded."""
+
+    enabled: bool = Field(
+        True,
+        description="false: recommend the fastest trial the floor passed, each verdict wrong at "
+        "most 1 - confidence of the time but the recommendation with no bound of its own.",
+    )
+    items: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Items held out of the search floor's pool; None: what a candidate that "
+        "loses nothing, answering unlike the reference on 5% of items (identical answers with "
+        "identical_answers_only), needs to be confirmed 9 times in 10 at the first "
+        "confirmation's error (`autotune evalset needs` prints it).",
+    )
+
+
 class AccuracyConstraint(_Strict):
     """The accuracy floor: absolute, or relative to the reference trial."""
 
     mode: Literal["relative", "absolute"] = Field("relative", description="Kind of floor.")
     max_drop: float = Field(
-        0.05, ge=0.0, le=1.0, description="relative: allowed drop below the reference (0-1)."
+        0.05,
+        gt=0.0,
+        le=1.0,
+        description="relative: allowed drop below the reference (above 0, at most 1). 0 would "
+        "ask every candidate to be shown better than the reference, not no worse.",
     )
     min: float = Field(0.0, ge=0.0, le=1.0, description="absolute: lowest allowed accuracy.")
     test: Literal["sequential", "bootstrap", "point"] = Field(
@@ -104,6 +128,17 @@ class AccuracyConstraint(_Strict):
         "often); bootstrap: the two-sided interval's level.",
     )
     enabled: bool = Field(True, description="Switch the floor off (for ablations only).")
+    identical_answers_only: bool = Field(
+        False,
+        description="The space wants candidates that answer word for word as the reference: "
+        "its set may then be too small to pass one whose answers differ (a study refuses such "
+        "a set otherwise, saying what `autotune evalset needs` says).",
+    )
+    confirmation: Confirmation = Field(
+        default_factory=Confirmation,
+        description="The held-out items that confirm the recommendation "
+        "(autotune.accuracy.confirm).",
+    )
 
 
 class Screening(_Strict):

@@ -17,6 +17,12 @@ Usage (from the repository root)::
         --out bench/results --name floor-error-rates-2026-12-03
     python bench/cpu/floor_error_rates.py --seeds 40 --settings smoke      # a quick look
 
+With --whole-study, planted whole studies instead (bench/cpu/floor_whole_study.py): how often
+the recommendation itself loses max_drop or more, with the held-out confirmation::
+
+    nice python bench/cpu/floor_error_rates.py --whole-study --seeds 500 --check \
+        --out bench/results --name floor-whole-study-2026-12-07
+
 `--check` exits 1 unless every cell whose true drop is at least the margin accepts no more
 often than 1 - confidence (within its binomial margin), the default settings accept a
 candidate that loses nothing in >= 90% of seeds at discordance <= 0.05 and >= 50% at 0.10,
@@ -43,6 +49,7 @@ sys.path.insert(0, str(REPO))
 from autotune.accuracy.reuse import FIRST_STAGE_ITEMS  # noqa: E402
 from autotune.accuracy.sequential import items_to_decide, planted_diffs, stage_sizes  # noqa: E402
 from autotune.accuracy.staged import FloorRequest  # noqa: E402
+from bench.cpu import floor_whole_study as studies  # noqa: E402
 
 DROPS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.10)
 DISCORDANCES = (0.02, 0.05, 0.10, 0.20)
@@ -303,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="folder for NAME.md and NAME.json")
     parser.add_argument("--name", default="floor-error-rates")
     parser.add_argument("--check", action="store_true", help="exit 1 if a promise fails")
+    parser.add_argument(
+        "--whole-study", action="store_true", help="planted whole studies (k configurations)"
+    )
     args = parser.parse_args(argv)
+    if args.whole_study:
+        return whole_studies(args)
     names = [n for n in args.settings.split(",") if n]
     unknown = [n for n in names if n not in SETTINGS]
     if unknown or not names:
@@ -331,6 +343,43 @@ def main(argv: list[str] | None = None) -> int:
         }
         (args.out / f"{args.name}.json").write_text(
             json.dumps(payload, indent=1) + "\n", encoding="utf-8"
+        )
+    return 1 if args.check and failures else 0
+
+
+def whole_studies(args: argparse.Namespace) -> int:
+    """--whole-study: every setting, k and kind of answers; the check is the stated error."""
+    names = [n for n in args.settings.split(",") if n in studies.STUDY_SETTINGS]
+    started = time.perf_counter()
+    cells = [
+        studies.whole_study(studies.STUDY_SETTINGS[name], k, args.seeds, nested=nested)
+        for name in names
+        for nested in (False, True)
+        for k in studies.KS
+    ]
+    failures = [line for c in cells if (line := studies.check(c)) is not None]
+    text = "\n".join(
+        [
+            "# The whole study's error: how often the recommendation loses max_drop",
+            "",
+            f"`python bench/cpu/floor_error_rates.py {' '.join(sys.argv[1:])}` "
+            f"({time.perf_counter() - started:.0f} s).",
+            "",
+            *studies.markdown_rows(cells),
+            "",
+            "## Check",
+            "",
+            "passed" if not failures else "FAILED:\n\n" + "\n".join(f"- {f}" for f in failures),
+            "",
+        ]
+    )
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.md").write_text(text, encoding="utf-8")
+        payload = {"cells": cells, "failures": failures}
+        (args.out / f"{args.name}.json").write_text(
+            json.dumps(payload, indent=1, default=float) + "\n", encoding="utf-8"
         )
     return 1 if args.check and failures else 0
 

@@ -38,10 +38,11 @@ def test_the_sequential_floor_warns_where_its_set_cannot_pass_a_candidate_that_d
 @pytest.mark.parametrize(
     ("decision", "words"),
     [
-        ("infeasible", "on the same 120 items; the 90% confidence sequence [-0.300, -0.100] "
-         "shows a drop of more than 0.05"),
-        ("undecided", "undecided after 120 items: accuracy 0.700 vs reference 0.700; the 90% "
-         "confidence sequence [-0.060, +0.050] neither excludes nor shows a drop of 0.05"),
+        ("infeasible", "on the same 120 items; the confidence sequence (each end a one-sided "
+         "90% bound, both ends together 80%) [-0.300, -0.100] shows a drop of more than 0.05"),
+        ("undecided", "undecided after 120 items: accuracy 0.700 vs reference 0.700; the "
+         "confidence sequence (each end a one-sided 90% bound, both ends together 80%) "
+         "[-0.060, +0.050] neither excludes nor shows a drop of 0.05"),
     ],
 )  # fmt: skip
 def test_sequential_reasons_say_what_the_sequence_showed(decision: str, words: str) -> None:
@@ -85,7 +86,8 @@ def test_reasons_name_the_figure_the_limit_and_the_interval() -> None:
     }
     reasons = infeasible_because(attrs, constraints)
     assert reasons == [
-        "accuracy 0.188 vs reference 0.188; 90% paired interval [-0.094, +0.094] does not "
+        "accuracy 0.188 vs reference 0.188; 90% two-sided interval of the paired difference "
+        "[-0.094, +0.094] does not "
         "exclude a drop of 0.05 with 32 items",
         "peak memory 5,000 MiB is over the budget of 4,096 MiB",
     ]

@@ -26,11 +26,30 @@ def test_needs_grows_with_disagreement_and_says_what_the_set_can_decide() -> Non
     assert report["items"] == 240
     medians = [row["median_items"] for row in report["rows"]]
     assert medians == sorted(medians) and medians[0] < 240 < medians[-1]
+    # What the held-out confirmation costs: identical answers need fewer items than differing.
+    held = report["holdout_items"]
+    assert 0 < held["0%"] < held["5%"]
     text = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "evalset", "needs", "--evalset", "smoke"],
         capture_output=True, text=True, timeout=300, check=False,
     ).stdout  # fmt: skip
     assert "smoke: 240 items: passes such a candidate 9 times in 10" in text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--max-drop", "nan"), ("--max-drop", "inf"), ("--max-drop", "-0.1"), ("--max-drop", "0"),
+     ("--confidence", "nan"), ("--confidence", "-inf"), ("--confidence", "1")],
+)  # fmt: skip
+def test_a_floor_that_is_no_number_or_out_of_range_is_one_line(option: str, value: str) -> None:
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    result = CliRunner().invoke(main, ["evalset", "needs", option, value])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: Invalid value for '{option}'"), lines
 
 
 def test_the_default_space_judges_on_its_pool_and_dummy_weights_time_that_pool() -> None:

@@ -193,7 +193,8 @@ def test_the_floor_drawn_is_the_floor_applied(tmp_path: Path) -> None:
     figure = accuracy_figure(collect(study))
     floor = figure.layout.shapes[0].y0
     assert floor == pytest.approx(0.90 - MAX_DROP)
-    assert "paired 90% interval (bar) must clear it" in figure.layout.annotations[0].text
+    text = figure.layout.annotations[0].text
+    assert "paired interval (bar; the end of a two-sided 90% interval) must clear it" in text
     seen = {}
     for trace in figure.data:
         lower = [y - down for y, down in zip(trace.y, trace.error_y.arrayminus, strict=True)]

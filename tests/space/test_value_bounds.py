@@ -55,6 +55,31 @@ SPACE_CASES: list[tuple[str, dict[str, Any], str]] = [
         f"launches.trials_per_launch: {LE} 100000",
     ),
     ("sampler", {"sampler": {"n_startup_trials": 10**9}}, f"sampler.n_startup_trials: {LE} 100000"),
+    # A floor of 0 asks every candidate to be shown better than the reference (issue 53).
+    (
+        "max_drop-0",
+        {"constraints": {"accuracy": {"max_drop": 0}}},
+        "constraints.accuracy.max_drop: Input should be greater than 0",
+    ),
+    (
+        "holdout-items",
+        {"constraints": {"accuracy": {"confirmation": {"items": 0}}}},
+        "constraints.accuracy.confirmation.items: Input should be greater than or equal to 1",
+    ),
+    # 8 items cannot pass a candidate whose answers differ, and the space did not say that
+    # identical answers are what it wants: refused with what the floor needs (issue 53).
+    (
+        "set-too-small",
+        {
+            "constraints": {
+                "accuracy": {"max_drop": 0.05, "confidence": 0.95, "identical_answers_only": False}
+            }
+        },
+        "accuracy floor: 8 items cannot pass a candidate whose answers differ from the "
+        "reference's: at max_drop 0.05, confidence 0.95, one as accurate that differs on 2% of "
+        "items needs 160 items to pass 9 times in 10 (`autotune evalset needs --max-drop 0.05 "
+        "--confidence 0.95`)",
+    ),
     # Each cap allowed alone, together past the trial's timeout: every trial would time out.
     (
         "caps-past-timeout",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -28,6 +29,8 @@ from autotune.records.stored import StudyRecord, TrialRecord
 # sampler (so it learns where deployable configurations are); it is not a feasibility limit.
 CONSTRAINT_NAMES = ("accuracy", "memory", "latency")
 DEPLOYABLE = "deployable"
+# The attribute a trial records its held-out confirmation under (autotune.accuracy.confirm).
+CONFIRMATION = "confirmation"
 # How a what-if that did not do the forced work says so (split_equal_work).
 UNEQUAL_PREFIX = "unequal work: "
 
@@ -163,6 +166,14 @@ class Recommendation:
     # The best of the feasible front on the first objective (None without a feasible trial):
     # the recommendation, unless a trial tied with it wins on the next objective.
     top: FrozenTrial | None = None
+    # The held-out confirmation (autotune.accuracy.confirm): the most often the recommended
+    # trial loses max_drop or more (None: no bound, unconfirmed or confirmation off), the
+    # verdict that confirmed it, the study's held-out slice, and the faster trials the floor
+    # passed that were not confirmed, each with why.
+    error_bound: float | None = None
+    confirmation: dict[str, Any] | None = None
+    holdout: dict[str, Any] | None = None
+    passed_over: list[tuple[FrozenTrial, str]] = field(default_factory=list)
 
 
 class NoDeployableTrial(StudyError):
@@ -280,8 +291,13 @@ def recommend(study: optuna.Study) -> Recommendation:
             "run more trials, or pick one with --trial N",
             what_ifs,
         )
-    found = front_top(study, candidates)
+    holdout = study_holdout(study)
+    confirmed = [
+        t for t in candidates if holdout is None or not is_feasible(t) or confirmed_trial(t)
+    ]
+    found = front_top(study, confirmed) or front_top(study, candidates)
     if found is not None:
+        sure = holdout is not None and confirmed_trial(found.best)
         return Recommendation(
             trial=found.best,
             feasible=True,
@@ -291,6 +307,10 @@ def recommend(study: optuna.Study) -> Recommendation:
             ties=found.ties,
             what_ifs=what_ifs,
             top=found.top,
+            error_bound=stated_error(study) if sure else None,
+            confirmation=confirmation_of(found.best),
+            holdout=holdout,
+            passed_over=[] if holdout is None else passed_over(study, candidates, found.best),
         )
     signs = [1.0 if d == "maximize" else -1.0 for d in _direction_names(study)]
     least = min(
@@ -305,6 +325,69 @@ def recommend(study: optuna.Study) -> Recommendation:
         front=[],
         target=target,
         what_ifs=what_ifs,
+    )
+
+
+def study_holdout(study: optuna.Study) -> dict[str, Any] | None:
+    """The study's held-out slice ({"items", "digest"}); None where it confirms nothing."""
+    from autotune.accuracy.confirm import HOLDOUT
+
+    held = study.user_attrs.get(HOLDOUT)
+    return held if isinstance(held, dict) and held.get("items") else None
+
+
+def confirmation_of(trial: FrozenTrial) -> dict[str, Any] | None:
+    """The trial's confirmation verdict (autotune.accuracy.confirm.Confirmation), if any."""
+    verdict = (TrialRecord.of(trial).model_extra or {}).get(CONFIRMATION)
+    return verdict if isinstance(verdict, dict) else None
+
+
+def confirmed_trial(trial: FrozenTrial) -> bool:
+    """Whether the trial may be recommended with the study's error bound: its answers were
+    confirmed on the held-out items, or it is the reference (which loses nothing to itself)."""
+    verdict = confirmation_of(trial)
+    return TrialRecord.of(trial).is_reference or (
+        verdict is not None and verdict.get("decision") == "confirmed"
+    )
+
+
+def stated_error(study: optuna.Study) -> float | None:
+    """1 - the floor's confidence: what the held-out confirmation bounds the recommendation's
+    chance of losing max_drop or more by."""
+    from autotune.space import Constraints
+
+    space = StudyRecord.of(study).space
+    floor = Constraints.model_validate(space.get("constraints") or {}).accuracy
+    return 1 - floor.confidence
+
+
+def passed_over(
+    study: optuna.Study, candidates: list[FrozenTrial], chosen: FrozenTrial
+) -> list[tuple[FrozenTrial, str]]:
+    """The trials the floor passed that beat `chosen` on the first objective but were not
+    confirmed, each with why, best first."""
+    sign = 1.0 if _direction_names(study)[0] == "maximize" else -1.0
+    faster = [
+        t
+        for t in candidates
+        if is_feasible(t)
+        and not confirmed_trial(t)
+        and sign * t.values[0] > sign * chosen.values[0]
+    ]
+    return [(t, unconfirmed_reason(t)) for t in sorted(faster, key=lambda t: -sign * t.values[0])]
+
+
+def unconfirmed_reason(trial: FrozenTrial) -> str:
+    """Why a trial the floor passed is not recommended, in words."""
+    verdict = confirmation_of(trial)
+    if verdict is None:
+        return (
+            f"trial {trial.number} answered none of the held-out items (its reference was not "
+            "measured yet, or it reused answers never confirmed)"
+        )
+    return (
+        f"trial {trial.number} failed its confirmation on {verdict.get('n_items', '?')} of the "
+        f"{verdict.get('holdout_items', '?')} held-out items (error {verdict.get('error', 0):.3g})"
     )
 
 

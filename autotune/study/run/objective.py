@@ -15,11 +15,14 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import TrialState
 
+from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import accuracy_key
+from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.timed import TimedPass, timed_before
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
+from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
@@ -57,9 +60,12 @@ from autotune.study.run.twins import (
     identical_trial,
 )
 from autotune.study.run.verdicts import (
+    CONFIRMATION,
+    confirmation_attrs,
+    confirmation_request,
     constraint_values,
-    judge,
     judge_absolute,
+    judge_paired,
     record_constraints,
 )
 from autotune.study.store.recovery import Spool, owner, spool_payload
@@ -119,6 +125,9 @@ class _Run:
     rival: Incumbent | None = None  # the trial it raced (autotune.study.run.racing)
     # What ran beside its launch's start-up, or beside its measuring (environment entries).
     overlap: dict[str, str] = dataclasses.field(default_factory=dict)
+    confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
+    # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
+    reused_confirmation: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +174,12 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     paired = None
     same_answers = False
     if run.reference is not None and m.accuracy is not None:
-        paired = judge(m.accuracy, run.reference.report, space, plan.evalset)
-        attrs["paired_vs_reference"] = paired.to_dict()
         same_answers = m.predictions == run.reference.predictions
+        paired = judge_paired(
+            m.accuracy, run.reference.report, space, plan.evalset, same_answers=same_answers
+        )
+        attrs["paired_vs_reference"] = paired.to_dict()
+    attrs |= _confirmation(run, paired, m.accuracy)
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         attrs["accuracy_floor"] = dataclasses.asdict(absolute)
@@ -191,6 +203,28 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     figures = m.user_attrs()
     values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
     return _Verdict(m, attrs, constraints, values)
+
+
+def _confirm_request(
+    plan: StudyPlan, study: optuna.Study, config: TrialConfig, answers: AnswersPlan
+) -> tuple[ConfirmRequest | None, dict[str, Any] | None]:
+    """The confirmation the trial runs if its floor passes it (autotune.accuracy.confirm);
+    none where it has no floor, and the earlier trial's verdict where it reuses its answers."""
+    if isinstance(answers.source, int):
+        earlier = study.trials[answers.source].user_attrs
+        return None, {CONFIRMATION: earlier[CONFIRMATION]} if CONFIRMATION in earlier else None
+    if plan.dummy_weights or (answers.floor is None and not answers.follow):
+        return None, None
+    batch = accuracy_batch_size(plan.space, config)
+    return confirmation_request(study, plan.space, plan.evalset, batch=batch), None
+
+
+def _confirmation(run: _Run, paired: Any, accuracy: AccuracyReport | None) -> dict[str, object]:
+    """The trial's confirmation verdict: its own, or that of the trial it reuses."""
+    if run.reused_confirmation is not None:
+        return dict(run.reused_confirmation)
+    reference = run.reference.report if run.reference is not None else None
+    return confirmation_attrs(run.confirm, paired, accuracy, reference)
 
 
 class Objective:
@@ -356,12 +390,15 @@ class Objective:
             if not proposal.is_reference:
                 await_reference(study, space)
             with timed(time_s, "engine_call"):  # its floor past the reference's answers
-                settled = self.answers.settle(study, trial.number, session, config, answers, result)
+                confirming = _confirm_request(plan, study, config, answers)
+                settled = self.answers.settle(
+                    study, trial.number, session, config, answers, result, confirming[0]
+                )
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
             config, settled.result, session.startup_s, session.launch_id, answers,
-            settled.computed, settled.reference, rival, overlap,
+            settled.computed, settled.reference, rival, overlap, *confirming,
         )  # fmt: skip
 
     def _record(

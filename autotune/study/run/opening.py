@@ -26,9 +26,9 @@ from typing import Any
 import optuna
 
 from autotune.accuracy.answers_cache import evalset_digest
-from autotune.accuracy.floor import floor_warning
+from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
-from autotune.errors import StudyError
+from autotune.errors import SpaceError, StudyError
 from autotune.params import base_param
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
@@ -41,6 +41,7 @@ from autotune.study.results.counting import counted_trials
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import reference_trial
 from autotune.study.run.budget import Budget, budget_allows
+from autotune.study.run.verdicts import keep_holdout
 from autotune.study.store.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.store.storage import local_file, open_storage, remove_study_file
 
@@ -284,7 +285,16 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
 def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:
     """Open (or resume) the study, repair what an earlier run left behind, and queue the
     reference and the candidates. None when there is nothing to run (target or budget met)."""
+    small = (
+        None
+        if plan.dummy_weights
+        else set_too_small(len(plan.evalset.items), plan.space.constraints)
+    )
+    if small is not None:  # before the study exists: nothing to leave behind
+        raise SpaceError(f"{plan.space.name}: {small}")
     study, _ = open_study(plan)
+    if not plan.dummy_weights:  # the items held out to confirm the recommendation
+        keep_holdout(study, plan.space, plan.evalset)
     spool = Spool(plan.storage_url, plan.study_name)
     # What an earlier run left behind: its processes, its RUNNING trials, its unrecorded
     # results.

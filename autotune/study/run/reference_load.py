@@ -53,6 +53,7 @@ from autotune.accuracy.answers_cache import (
     evalset_digest,
     model_digest,
 )
+from autotune.accuracy.confirm import search_order
 from autotune.accuracy.reuse import answered_prefix, reference_stages
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.backends import BACKENDS
@@ -203,7 +204,7 @@ class ReferenceStages:
         floor = plan.space.constraints.accuracy
         # Whether candidates are judged on the reference's answers a stage at a time.
         self.staged = floor.enabled and floor.test == "sequential" and floor.mode == "relative"
-        self.order = plan.evalset.decision_order()
+        self.order = search_order(plan.space, plan.evalset)  # the held-out: answers_for
         self.cache = AnswersCache(answers_folder(plan.storage_url))
         self.key = cache_key(plan, self.config)
         self._categories = {item.id: item.category for item in plan.evalset.items}

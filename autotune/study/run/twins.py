@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.answers_cache import AnswersKey
+from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.reuse import answered_prefix, find_reusable, floor_request, stored_accuracy
 from autotune.accuracy.scoring import score_predictions
 from autotune.accuracy.staged import FloorRequest
@@ -249,6 +250,7 @@ class TrialAnswers:
         config: TrialConfig,
         planned: AnswersPlan,
         result: SessionResult,
+        confirm: ConfirmRequest | None = None,
     ) -> Settled:
         """`result` with the known answers and those its floor still needed, stored in the
         answers cache."""
@@ -261,6 +263,12 @@ class TrialAnswers:
             started = time.perf_counter()
             more = self._follow(study, number, session, config, predictions)
             spent = time.perf_counter() - started
+            computed |= more
+            predictions |= more
+        if confirm is not None and result.stop_reason != RACED and not result.screened_out:
+            started = time.perf_counter()
+            more = self._confirm(study, number, session, config, predictions, confirm)
+            spent += time.perf_counter() - started
             computed |= more
             predictions |= more
         if planned.key is not None and computed:
@@ -285,6 +293,35 @@ class TrialAnswers:
             return Settled(result, len(result.timed_tokens), None)
         self.stages.note_once("timed accuracy passes reused from the answers cache")
         return Settled(result, 0, None)
+
+    def _confirm(
+        self,
+        study: optuna.Study,
+        number: int,
+        session: EngineSession,
+        config: TrialConfig,
+        predictions: dict[str, str],
+        request: ConfirmRequest,
+    ) -> dict[str, str]:
+        """The held-out answers of a trial its floor passed, a stage at a time until the
+        confirmation decides (autotune.accuracy.confirm); the reference answers each stage's
+        items first, so it never answers more of the slice than a decision needs."""
+        floor = self.floor(config, self.stages.answers(study))
+        scores = self._scores(predictions)
+        if floor is None or floor.judge(scores).decision != "feasible":
+            return {}
+        more: dict[str, str] = {}
+        for size in request.stages:
+            ids = request.order[:size]
+            reference = self.stages.answers_for(study, ids, for_trial=number).item_scores
+            todo = [i for i in ids if i not in predictions and i not in more]
+            if todo:
+                new = session.measure(config, answers_only(self.plan.space, config, todo))
+                more |= new.predictions
+                scores |= self._scores(new.predictions)
+            if request.floor(reference).judge(scores).decision != "undecided":
+                break
+        return more
 
     def _follow(
         self,

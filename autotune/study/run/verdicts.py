@@ -3,17 +3,28 @@ reference's, item by item."""
 
 from __future__ import annotations
 
-import optuna
+import dataclasses
 
+import optuna
+from optuna.trial import TrialState
+
+from autotune.accuracy.confirm import (
+    HOLDOUT,
+    ConfirmRequest,
+    confirm,
+    confirm_request,
+    study_holdout,
+)
 from autotune.accuracy.paired import PairedComparison, compare
 from autotune.accuracy.reuse import floor_request
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
-from autotune.records.writer import write_trial
+from autotune.records.stored import TrialRecord
+from autotune.records.writer import write_study, write_trial
 from autotune.space import SearchSpace
-from autotune.study.results.select import CONSTRAINT_NAMES
+from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES, confirmation_of
 
 
 def constraint_values(
@@ -82,6 +93,28 @@ def judge(
     )
 
 
+# The decision a trial records when its answers are the reference's, word for word: feasible
+# whatever the floor's sequence could show on the set (constraint_values).
+IDENTICAL = "identical answers"
+
+
+def judge_paired(
+    accuracy: AccuracyReport,
+    reference: AccuracyReport,
+    space: SearchSpace,
+    evalset: EvalSet,
+    *,
+    same_answers: bool,
+) -> PairedComparison:
+    """`judge`, with the decision a trial whose every answer is the reference's records: it
+    is feasible for that reason, not for what its sequence showed (often undecided on a set
+    too small to show anything)."""
+    paired = judge(accuracy, reference, space, evalset)
+    if same_answers and paired.decision is not None and paired.decision != "feasible":
+        return dataclasses.replace(paired, decision=IDENTICAL)
+    return paired
+
+
 def judge_absolute(
     accuracy: AccuracyReport, space: SearchSpace, evalset: EvalSet
 ) -> FloorLook | None:
@@ -89,3 +122,50 @@ def judge_absolute(
     floor = space.constraints.accuracy
     request = floor_request(space, evalset, None) if floor.mode == "absolute" else None
     return None if request is None else request.judge(accuracy.item_scores, with_interval=True)
+
+
+def confirmation_request(
+    study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int
+) -> ConfirmRequest | None:
+    """The confirmation a trial would run if the floor passes it: the study's next one (each
+    set of answers confirmed once spends one level), on the study's held-out slice."""
+    holdout = study_holdout(space, evalset)
+    tested = {
+        TrialRecord.of(trial).output_key
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if confirmation_of(trial) is not None
+    }
+    floor = space.constraints.accuracy
+    return confirm_request(floor, holdout, index=len(tested) + 1, batch=batch)
+
+
+def confirmation_attrs(
+    request: ConfirmRequest | None,
+    paired: PairedComparison | None,
+    accuracy: AccuracyReport | None,
+    reference: AccuracyReport | None,
+) -> dict[str, object]:
+    """What a trial records of its confirmation: its verdict where the floor passed it and it
+    answered the held-out items; nothing otherwise."""
+    if request is None or paired is None or accuracy is None or reference is None:
+        return {}
+    if paired.decision != "feasible":
+        return {}
+    reference_scores = reference.item_scores
+    verdict = confirm(request, accuracy.item_scores, reference_scores)
+    return {CONFIRMATION: verdict.to_dict()}
+
+
+def keep_holdout(study: optuna.Study, space: SearchSpace, evalset: EvalSet) -> None:
+    """Hold out the items the study's first run held out (its size is written into `space`),
+    and record them for a new study. A study begun before confirmations existed, with trials
+    measured on the whole pool, goes on without one: its trials could never be confirmed."""
+    confirmation = space.constraints.accuracy.confirmation
+    recorded = study.user_attrs.get(HOLDOUT)
+    if isinstance(recorded, dict):
+        confirmation.items = int(recorded.get("items") or 0) or None
+        confirmation.enabled = bool(recorded.get("items"))
+        return
+    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        confirmation.enabled = False
+    write_study(study, {HOLDOUT: study_holdout(space, evalset).describe()})

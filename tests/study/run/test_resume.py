@@ -44,12 +44,17 @@ def digest(path: Path) -> str:
 
 def edit_space(space: Path, change: dict[str, Any]) -> None:
     data = yaml.safe_load(space.read_text(encoding="utf-8"))
+    space.write_text(yaml.safe_dump(merged(data, change), sort_keys=False), encoding="utf-8")
+
+
+def merged(data: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """`data` with `change` written over it, mapping by mapping (a changed max_drop keeps the
+    floor's other settings)."""
+    out = dict(data)
     for key, value in change.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    space.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged(out[key], value) if both else value
+    return out
 
 
 def drop_first_item(evalset: Path) -> None:

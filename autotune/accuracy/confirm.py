@@ -1,0 +1,182 @@
+"""Confirming the recommendation on held-out items: an error for the study's answer itself.
+
+Each floor verdict is wrong at most 1 - confidence of the time, but a study recommends the
+fastest trial the floor passed, and the fastest are the lossiest: with many near the margin,
+one of them passing by luck is likely. So a slice of the pool (the last items of the
+decision order: every category in its share) is held out, and the search floor never looks
+at it. A trial the floor passes answers the slice too, on its running engine, and a
+sequential test on held-out items alone confirms it or not; only a confirmed trial (or the
+reference itself) is recommended.
+
+Why the study's error stays under 1 - confidence: the j-th trial whose answers are confirmed
+is tested at alpha_j = 6 alpha / (pi^2 j^2), which sum to alpha. Which trials are confirmed,
+and in what order, is fixed by the search alone (the floor's verdicts on the other items,
+the speeds), never by the held-out answers, so a union bound over that order bounds the
+chance that any confirmed trial loses max_drop or more by the sum, although every test reads
+the same held-out items. bench/cpu/floor_error_rates.py --whole-study measures it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
+from autotune.accuracy.staged import FloorRequest
+
+if TYPE_CHECKING:
+    from autotune.evalset.dataset import EvalSet
+    from autotune.space import SearchSpace
+    from autotune.space.settings import AccuracyConstraint
+
+# The candidate the default held-out slice is sized for: it loses nothing, and answers unlike
+# the reference on this share of items (0 where the space wants identical answers only).
+SIZING_DISCORDANCE = 0.05
+FIRST_LOOK_ITEMS = 20  # as the search floor's first stage (autotune.accuracy.reuse)
+Verdict = Literal["confirmed", "not confirmed"]
+HOLDOUT = "confirmation_holdout"  # the study attribute naming its held-out slice
+
+
+def level(alpha: float, index: int) -> float:
+    """The error the `index`-th confirmation (from 1) may spend: 6 alpha / (pi^2 j^2), whose
+    sum over every j is alpha; later ones pay little more (log j) in items."""
+    return 6 * alpha / (math.pi**2 * max(1, index) ** 2)
+
+
+@cache
+def holdout_items(*, max_drop: float, confidence: float, discordance: float) -> int:
+    """Items a candidate that loses nothing, answering unlike the reference on `discordance`
+    of items, needs to be confirmed 9 times in 10 at the study's first level."""
+    alpha_1 = level(1 - confidence, 1)
+    _, p90, _ = items_needed_to_pass(
+        max_drop=max_drop, confidence=1 - alpha_1, discordance=discordance, cap=12_000
+    )
+    return math.ceil(p90)
+
+
+def holdout_size(floor: AccuracyConstraint) -> int:
+    """Items held out: the space's own count, else what a candidate that loses nothing needs
+    to be confirmed 9 times in 10 at the first confirmation's error (0 with it off)."""
+    if not (floor.enabled and floor.mode == "relative" and floor.test == "sequential"):
+        return 0
+    if not floor.confirmation.enabled:
+        return 0
+    if floor.confirmation.items is not None:
+        return floor.confirmation.items
+    discordance = 0.0 if floor.identical_answers_only else SIZING_DISCORDANCE
+    return holdout_items(
+        max_drop=floor.max_drop, confidence=floor.confidence, discordance=discordance
+    )
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """The held-out slice of a pool: its ids in decision order and a digest naming them."""
+
+    ids: list[str]
+    digest: str
+
+    @classmethod
+    def of(cls, order: list[str], items: int) -> Holdout:
+        """The last `items` of the decision order (none where `items` leaves no search)."""
+        ids = order[len(order) - items :] if 0 < items < len(order) else []
+        return cls(ids, hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16])
+
+    def search_order(self, order: list[str]) -> list[str]:
+        """The decision order without the held-out items: what the search floor asks for."""
+        held = set(self.ids)
+        return [i for i in order if i not in held]
+
+    def describe(self) -> dict[str, Any]:
+        return {"items": len(self.ids), "digest": self.digest}
+
+
+def study_holdout(space: SearchSpace, evalset: EvalSet) -> Holdout:
+    """The study's held-out slice: deterministic from the set's decision order and the
+    space's floor, so a resumed run holds out the same items."""
+    return Holdout.of(evalset.decision_order(), holdout_size(space.constraints.accuracy))
+
+
+def search_order(space: SearchSpace, evalset: EvalSet) -> list[str]:
+    """The items the search floor may ask for, in decision order: all but the held-out."""
+    order = evalset.decision_order()
+    return study_holdout(space, evalset).search_order(order)
+
+
+class ConfirmRequest(BaseModel):
+    """How a trial's held-out answers are asked for and judged: a stage at a time, like the
+    search floor (FloorRequest), at the error its place in the study may spend."""
+
+    order: list[str] = Field(description="The held-out ids, in decision order.")
+    stages: list[int] = Field(description="Items seen at each look; the last is len(order).")
+    margin: float = Field(description="-max_drop.")
+    index: int = Field(ge=1, description="Which confirmation of the study this is (from 1).")
+    error: float = Field(gt=0, lt=1, description="The error it may spend: level(alpha, index).")
+    digest: str = Field(description="Names the held-out slice (Holdout.digest).")
+
+    def floor(self, reference_scores: dict[str, float]) -> FloorRequest:
+        """The FloorRequest an engine answers the slice by (autotune.engines.phases)."""
+        return FloorRequest(
+            order=self.order,
+            stages=self.stages,
+            reference_scores={i: reference_scores[i] for i in self.order if i in reference_scores},
+            margin=self.margin,
+            confidence=1 - self.error,
+        )
+
+
+def confirm_request(
+    floor: AccuracyConstraint, holdout: Holdout, *, index: int, batch: int = 1
+) -> ConfirmRequest | None:
+    """The `index`-th confirmation's request; None without a held-out slice."""
+    if not holdout.ids:
+        return None
+    return ConfirmRequest(
+        order=holdout.ids,
+        stages=stage_sizes(len(holdout.ids), first=FIRST_LOOK_ITEMS, batch=batch),
+        margin=-floor.max_drop,
+        index=index,
+        error=level(1 - floor.confidence, index),
+        digest=holdout.digest,
+    )
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A trial's verdict on the held-out items, as it records it."""
+
+    decision: Verdict
+    index: int
+    error: float  # the most often such a verdict confirms a trial that loses max_drop or more
+    n_items: int  # held-out items answered
+    holdout_items: int
+    holdout_digest: str
+    mean_diff: float  # candidate minus reference, over the items answered
+    ci_low: float  # one-sided lower bound at 1 - error, valid over all looks
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def confirm(
+    request: ConfirmRequest, scores: dict[str, float], reference_scores: dict[str, float]
+) -> Confirmation:
+    """The verdict on a trial's held-out answers: confirmed once the confidence sequence
+    at 1 - error shows it loses less than max_drop; not confirmed otherwise (shown to lose
+    more, or the slice ran out first)."""
+    look = request.floor(reference_scores).judge(scores, with_interval=True)
+    return Confirmation(
+        decision="confirmed" if look.decision == "feasible" else "not confirmed",
+        index=request.index,
+        error=request.error,
+        n_items=look.n_items,
+        holdout_items=len(request.order),
+        holdout_digest=request.digest,
+        mean_diff=look.mean_diff,
+        ci_low=look.ci_low,
+    )

@@ -1,0 +1,59 @@
+"""What `best`, `best --json` and the report say of the recommendation's own error: the
+held-out confirmation that bounds it (autotune.accuracy.confirm), or why there is none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.records.stored import TrialRecord
+from autotune.study.results.select import Recommendation
+
+
+def confirmation_json(rec: Recommendation) -> dict[str, Any]:
+    """The recommendation's error bound, the verdict and items that confirmed it, the study's
+    held-out slice, and the faster trials the floor passed that were not confirmed."""
+    verdict = rec.confirmation or {}
+    return {
+        "error_bound": rec.error_bound,
+        "reference_itself": TrialRecord.of(rec.trial).is_reference,
+        "confirmed_by": None
+        if verdict.get("decision") != "confirmed"
+        else {
+            "items": verdict.get("n_items"),
+            "holdout_items": verdict.get("holdout_items"),
+            "holdout_digest": verdict.get("holdout_digest"),
+            "confirmation": verdict.get("index"),
+            "error": verdict.get("error"),
+        },
+        "holdout": rec.holdout,
+        "not_confirmed": [{"trial": t.number, "reason": why} for t, why in rec.passed_over],
+    }
+
+
+def confirmation_lines(rec: Recommendation) -> list[str]:
+    """The recommendation's accuracy guarantee in words, then each faster trial passed over."""
+    if not rec.feasible:
+        return []
+    if rec.holdout is None:
+        return [
+            "accuracy: no items held out to confirm the recommendation (the set has no room, or "
+            "constraints.accuracy.confirmation is off): each floor verdict has its error, the "
+            "recommendation none of its own"
+        ]
+    verdict = rec.confirmation or {}
+    if rec.error_bound is None:
+        lines = [
+            "accuracy: NOT confirmed on the held-out items, so no error bound: no trial the floor "
+            "passed was confirmed, and this is the fastest of them"
+        ]
+    elif TrialRecord.of(rec.trial).is_reference:
+        lines = ["accuracy: the reference itself, which loses nothing to itself"]
+    else:
+        lines = [
+            f"accuracy: confirmed on {verdict.get('n_items')} of the {verdict.get('holdout_items')}"
+            f" held-out items (slice {verdict.get('holdout_digest')}, confirmation "
+            f"{verdict.get('index')} of the study, at error {verdict.get('error', 0):.3g}): it "
+            f"loses max_drop or more with probability at most {rec.error_bound:.2g}, whatever "
+            "the number of trials"
+        ]
+    return lines + [f"{why}; trial {rec.trial.number} recommended" for _, why in rec.passed_over]

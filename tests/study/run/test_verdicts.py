@@ -1,0 +1,59 @@
+"""A trial judged against the reference: the decision it records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optuna.trial import TrialState, create_trial
+from small_space import small_space
+
+from autotune.accuracy.scoring import AccuracyReport
+from autotune.evalset.dataset import load_evalset
+from autotune.space import load_space
+from autotune.study.run.verdicts import IDENTICAL, judge_paired
+
+
+def test_identical_answers_record_that_as_their_decision(tmp_path: Path) -> None:
+    space = load_space(str(small_space(tmp_path)))
+    evalset = load_evalset(space.resolve_path(space.evalset))
+    ids = [item.id for item in evalset.items]
+    scores = {i: float(n % 2) for n, i in enumerate(ids)}
+    passed = {i: bool(v) for i, v in scores.items()}
+    reference = create_trial(
+        state=TrialState.COMPLETE,
+        values=[1.0, 1.0],
+        user_attrs={"is_reference": True, "item_scores": scores, "item_passed": passed},
+    )
+    report = AccuracyReport(0.5, {}, dict(scores), dict(passed))
+    # 8 items: the sequence cannot show anything, so the floor alone is undecided.
+    alone = judge_paired(report, reference, space, evalset, same_answers=False)
+    assert alone.decision == "undecided"
+    same = judge_paired(report, reference, space, evalset, same_answers=True)
+    assert same.decision == IDENTICAL == "identical answers"
+    assert same.to_dict()["decision"] == IDENTICAL
+
+
+def test_a_resume_holds_out_what_the_first_run_did(tmp_path: Path) -> None:
+    import optuna
+
+    from autotune.accuracy.confirm import HOLDOUT, Holdout
+    from autotune.study.run.verdicts import keep_holdout
+
+    space = load_space(str(small_space(tmp_path, evalset="smoke")))
+    evalset = load_evalset("smoke")
+    study = optuna.create_study()
+    keep_holdout(study, space, evalset)
+    first = study.user_attrs[HOLDOUT]
+    assert first == Holdout.of(evalset.decision_order(), 99).describe()
+    # A later run whose own sizing would differ (another version's simulation, say).
+    study.set_user_attr(HOLDOUT, {**first, "items": 64})
+    again = load_space(str(small_space(tmp_path, evalset="smoke")))
+    keep_holdout(study, again, evalset)
+    assert again.constraints.accuracy.confirmation.items == 64
+    # A study begun before confirmations existed goes on without one.
+    old = optuna.create_study()
+    old.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0]))
+    before = load_space(str(small_space(tmp_path, evalset="smoke")))
+    keep_holdout(old, before, evalset)
+    assert before.constraints.accuracy.confirmation.enabled is False
+    assert old.user_attrs[HOLDOUT]["items"] == 0
