@@ -49,6 +49,7 @@ from autotune.engines.session import (
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
+from autotune.measure.cpu_load import EngineWait, MachineLoad, load_figures, process_tree
 from autotune.params import TrialConfig
 from autotune.records import PassesResult, Prompt, SessionResult
 
@@ -80,8 +81,10 @@ def drive_passes(
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
     judge: Judge | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> PassesResult:
-    """Run the passes under a time limit; transport errors become a TrialFailure."""
+    """Run the passes under a time limit; transport errors become a TrialFailure. `load`:
+    the server's wait share for a core, which racing reads."""
 
     async def limited() -> PassesResult:
         passes = run_passes(
@@ -95,6 +98,7 @@ def drive_passes(
             on_phase=on_phase,
             on_estimate=on_estimate,
             judge=judge,
+            load=load,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
 
@@ -330,6 +334,8 @@ class ServerSession:
                 "this trial's command differs from the running launch's", kind="error"
             )
         sampler.reset_window()
+        # The load the machine put on the server's processes while they answered.
+        machine, server_wait = MachineLoad(), EngineWait(lambda: process_tree(server.pid))
         try:
             passes = drive_passes(
                 ready.base_url,
@@ -345,6 +351,7 @@ class ServerSession:
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
                 judge=self.judge,
+                load=server_wait.share,
             )
         except TrialFailure as failure:
             self.close()
@@ -370,6 +377,7 @@ class ServerSession:
             "engine_fallback": "none",
             "engine_version": engine_version(export.format),
             **_library_versions(),
+            **load_figures(machine, server_wait),
         }
         return SessionResult(
             **dict(passes),

@@ -10,6 +10,12 @@ reference (every other trial is judged against it) and the named candidates (wha
 asked to see) are never raced, and a study whose first objective is not throughput is not
 raced at all. A trial races only its own comparison group's top (autotune.study.results.groups):
 a figure measured on another machine says nothing of this one's.
+
+On a busy CPU racing would compare moments: the racing load, timed on the wall clock, may run
+beside more load than the incumbent's did. Its bound is widened by the change in the engine's
+wait for a core between the two (autotune.measure.cpu_load, RaceBound.slowed_by), read as the
+load runs; the incumbent is not measured again: its launch is mostly gone, and the load could
+change again while it measures.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from autotune.errors import StudyError
 from autotune.measure.convergence import RaceBound
 from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import with_launch_spread
+from autotune.records.parts import Environment
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.results.groups import in_group
@@ -79,13 +86,24 @@ def incumbent(
     interval = throughput_interval(top, same_launch=same_launch)
     if interval is None:  # too short for an interval: it ties with every trial
         return None
+    record = TrialRecord.of(top)
     return Incumbent(
         number=top.number,
-        tokens_per_s=TrialRecord.of(top).figure(THROUGHPUT) or 0.0,
+        tokens_per_s=record.figure(THROUGHPUT) or 0.0,
         bound=RaceBound(
-            tokens_per_s_low=interval[0], spread_rel=0.0 if same_launch else spread_of(space)
+            tokens_per_s_low=interval[0],
+            spread_rel=0.0 if same_launch else spread_of(space),
+            wait_share=wall_clock_wait(record.environment),
         ),
     )
+
+
+def wall_clock_wait(environment: Environment) -> float:
+    """The share of its runnable time a trial's engine waited for a core, as its figure
+    carries it: none on the on-core clock, which left the wait out (and none recorded)."""
+    on_core = (environment.clock or "").startswith("on-core")
+    share = environment.engine_wait_share
+    return 0.0 if on_core or share is None or not math.isfinite(share) else share
 
 
 def awaits_first_figure(study: optuna.Study, space: SearchSpace, group: str | None = None) -> bool:
