@@ -149,3 +149,23 @@ def test_a_changed_machine_is_refused_by_name_or_grouped_apart(
         # The group's fields are this machine's, whichever group it joined.
         assert plan.machine.gpu == now.gpu and plan.machine.versions == now.versions
     assert digest(tmp_path / "f.db") == before  # the check writes nothing
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_a_record_whose_machine_was_edited_but_not_its_group_is_another_machine(
+    base_plan: StudyPlan, tmp_path: Path, flag: bool
+) -> None:
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    made = dataclasses.replace(base_plan, storage_url=url, machine=machine_with(()))
+    study, _ = open_study(made)
+    edited = {**made.machine.written(), "gpu": OTHER["gpu"][0]}  # the group id left as it was
+    study.add_trial(
+        optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={"machine": edited})
+    )
+    plan = dataclasses.replace(made, allow_other_machine=flag, notes=[])
+    if not flag:
+        with pytest.raises(StudyError, match="was measured on NVIDIA H200"):
+            open_study(plan)
+        return
+    open_study(plan)
+    assert plan.machine.group == f"{made.machine.group}-2"

@@ -42,8 +42,9 @@ class Group:
     trials: list[int] = field(default_factory=list)
 
     def matches(self, machine: Machine) -> bool:
-        """Whether `machine` is this group's: the same id, or nothing it knows differs."""
-        return self.id == machine.group or not self.machine.unlike(machine)
+        """Whether `machine` is this group's: nothing both know of it differs (a record
+        whose machine was edited keeps its group id, and is another machine all the same)."""
+        return not self.machine.unlike(machine)
 
 
 def study_groups(study: optuna.Study) -> list[Group]:
@@ -72,10 +73,10 @@ def _merged(known: Machine, more: Machine) -> Machine:
 
 
 def matching_group(groups: list[Group], machine: Machine) -> Group | None:
-    """The group `machine` belongs to: the one of its id, else one nothing it knows differs
-    from (the group of trials stored before machines were), else None."""
-    by_id = next((g for g in groups if g.id == machine.group), None)
-    return by_id or next((g for g in groups if g.matches(machine)), None)
+    """The group `machine` belongs to: of the groups nothing it knows differs from, the one of
+    its id, else the first (the group of trials stored before machines were); else None."""
+    alike = [g for g in groups if g.matches(machine)]
+    return next((g for g in alike if g.id == machine.group), alike[0] if alike else None)
 
 
 class GroupView(optuna.Study):
