@@ -49,7 +49,7 @@ from autotune.engines.session import (
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
-from autotune.measure.cpu_load import EngineWait, MachineLoad, load_figures, process_tree
+from autotune.measure.cpu_load import LoadSeen, process_tree
 from autotune.params import TrialConfig
 from autotune.records import PassesResult, Prompt, SessionResult
 
@@ -334,8 +334,7 @@ class ServerSession:
                 "this trial's command differs from the running launch's", kind="error"
             )
         sampler.reset_window()
-        # The load the machine put on the server's processes while they answered.
-        machine, server_wait = MachineLoad(), EngineWait(lambda: process_tree(server.pid))
+        load = LoadSeen(lambda: process_tree(server.pid))  # on the server's processes
         try:
             passes = drive_passes(
                 ready.base_url,
@@ -351,7 +350,7 @@ class ServerSession:
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
                 judge=self.judge,
-                load=server_wait.share,
+                load=load.share,
             )
         except TrialFailure as failure:
             self.close()
@@ -376,8 +375,7 @@ class ServerSession:
             "engine_requested": check_engine(export.format, export.argv, "").requested,
             "engine_fallback": "none",
             "engine_version": engine_version(export.format),
-            **_library_versions(),
-            **load_figures(machine, server_wait),
+            **_versions_and_load(load),
         }
         return SessionResult(
             **dict(passes),
@@ -417,12 +415,13 @@ def _refuse_unservable(
         )
 
 
-def _library_versions() -> dict[str, str]:
+def _versions_and_load(load: LoadSeen) -> dict[str, str]:
+    """The libraries' versions, and the load the trial's requests ran under."""
     versions = {}
     for name in ("torch", "transformers"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[f"{name}_version"] = metadata.version(name)
-    return versions
+    return versions | load.figures()
 
 
 __all__ = ["HOST", "ServerSession", "chat_prompts", "check_renders", "drive_passes", "renderer"]

@@ -111,10 +111,20 @@ class MachineLoad:
         return figures
 
 
-def load_figures(machine: MachineLoad, engine: EngineWait | None) -> dict[str, str]:
-    """Everything a load test records of the load it ran under."""
-    figures = machine.figures()
-    share = engine.share() if engine is not None else None
-    if share is not None:
-        figures["engine_wait_share"] = f"{share:.3f}"
-    return figures
+class LoadSeen:
+    """The load one measurement runs under, from when it was made: the engine's wait share
+    (`share`, which racing reads as the load runs) and what the measurement records
+    (`figures`). `pids`: the engine's processes."""
+
+    def __init__(self, pids: Callable[[], Iterable[int]]) -> None:
+        self.machine, self.engine = MachineLoad(), EngineWait(pids)
+
+    def share(self) -> float | None:
+        return self.engine.share()
+
+    def figures(self) -> dict[str, str]:
+        figures = self.machine.figures()
+        share = self.engine.share()
+        if share is not None:
+            figures["engine_wait_share"] = f"{share:.3f}"
+        return figures

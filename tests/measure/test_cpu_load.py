@@ -13,13 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from autotune.measure.convergence import MAX_WAIT_SHARE, RaceBound
-from autotune.measure.cpu_load import (
-    EngineWait,
-    MachineLoad,
-    load_figures,
-    own_process,
-    process_tree,
-)
+from autotune.measure.cpu_load import EngineWait, LoadSeen, own_process, process_tree
 from autotune.measure.steady import SteadyState
 
 linux = pytest.mark.skipif(
@@ -71,9 +65,9 @@ def test_the_share_reads_every_thread_of_a_process_tree_and_the_machine_figures(
     try:
         assert process_tree(os.getpid())[0] == os.getpid()
         assert child.pid in process_tree(os.getpid())
-        machine, wait = MachineLoad(), EngineWait(lambda: process_tree(os.getpid()))
+        seen = LoadSeen(lambda: process_tree(os.getpid()))
         _spin(0.3)
-        figures = load_figures(machine, wait)
+        figures = seen.figures()
     finally:
         child.kill()
         child.wait()

@@ -29,7 +29,7 @@ from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
 from autotune.measure.convergence import SteadyRule, StopRuleMonitor
-from autotune.measure.cpu_load import EngineWait, MachineLoad, load_figures, own_process
+from autotune.measure.cpu_load import LoadSeen, own_process
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
@@ -173,8 +173,8 @@ class _BatchDriver:
         wall_start = time.perf_counter()
         # The load the machine put on the engine; racing reads it on a wall clock only (the
         # on-core clock leaves the wait out already).
-        machine, engine_wait = MachineLoad(), EngineWait(own_process)
-        load = None if clock.on_core else engine_wait.share
+        seen = LoadSeen(own_process)
+        load = None if clock.on_core else seen.share
         monitor = StopRuleMonitor(
             rule, load_start, self.plan.warmup_requests, on_estimate, load=load
         )
@@ -197,7 +197,7 @@ class _BatchDriver:
             now = clock.now()
             stop = monitor.look(now=now, series=token_series(timings, start=load_start, end=now))
         load_stop = clock.now()
-        self.busy = _waited(clock, waited_before, wall_start) | load_figures(machine, engine_wait)
+        self.busy = _waited(clock, waited_before, wall_start) | seen.figures()
         return LoadOutcome(
             timings=timings,
             start=load_start,
