@@ -173,7 +173,8 @@ def groups_lines(study: optuna.Study, ranked: Group | None, machine: Machine) ->
     groups = study_groups(study)
     here = "this machine" if ranked.matches(machine) else "the machine measured last"
     if len(groups) == 1:
-        return [f"machine: {ranked.machine.words()}"]
+        elsewhere = "" if ranked.matches(machine) else " (not this machine)"
+        return [f"machine: {ranked.machine.words()}{elsewhere}"]
     lines = [
         f"comparison group: ranked the {len(ranked.trials)} trials measured on {here}, "
         f"{ranked.machine.words()}; the other machines' figures are not ranked with them:"

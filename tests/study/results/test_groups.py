@@ -81,3 +81,7 @@ def test_a_machine_of_neither_group_ranks_the_one_measured_last_and_one_group_is
     assert {group_of(t) for t in old.trials} <= {EARLIER_GROUP, None}
     assert in_group(old, EARLIER_GROUP) is old
     assert study_groups(old)[0].machine.gpu == "NVIDIA H200"
+    only = ranked_group(old, elsewhere)
+    assert groups_lines(old, only, elsewhere) == [
+        "machine: NVIDIA H200 with torch 2.14.1, transformers 5.18.0 (not this machine)"
+    ]
