@@ -39,9 +39,11 @@ from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS, THROUGHPUT
+from autotune.records.machine import trial_machine
 from autotune.records.parts import Environment
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
+from autotune.study.results.groups import machine_here
 from autotune.study.results.select import chosen_trial, deploy_target
 
 DEFAULT_TOLERANCE = 0.25
@@ -319,6 +321,13 @@ def verify_trial(
         result.failure = f"{failure.kind}: {failure.reason}"
         result.log_tail = failure.log_tail
         return result
+    recorded_on, here = trial_machine(trial.user_attrs), machine_here(study)
+    if recorded_on is not None and (unlike := recorded_on.unlike(here)):
+        named = [name for name in unlike if name in here.versions]
+        result.notes.append(
+            f"trial {trial.number} was measured on {recorded_on.words(named)}, this relaunch "
+            f"runs on {here.words(named)}: the figures may differ for that alone"
+        )
     result.recorded_clock = clock_of(trial_record.environment)
     result.measured_clock = clock_of(Environment.of(m.environment))
     unlike = clock_note(trial.number, result.recorded_clock, result.measured_clock)
