@@ -27,14 +27,23 @@ from rich.table import Table
 
 from autotune.checkpoints.adapters import Adapter, stored_adapters
 from autotune.checkpoints.source import study_model_path, study_quantized_paths
+from autotune.engines.conditions import (
+    clock_note,
+    clock_of,
+    load_change,
+    load_of,
+    load_words,
+)
 from autotune.engines.measurement import Measurement, measure_once
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
 from autotune.measure.registry import METRICS, THROUGHPUT
+from autotune.records.machine import trial_machine
 from autotune.records.parts import Environment
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.space import SearchSpace
+from autotune.study.results.groups import machine_here
 from autotune.study.results.select import chosen_trial, deploy_target
 
 DEFAULT_TOLERANCE = 0.25
@@ -97,6 +106,9 @@ class VerifyResult:
     # Which clock timed the recorded figures and which timed this relaunch's.
     recorded_clock: str = ""
     measured_clock: str = ""
+    # The load each side ran under (autotune.measure.cpu_load), by figure.
+    recorded_load: dict[str, float] = field(default_factory=dict)
+    measured_load: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -309,6 +321,13 @@ def verify_trial(
         result.failure = f"{failure.kind}: {failure.reason}"
         result.log_tail = failure.log_tail
         return result
+    recorded_on, here = trial_machine(trial.user_attrs), machine_here(study)
+    if recorded_on is not None and (unlike := recorded_on.unlike(here)):
+        named = [name for name in unlike if name in here.versions]
+        result.notes.append(
+            f"trial {trial.number} was measured on {recorded_on.words(named)}, this relaunch "
+            f"runs on {here.words(named)}: the figures may differ for that alone"
+        )
     result.recorded_clock = clock_of(trial_record.environment)
     result.measured_clock = clock_of(Environment.of(m.environment))
     unlike = clock_note(trial.number, result.recorded_clock, result.measured_clock)
@@ -329,35 +348,16 @@ def verify_trial(
             "the HTTP server's own overheads"
         )
     result.checks = compare(trial, m, space, tolerance, one_sided=one_sided)
+    result.recorded_load = load_of(trial_record.environment)
+    result.measured_load = load_of(environment)
+    moved = load_change(result.recorded_load, result.measured_load)
+    if moved is not None and not result.passed:
+        result.notes.append(
+            f"the miss coincides with another load on the machine ({moved}): it may be the "
+            "moment's, not the configuration's; measure again when the load is as it was: "
+            f"autotune verify --study {study.study_name} --trial {trial.number}"
+        )
     return result
-
-
-# Trials recorded before trials named their clock were all timed on the wall clock.
-UNNAMED_CLOCK = "wall clock"
-
-
-def clock_of(environment: Environment) -> str:
-    """The clock a measurement's environment names (autotune.engines.inprocess.clock for the
-    in-process engine, autotune.engines.server for a server)."""
-    return environment.clock or UNNAMED_CLOCK
-
-
-def on_core(clock: str) -> bool:
-    return clock.startswith("on-core")
-
-
-def clock_note(number: int, recorded: str, measured: str) -> str | None:
-    """What to say when the trial and its relaunch were not timed on the same kind of clock:
-    a server relaunch is timed on the wall clock, and an in-process trial on a CPU on the
-    on-core clock, which leaves out the time its engine waited for a core."""
-    if on_core(recorded) == on_core(measured):
-        return None
-    return (
-        f"trial {number} was timed on the {recorded}, this relaunch on the {measured}: not the "
-        "same terms (the on-core clock leaves out the time the engine waited for a core, so on "
-        "a busy machine the two differ; a trial measured through the deploy command is timed "
-        "as its relaunch is)"
-    )
 
 
 def measured_in_process(trial: FrozenTrial) -> bool:
@@ -381,6 +381,12 @@ def verify_text(result: VerifyResult) -> str:
         console.print(
             f"  clocks: recorded on the {result.recorded_clock or '-'}; relaunch measured on "
             f"the {result.measured_clock or '-'}",
+            soft_wrap=True,
+        )
+    if result.recorded_load or result.measured_load:
+        console.print(
+            f"  load: recorded {load_words(result.recorded_load)}; relaunch "
+            f"{load_words(result.measured_load)}",
             soft_wrap=True,
         )
     for note in result.notes:

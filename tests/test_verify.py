@@ -266,3 +266,22 @@ def test_verify_names_each_side_s_clock_and_says_when_they_differ() -> None:
                           recorded_clock=on_core, measured_clock=wall)  # fmt: skip
     text = verify_text(result)
     assert f"clocks: recorded on the {on_core}; relaunch measured on the {wall}" in text
+
+
+def test_verify_shows_the_load_each_side_ran_under() -> None:
+    """Issue 56: a relaunch beside a test suite measured a quarter of the recorded figure with
+    no word about the machine; verify shows the load each side saw (and its JSON carries it)."""
+    from autotune.verify import VerifyResult, verify_text
+
+    result = VerifyResult(
+        "s", 3, "swift server", "swift deploy ...", True, [],
+        recorded_load={"engine_wait_share": 0.02, "load_average_1m": 0.4},
+        measured_load={"engine_wait_share": 0.41, "cpu_pressure_share": 0.63},
+    )  # fmt: skip
+    text = verify_text(result)
+    assert "load: recorded the engine waited 2% of its runnable time for a core" in text
+    assert "relaunch the engine waited 41% of its runnable time for a core" in text
+    assert result.to_dict()["measured_load"] == {
+        "engine_wait_share": 0.41,
+        "cpu_pressure_share": 0.63,
+    }

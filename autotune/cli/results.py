@@ -33,13 +33,30 @@ from autotune.params import DEPLOY_TARGETS
 def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     """Show the feasible Pareto front and the recommended trial."""
     from autotune.report.text import best_json, best_text
+    from autotune.study.results.groups import (
+        groups_lines,
+        groups_summary,
+        in_group,
+        machine_here,
+        ranked_group,
+    )
     from autotune.study.store.storage import load_study
 
     study = load_study(study_name, storage)
+    # Ranked within one comparison group: the figures of another machine are listed apart.
+    machine = machine_here(study)
+    ranked = ranked_group(study, machine)
+    view = in_group(study, ranked.id if ranked is not None else None)
     if as_json:
-        click.echo(json_text({**best_json(study), "unreadable": _unreadable(study)}))
+        groups = groups_summary(study, ranked, machine)
+        data = best_json(view)
+        click.echo(
+            json_text({**data, "comparison_groups": groups, "unreadable": _unreadable(study)})
+        )
     else:
-        click.echo(best_text(study))
+        click.echo(best_text(view))
+        for line in groups_lines(study, ranked, machine):
+            click.echo(line)
     _warn_impossible_repeats(study)
     _exit_if_unreadable(study)
 
@@ -101,9 +118,10 @@ def export(
     """Print the deploy command of the recommended (or a chosen) trial."""
     from autotune.errors import ExportError
     from autotune.study.results.exports import export_trial
+    from autotune.study.results.groups import ranked_view
     from autotune.study.store.storage import load_study
 
-    study = load_study(study_name, storage)
+    study = ranked_view(load_study(study_name, storage))
     result, trial = export_trial(study, trial_number=trial_number, fmt=fmt, host=host, port=port)
     if strict and not result.exact:
         raise ExportError(
@@ -163,11 +181,12 @@ def verify(
     unless --one-sided).
     """
     from autotune.checkpoints.adapters import parse_adapters
+    from autotune.study.results.groups import ranked_view
     from autotune.study.store.storage import load_study
     from autotune.verify import verify_text, verify_trial
 
     adapters = parse_adapters(adapter_specs)
-    study = load_study(study_name, storage)
+    study = ranked_view(load_study(study_name, storage))
     result = verify_trial(
         study,
         trial_number=trial_number,

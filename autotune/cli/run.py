@@ -64,6 +64,12 @@ from autotune.errors import AutotuneError
     help="Named configurations (a list of {name, config}) measured right after the "
     "reference, labelled in best and the report.",
 )
+@click.option(
+    "--allow-other-machine",
+    is_flag=True,
+    help="Resume a study measured on another GPU kind, host CPU or engine version: this "
+    "machine's trials form a comparison group of their own, ranked and raced among themselves.",
+)
 @click.option("--worker", is_flag=True, hidden=True, help="Internal: one worker of --gpus.")
 @user_errors
 def run(
@@ -81,6 +87,7 @@ def run(
     gpus_spec: str | None,
     adapter_specs: tuple[str, ...],
     enqueue_file: str | None,
+    allow_other_machine: bool,
     worker: bool,
 ) -> None:
     """Run (or resume) a study over a search space."""
@@ -106,6 +113,7 @@ def run(
         budget_s=budget_s,
         gpus=select_gpus(gpus_spec) if gpus_spec is not None else None,
         adapters=adapters,
+        allow_other_machine=allow_other_machine,
     )
     total = trials if trials is not None else loaded.trials
     if worker:
@@ -138,12 +146,14 @@ def run(
                 *(("--dummy-weights",) if dummy_weights else ()),
                 *(("--quiet",) if quiet else ()),
                 *(("--enqueue", enqueue_file) if enqueue_file else ()),
+                *(("--allow-other-machine",) if allow_other_machine else ()),
                 *(arg for spec in adapter_specs for arg in ("--adapter", spec)),
             ]
             study = run_on_workers(plan, args, target=total, progress=progress)
         else:
             study = run_study(plan, trials=total, timeout_s=timeout, progress=progress)
     from autotune.report.text import best_text, failures_text
+    from autotune.study.results.groups import groups_lines, in_group, ranked_group
     from autotune.study.results.select import has_completed_trial
     from autotune.study.store.storage import display_url
 
@@ -152,7 +162,9 @@ def run(
         # Every trial failed: say why, per trial, instead of an empty recommendation.
         click.echo(failures_text(study))
         sys.exit(1)
-    click.echo(best_text(study))
+    click.echo(best_text(in_group(study, plan.group)))
+    for line in groups_lines(study, ranked_group(study, plan.machine), plan.machine):
+        click.echo(line)
 
 
 def _option_duration(name: str, value: str | None) -> float | None:

@@ -155,8 +155,11 @@ async def closed_loop_until(
     min_warmup_requests: int = 1,
     check_every_s: float = CHECK_EVERY_S,
     on_estimate: Callable[[dict[str, Any]], None] | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> LoadRun:
     """Cycle `workload` with `concurrency` requests in flight until `rule` stops it.
+    `load`: the engine's wait share for a core so far, which racing reads
+    (autotune.measure.cpu_load).
 
     The load is one from its first request: the rule cuts its warm-up where the rate settles
     (autotune.measure.convergence). `send` must report its chunks to `live` (the reply's
@@ -177,7 +180,7 @@ async def closed_loop_until(
     first_round_left = concurrency
     t0 = time.perf_counter()
     live.begin(t0)
-    rule_monitor = StopRuleMonitor(rule, t0, min_warmup_requests, on_estimate)
+    rule_monitor = StopRuleMonitor(rule, t0, min_warmup_requests, on_estimate, load=load)
 
     def stop_now(reason: str) -> None:
         nonlocal stop, stop_at

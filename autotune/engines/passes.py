@@ -40,7 +40,9 @@ class _ServerDriver:
         plan: MeasurePlan,
         forced_fields: ForcedFields | None,
         answer_fields: ForcedFields | None = None,
+        load: Callable[[], float | None] | None = None,
     ) -> None:
+        self.load = load  # the engine's wait share for a core, which racing reads
         self.same_server = same_server
         self.chat = same_server()
         self.by_id = by_id
@@ -100,6 +102,7 @@ class _ServerDriver:
                 live=live,
                 min_warmup_requests=plan.warmup_requests,
                 on_estimate=on_estimate,
+                load=self.load,
             )
         else:
             # An offered load is a fixed schedule of two passes: its length is part of what is
@@ -137,8 +140,10 @@ async def run_passes(
     on_phase: Callable[[str], None] | None = None,
     on_estimate: EstimateCallback | None = None,
     judge: Judge | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> PassesResult:
-    """A trial's phases (autotune.engines.phases) through one server.
+    """A trial's phases (autotune.engines.phases) through one server; `load`: the server's
+    wait share for a core (autotune.measure.cpu_load), which racing reads.
 
     `forced_fields(tokens)` join the load test's requests only: they make each answer as long
     as `plan.answer_lengths()` says (autotune.export.forced_length), so trials do equal work.
@@ -155,7 +160,7 @@ async def run_passes(
             fields=fields,
             image_max_side=config.image_max_side,
         )
-        driver = _ServerDriver(same_server, by_id, config, plan, forced_fields, answer_fields)
+        driver = _ServerDriver(same_server, by_id, config, plan, forced_fields, answer_fields, load)
         return await run_phases(
             driver,
             plan,

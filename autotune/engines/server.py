@@ -49,6 +49,7 @@ from autotune.engines.session import (
 from autotune.errors import AutotuneError, TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
+from autotune.measure.cpu_load import LoadSeen, process_tree
 from autotune.params import TrialConfig
 from autotune.records import PassesResult, Prompt, SessionResult
 
@@ -81,8 +82,10 @@ def drive_passes(
     log_tail: Callable[[], str] = lambda: "",
     server_exited: Callable[[], bool] = lambda: False,
     judge: Judge | None = None,
+    load: Callable[[], float | None] | None = None,
 ) -> PassesResult:
-    """Run the passes under a time limit; transport errors become a TrialFailure."""
+    """Run the passes under a time limit; transport errors become a TrialFailure. `load`:
+    the server's wait share for a core, which racing reads."""
 
     async def limited() -> PassesResult:
         passes = run_passes(
@@ -97,6 +100,7 @@ def drive_passes(
             on_phase=on_phase,
             on_estimate=on_estimate,
             judge=judge,
+            load=load,
         )
         return await asyncio.wait_for(passes, timeout=timeout_s)
 
@@ -348,6 +352,7 @@ class ServerSession:
                 "this trial's command differs from the running launch's", kind="error"
             )
         sampler.reset_window()
+        load = LoadSeen(lambda: process_tree(server.pid))  # on the server's processes
         try:
             passes = drive_passes(
                 ready.base_url,
@@ -364,6 +369,7 @@ class ServerSession:
                 log_tail=server.log_tail,
                 server_exited=lambda: server.process.poll() is not None,
                 judge=self.judge,
+                load=load.share,
             )
         except TrialFailure as failure:
             self.close()
@@ -388,7 +394,7 @@ class ServerSession:
             "engine_requested": check_engine(export.format, export.argv, "").requested,
             "engine_fallback": "none",
             "engine_version": engine_version(export.format),
-            **_library_versions(),
+            **_versions_and_load(load),
         }
         return SessionResult(
             **dict(passes),
@@ -428,12 +434,13 @@ def _refuse_unservable(
         )
 
 
-def _library_versions() -> dict[str, str]:
+def _versions_and_load(load: LoadSeen) -> dict[str, str]:
+    """The libraries' versions, and the load the trial's requests ran under."""
     versions = {}
     for name in ("torch", "transformers"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[f"{name}_version"] = metadata.version(name)
-    return versions
+    return versions | load.figures()
 
 
 __all__ = ["HOST", "ServerSession", "chat_prompts", "check_renders", "drive_passes", "renderer"]

@@ -75,6 +75,9 @@ class LoadSnapshot:
     e2e_median_s: float | None  # of the completed requests; None before the first
     min_warmup_s: float | None  # the first round's turnover; None until it has finished
     ends_s: Sequence[float] = ()  # when the completed requests ended, from the load's start
+    # The share of its runnable time the engine waited for a core so far, on a wall clock
+    # (autotune.measure.cpu_load); None: not measured (the on-core clock leaves it out).
+    wait_share: float | None = None
 
     def estimate(self, confidence: float) -> SteadyState | None:
         if self.min_warmup_s is None or self.e2e_median_s is None:
@@ -99,6 +102,9 @@ RACE_CONFIDENCE = 0.99
 # only a wide margin stops a trial that early (an eager launch, four times slower, whose
 # requests make 20-second batches and would not reach TESTED_BATCHES in its measuring cap).
 UNTESTED_WIDENING = math.sqrt((1 + MAX_LAG1) / (1 - MAX_LAG1))
+# A wait share past this is taken as this: an engine that waits for nearly all of its time
+# gives no pace to scale by, and such a race is widened twentyfold.
+MAX_WAIT_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -109,10 +115,27 @@ class RaceBound:
     # Figures of two launches differ by this much beyond their own intervals (a half-width at
     # the rule's confidence): a racing trial is judged on its interval widened by it.
     spread_rel: float = 0.0
+    # The share of its runnable time the incumbent's engine waited for a core, on a wall
+    # clock (autotune.measure.cpu_load; 0 on the on-core clock, which leaves the wait out).
+    wait_share: float = 0.0
 
-    def beaten(self, estimate: SteadyState, confidence: float) -> bool:
+    def slowed_by(self, wait_share: float | None) -> float:
+        """How much more a racing load's engine that waits `wait_share` of its runnable time
+        may have been slowed than the incumbent's (1: no more). On a wall clock a CPU-bound
+        engine runs at 1 - share of its idle pace, so the other load on the machine, not the
+        configuration, may be all that puts it below the incumbent."""
+        if wait_share is None or wait_share <= self.wait_share:
+            return 1.0
+        return (1.0 - min(self.wait_share, MAX_WAIT_SHARE)) / (
+            1.0 - min(wait_share, MAX_WAIT_SHARE)
+        )
+
+    def beaten(
+        self, estimate: SteadyState, confidence: float, wait_share: float | None = None
+    ) -> bool:
         """Whether a load whose steady rate is `estimate` (its interval at `confidence`) has
-        lost to the incumbent."""
+        lost to the incumbent, its engine having waited `wait_share` of its runnable time
+        for a core (None: not measured)."""
         if estimate.batches < MIN_BATCHES or not math.isfinite(estimate.ci_rel):
             return False
         from scipy import stats  # here, not at the top: 0.8 s of import every command paid
@@ -123,7 +146,8 @@ class RaceBound:
             widen_t *= UNTESTED_WIDENING
         widen_z = stats.norm.ppf(0.5 + RACE_CONFIDENCE / 2) / stats.norm.ppf(0.5 + confidence / 2)
         ci_rel = math.hypot(estimate.ci_rel * widen_t, self.spread_rel * widen_z)
-        return estimate.tokens_per_s * (1.0 + ci_rel) < self.tokens_per_s_low
+        upper = estimate.tokens_per_s * (1.0 + ci_rel) * self.slowed_by(wait_share)
+        return upper < self.tokens_per_s_low
 
 
 @dataclass(frozen=True)
@@ -148,7 +172,12 @@ class SteadyRule:
         settled = estimate is not None and estimate.settled
         # Lost is lost, however narrow its interval, and at a cap too: a loser needs no
         # accuracy pass either.
-        if settled and self.race is not None and self.race.beaten(estimate, self.confidence):
+        race = self.race
+        if (
+            settled
+            and race is not None
+            and race.beaten(estimate, self.confidence, snapshot.wait_share)
+        ):
             return RACED
         if cap is not None:
             return cap
@@ -198,6 +227,8 @@ def trail_entry(
             batches=estimate.batches,
             batch_s=round(estimate.batch_s, 2),
         )
+    if snapshot.wait_share is not None:
+        entry["wait_share"] = round(snapshot.wait_share, 3)
     return entry
 
 
@@ -219,6 +250,9 @@ class StopRuleMonitor:
     ends: list[float] = field(default_factory=list)  # of the completed requests, as they came
     e2e_s: list[float] = field(default_factory=list)  # their latencies, in the same order
     turnover_s: float | None = None  # from `start`; None while the first round runs
+    # The engine's wait share for a core since the load began (autotune.measure.cpu_load), read
+    # for racing on a wall clock; None: not read.
+    load: Callable[[], float | None] | None = None
 
     def completed(self, timing: RequestTiming) -> None:
         """A request of the load has completed (in the order they complete)."""
@@ -276,4 +310,5 @@ class StopRuleMonitor:
             e2e_median_s=statistics.median(self.e2e_s) if self.e2e_s else None,
             min_warmup_s=self.warmup_floor_s,
             ends_s=[end - self.start for end in self.ends],
+            wait_share=self.load() if self.load is not None and self.rule.race else None,
         )

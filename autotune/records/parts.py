@@ -96,6 +96,12 @@ class Environment(_Part):
     # over, and on the reference it started beside; each says so in words.
     startup_beside: str | None = None
     measured_beside: str | None = None
+    # The load the load test ran under (autotune.measure.cpu_load): the share of its runnable
+    # time the engine waited for a core, the share of time some task on the machine waited,
+    # and the 1-minute load average at its end.
+    engine_wait_share: float | None = None
+    cpu_pressure_share: float | None = None
+    load_average_1m: float | None = None
 
     def engine_name(self, backend: str) -> str:
         """The engine that answered, in words, for the line that names it."""

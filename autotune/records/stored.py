@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
 from autotune.params import TrialConfig
+from autotune.records.machine import Machine
 from autotune.records.parts import (
     Environment,
     FloorVerdict,
@@ -183,6 +184,8 @@ class TrialRecord(_Stored):
     # (autotune.study.proposals.steps).
     step: Annotated[Stepped | None, stored_part(Stepped)] = None
     owner: Annotated[Owner | None, stored_part(Owner)] = None
+    # The machine that measured it and its comparison group (autotune.records.machine).
+    machine: Annotated[Machine | None, stored_part(Machine)] = None
     failure_kind: str | None = None
     failure_reason: str | None = None
     log_tail: str | None = None

@@ -14,10 +14,12 @@ from autotune.checkpoints.geometry import read_geometry
 from autotune.checkpoints.source import resolve_model
 from autotune.client.chat import normalize_base_url
 from autotune.engines.gpus import Gpu, visible_gpus
+from autotune.engines.machine import engine_packages, this_machine
 from autotune.engines.session import accuracy_batch_size
 from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
+from autotune.records.machine import Machine
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
 from autotune.space.narrowing import for_endpoint, for_gpus, runnable_here
@@ -54,6 +56,24 @@ class StudyPlan:
     # Dummy weights: the accuracy pass a real study would run, timed, not judged
     # (autotune.accuracy.timed); None: a real pass, or none.
     timed_accuracy: TimedAccuracy | None = None
+    # The machine this run measures on, and whether it may join a study measured on another
+    # one as a comparison group of its own (--allow-other-machine; autotune.records.machine).
+    machine: Machine = field(default_factory=Machine)
+    allow_other_machine: bool = False
+
+    def __post_init__(self) -> None:
+        if self.machine.group is None:
+            packages = engine_packages(self.space)
+            self.machine = this_machine(self.gpus, packages, endpoint=self.endpoint)
+
+    @property
+    def group(self) -> str | None:
+        """The comparison group this run's trials join."""
+        return self.machine.group
+
+    def machine_attrs(self) -> dict[str, Any]:
+        """What each trial of this run records of its machine, as it starts."""
+        return {"machine": self.machine.written()}
 
     @property
     def budget_s(self) -> float | None:
@@ -82,6 +102,7 @@ def plan_study(
     budget_s: float | None = None,
     gpus: list[Gpu] | None = None,
     adapters: list[Adapter] | None = None,
+    allow_other_machine: bool = False,
 ) -> StudyPlan:
     """Resolve the model and the eval set; every error here leaves no database behind.
 
@@ -97,6 +118,8 @@ def plan_study(
     the run is one worker over the GPUs this process sees. `adapters` (from --adapter) are
     served by every engine and measured; a backend that cannot serve them for this model is
     dropped with a note.
+    `allow_other_machine` (--allow-other-machine) lets the run resume a study measured on
+    another machine, as a comparison group of its own (autotune.study.run.opening).
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")
@@ -167,6 +190,7 @@ def plan_study(
         adapters=list(adapters or []),
         quantized_paths=quantized_paths,
         timed_accuracy=timed,
+        allow_other_machine=allow_other_machine,
     )
 
 

@@ -29,6 +29,7 @@ from autotune.engines.inprocess.clock import EngineClock
 from autotune.engines.phases import LoadOutcome, run_phases
 from autotune.engines.session import EstimateCallback, MeasurePlan, cycled
 from autotune.measure.convergence import SteadyRule, StopRuleMonitor
+from autotune.measure.cpu_load import LoadSeen, own_process
 from autotune.measure.repeats import ImageRepeats
 from autotune.measure.steady import token_series
 from autotune.params import TrialConfig
@@ -179,7 +180,13 @@ class _BatchDriver:
         timings: list[Any] = []
         load_start, waited_before = clock.now(), clock.waited_s()
         wall_start = time.perf_counter()
-        monitor = StopRuleMonitor(rule, load_start, self.plan.warmup_requests, on_estimate)
+        # The load the machine put on the engine; racing reads it on a wall clock only (the
+        # on-core clock leaves the wait out already).
+        seen = LoadSeen(own_process)
+        load = None if clock.on_core else seen.share
+        monitor = StopRuleMonitor(
+            rule, load_start, self.plan.warmup_requests, on_estimate, load=load
+        )
         stop: str | None = None
         index = 0
         while stop is None:
@@ -199,7 +206,7 @@ class _BatchDriver:
             now = clock.now()
             stop = monitor.look(now=now, series=token_series(timings, start=load_start, end=now))
         load_stop = clock.now()
-        self.busy = _waited(clock, waited_before, wall_start)
+        self.busy = _waited(clock, waited_before, wall_start) | seen.figures()
         return LoadOutcome(
             timings=timings,
             start=load_start,

@@ -74,7 +74,7 @@ from autotune.study.store.recovery import Spool, owner, spool_payload
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
 _RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
-                   "candidate", "gpus", "gpu_share", "first_figure")  # fmt: skip
+                   "candidate", "gpus", "gpu_share", "first_figure", "machine")  # fmt: skip
 
 
 def fail_trial(
@@ -267,7 +267,7 @@ class Objective:
         time_s: dict[str, float] = {"startup": 0.0}
         self.gate.open = True  # Ctrl-C from here on is this trial's to record
         try:
-            write_trial(trial, {"owner": owner()})
+            write_trial(trial, {"owner": owner(), **self.plan.machine_attrs()})
             self.gate.raise_pending()  # a Ctrl-C that landed while Optuna created the trial
             if self.target is not None and is_surplus(trial.study, trial.number, self.target):
                 trial.study.stop()
@@ -362,7 +362,7 @@ class Objective:
             # candidate that can no longer tie the front is raced like any trial.
             if not proposal.is_reference:
                 with timed(time_s, "study_reads"):
-                    rival = incumbent(study, space, launch_id=session.launch_id)
+                    rival = incumbent(study, space, session.launch_id, plan.group)
             overlap = _launch_record(trial, self.launches, launched, then, time_s)
             measure = measure_plan(
                 space,

@@ -11,6 +11,11 @@ when the study is created (`COMPARISON_BASIS`), and a resume that differs is ref
 line naming what changed. A study stored before this record existed resumes as it did, and
 records it then.
 
+Its figures rest on the machine too: each trial records the one that measured it
+(autotune.records.machine), and a resume on another GPU kind, host CPU or engine version is
+refused by name, the same way, unless --allow-other-machine makes its trials a comparison
+group of their own (autotune.study.results.groups), ranked and raced among themselves.
+
 Then an earlier run's processes, RUNNING trials and spooled results are dealt with
 (autotune.study.store.recovery), and the reference and candidates are queued once
 (autotune.study.proposals.queueing).
@@ -30,6 +35,7 @@ from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
 from autotune.errors import SpaceError, StudyError
 from autotune.params import base_param
+from autotune.records.machine import Machine
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study
@@ -38,6 +44,7 @@ from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.proposals.queueing import candidates_now, queue_reference_and_candidates
 from autotune.study.proposals.sampler import make_sampler
 from autotune.study.results.counting import counted_trials
+from autotune.study.results.groups import Group, matching_group, study_groups
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import reference_trial
 from autotune.study.run.budget import Budget, budget_allows
@@ -166,6 +173,47 @@ def check_resumable(study: optuna.Study, plan: StudyPlan, basis: dict[str, Any])
             "or use another --study name"
         )
     check_basis(study, plan, basis)
+    join_machine_group(study, plan)
+
+
+def join_machine_group(study: optuna.Study, plan: StudyPlan) -> None:
+    """Put this run's trials in the comparison group of its machine: the study's group it
+    matches, or, with --allow-other-machine, a new one; StudyError naming what differs when
+    the machine matches none and the flag is not given."""
+    groups, machine = study_groups(study), plan.machine
+    if not groups:
+        return  # a new study, or one whose trials recorded nothing of their machine
+    found = matching_group(groups, machine)
+    if found is not None:
+        plan.machine = machine.joined(found.id)
+        return
+    differ = sorted({name for group in groups for name in group.machine.unlike(machine)})
+    versions = [name for name in differ if name in machine.versions]
+    if not plan.allow_other_machine:
+        before = " and on ".join(g.machine.words(versions) for g in groups[-2:])
+        raise StudyError(
+            f"study '{plan.study_name}' was measured on {before}, this machine has "
+            f"{machine.words(versions)}: its figures cannot be ranked together; pass "
+            "--allow-other-machine to add a new comparison group, or use another --study"
+        )
+    plan.machine = machine.joined(_new_group_id(groups, machine))
+    note = (
+        f"study '{plan.study_name}': this machine ({machine.words(versions)}) is a new "
+        f"comparison group; its trials are ranked and raced among themselves"
+    )
+    if note not in plan.notes:
+        plan.notes.append(note)
+
+
+def _new_group_id(groups: list[Group], machine: Machine) -> str:
+    """The machine's own group id, unless a group of the study holds it already (a record
+    whose machine was edited, not its group): then a numbered one."""
+    taken = {group.id for group in groups}
+    group = machine.group or "machine"
+    number = 2
+    while group in taken:
+        group, number = f"{machine.group}-{number}", number + 1
+    return group
 
 
 def _check_same_distributions(study: optuna.Study, plan: StudyPlan) -> None:

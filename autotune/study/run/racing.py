@@ -8,7 +8,14 @@ throughput interval lies wholly below the top's can no longer be recommended. Th
 PRUNED, with its partial figures and the reason, and never reaches the accuracy pass. The
 reference (every other trial is judged against it) and the named candidates (what the user
 asked to see) are never raced, and a study whose first objective is not throughput is not
-raced at all.
+raced at all. A trial races only its own comparison group's top (autotune.study.results.groups):
+a figure measured on another machine says nothing of this one's.
+
+On a busy CPU racing would compare moments: the racing load, timed on the wall clock, may run
+beside more load than the incumbent's did. Its bound is widened by the change in the engine's
+wait for a core between the two (autotune.measure.cpu_load, RaceBound.slowed_by), read as the
+load runs; the incumbent is not measured again: its launch is mostly gone, and the load could
+change again while it measures.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from autotune.errors import StudyError
 from autotune.measure.convergence import RaceBound
 from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import with_launch_spread
+from autotune.records.parts import Environment
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
+from autotune.study.results.groups import in_group
 from autotune.study.results.select import front_top, objective_names, throughput_interval
 
 
@@ -51,10 +60,12 @@ class Incumbent:
         )
 
 
-def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Incumbent | None:
-    """The trial a sampled trial on launch `launch_id` races, or None: racing is off, the
-    study ranks by something else first, or no feasible trial with a throughput interval has
-    finished.
+def incumbent(
+    study: optuna.Study, space: SearchSpace, launch_id: str, group: str | None = None
+) -> Incumbent | None:
+    """The trial a sampled trial on launch `launch_id` of comparison group `group` races, or
+    None: racing is off, the study ranks by something else first, or no feasible trial of the
+    group with a throughput interval has finished.
 
     It is the top of the feasible front (the best throughput), not the recommendation: a
     trial tied with the top may be recommended for its latency (autotune.study.results.select), so
@@ -65,7 +76,7 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     if not _raced(study, space):
         return None
     try:
-        found = front_top(study)
+        found = front_top(in_group(study, group))
     except StudyError:  # a deploy target not registered here: no incumbent to race
         return None
     if found is None:  # nothing feasible and deployable has finished yet
@@ -75,22 +86,34 @@ def incumbent(study: optuna.Study, space: SearchSpace, *, launch_id: str) -> Inc
     interval = throughput_interval(top, same_launch=same_launch)
     if interval is None:  # too short for an interval: it ties with every trial
         return None
+    record = TrialRecord.of(top)
     return Incumbent(
         number=top.number,
-        tokens_per_s=TrialRecord.of(top).figure(THROUGHPUT) or 0.0,
+        tokens_per_s=record.figure(THROUGHPUT) or 0.0,
         bound=RaceBound(
-            tokens_per_s_low=interval[0], spread_rel=0.0 if same_launch else spread_of(space)
+            tokens_per_s_low=interval[0],
+            spread_rel=0.0 if same_launch else spread_of(space),
+            wait_share=wall_clock_wait(record.environment),
         ),
     )
 
 
-def awaits_first_figure(study: optuna.Study, space: SearchSpace) -> bool:
-    """Whether a trial now would give the study its first figure to race: racing is on, the
-    study ranks by throughput first, and nothing feasible and deployable has finished."""
+def wall_clock_wait(environment: Environment) -> float:
+    """The share of its runnable time a trial's engine waited for a core, as its figure
+    carries it: none on the on-core clock, which left the wait out (and none recorded)."""
+    on_core = (environment.clock or "").startswith("on-core")
+    share = environment.engine_wait_share
+    return 0.0 if on_core or share is None or not math.isfinite(share) else share
+
+
+def awaits_first_figure(study: optuna.Study, space: SearchSpace, group: str | None = None) -> bool:
+    """Whether a trial now would give comparison group `group` its first figure to race:
+    racing is on, the study ranks by throughput first, and nothing feasible and deployable of
+    the group has finished."""
     if not _raced(study, space):
         return False
     try:
-        return front_top(study) is None
+        return front_top(in_group(study, group)) is None
     except StudyError:  # a deploy target not registered here: nothing will ever be raced
         return False
 

@@ -118,7 +118,7 @@ def plan_for_role(
     if is_reference:
         baseline = only_a_baseline(space, config, endpoint=plan.endpoint)
         return reference_plan(measure) if baseline else measure
-    if rival is not None or not awaits_first_figure(trial.study, space):
+    if rival is not None or not awaits_first_figure(trial.study, space, plan.group):
         return measure
     write_trial(trial, {"first_figure": True})
     return first_figure_plan(measure)

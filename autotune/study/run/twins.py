@@ -27,6 +27,7 @@ from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
+from autotune.study.results.groups import group_of
 from autotune.study.results.select import reference_trial
 from autotune.study.run.reference_load import (
     ReferenceAnswers,
@@ -49,6 +50,7 @@ _NOT_INHERITED = frozenset(
         "launch_started",
         "gpus",
         "gpu_share",
+        "machine",  # the machine of the run that proposed it again (its comparison group)
         # A repeat of a recovered trial was proposed again, not recovered: it would otherwise
         # count as a second recovery of the same results.
         "recovered_from_trial",
@@ -70,14 +72,21 @@ def identical_trial(
     """A completed trial of the same configuration, or one stopped by racing (the top it lost
     to is still in the study, and a repeat would only draw another partial figure). One that
     another worker is running is waited for (up to `timeout_s`): measuring it twice at once
-    would cost a GPU the trial's time for figures the study already gets."""
+    would cost a GPU the trial's time for figures the study already gets. Only a twin of
+    the trial's comparison group counts (autotune.study.results.groups)."""
     wanted = config.model_dump()
     deadline = time.monotonic() + timeout_s
+    # Only a twin measured on this trial's machine: another's figures are not this one's.
+    group = next(
+        (group_of(t) for t in study.get_trials(deepcopy=False) if t.number == number), None
+    )
     while True:
         running = False
         for other in study.get_trials(deepcopy=False, states=_TWIN_STATES):
             record = TrialRecord.of(other)
             if other.number == number or record.config != wanted:
+                continue
+            if group_of(other) not in (group, None):
                 continue
             if other.state == TrialState.COMPLETE and record.constraints is not None:
                 return other
