@@ -43,7 +43,9 @@ CALL_S=${CALL_S:-575}
 SITE=${AUTOTUNE_SITE:-/tmp/autotune-site}          # wheels install here, not into the image
 export AUTOTUNE_DUMMY_DIR=${AUTOTUNE_DUMMY_DIR:-/tmp/autotune-dummy}   # 4.3 GB checkpoint
 STUDY=${STUDY:-gpu-default}
-DB="sqlite:///$OUT/$STUDY.db"
+# Studies live in $KEEP, beside their answers cache (answers/), so a later call on the warm
+# machine finds both; each mode copies the database into $OUT to bring it back.
+DB="sqlite:///$KEEP/$STUDY.db"
 LAUNCH=${LAUNCH:-'{"backend": "lmdeploy", "dtype": "bfloat16", "compile_mode": "default", "kv_cache_fraction": 0.3}'}
 SIDES_REQUEST='{"batch_size": [64], "image_max_side": [512, 768, 1024, null]}'
 STARTED=$SECONDS
@@ -85,11 +87,13 @@ EOF
   echo "evaluation pool ocr-caption-3k ready in $((SECONDS - started)) s"
 }
 
-restore() {  # the study database of the call before
-  if [ -f "$KEEP/$STUDY.db" ]; then cp "$KEEP/$STUDY.db" "$OUT/"
-  elif [ -f "bench/carry/$STUDY.db.gz" ]; then gunzip -c "bench/carry/$STUDY.db.gz" >"$OUT/$STUDY.db"
+restore() {  # the study database of the calls before: on this machine, else carried
+  if [ ! -f "$KEEP/$STUDY.db" ] && [ -f "bench/carry/$STUDY.db.gz" ]; then
+    gunzip -c "bench/carry/$STUDY.db.gz" >"$KEEP/$STUDY.db"
   fi
 }
+
+bring_back() { [ -f "$KEEP/$STUDY.db" ] && cp "$KEEP/$STUDY.db" "$OUT/"; }
 
 best() {
   autotune best --study "$STUDY" --storage "$DB" --json >"$OUT/best.json" 2>&1
@@ -102,8 +106,8 @@ study() {  # start or resume the study to BUDGET of trial time within this call
   timeout -s INT -k 20 "$(left_s)" python3 -m autotune.cli run --space default --dummy-weights \
     --budget "$budget" --study "$STUDY" --storage "$DB" 2>&1 | tee -a "$OUT/$STUDY.log" | tables_off
   echo "study exit status ${PIPESTATUS[0]} after $((SECONDS - STARTED)) s"
-  cp "$OUT/$STUDY.db" "$KEEP/"
   best
+  bring_back
 }
 
 verify() {
@@ -113,8 +117,8 @@ verify() {
     >"$OUT/verify.json" 2>"$OUT/verify.log"
   echo "verify exit status $?"
   python3 -c "import json; r = json.load(open('$OUT/verify.json')); print('verify passed:', r['passed'], r['failure']); [print(' ', c['metric'], c['recorded'], c['measured'], c['passed']) for c in r['checks']]"
-  cp "$OUT/verify.json" "$KEEP/"
   best
+  bring_back
 }
 
 sides() {  # the recommendation's launch at 64 in flight over every searched image side
@@ -228,7 +232,7 @@ case "$MODE" in
   study) setup; shift; study "${1:-8m}" ;;
   verify) machine; verify ;;
   sides) machine; sides ;;
-  second-study) machine; STUDY=${STUDY}-second; DB="sqlite:///$OUT/$STUDY.db"; shift; study "${1:-8m}" ;;
+  second-study) machine; STUDY=${STUDY}-second; DB="sqlite:///$KEEP/$STUDY.db"; shift; study "${1:-8m}" ;;
   grid) setup >/dev/null; grid ;;
   repeat) setup; repeat ;;
   oom) setup; oom ;;
