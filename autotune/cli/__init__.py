@@ -3,16 +3,23 @@ its one-line errors; one module per kind of command)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
-# The help and the version are read without loading any engine plugin: a broken plugin must
-# not take them down too (autotune.backends.plugins). Set before the commands are imported,
-# which build the registry. Their help then lists the built-in engines only.
-if {"--help", "-h", "--version"} & set(sys.argv[1:]):
-    os.environ["AUTOTUNE_NO_PLUGINS"] = "1"
+try:
+    import os
 
-from autotune.cli import evaluation, results, run  # noqa: F401  (each registers its commands)
-from autotune.cli.base import main
+    # The help and the version are read without loading any engine plugin: a broken plugin
+    # must not take them down too (autotune.backends.plugins). Set before the commands are
+    # imported, which build the registry. Their help then lists the built-in engines only.
+    if {"--help", "-h", "--version"} & set(sys.argv[1:]):
+        os.environ["AUTOTUNE_NO_PLUGINS"] = "1"
+
+    from autotune.cli import evaluation, results, run  # noqa: F401  (each registers its commands)
+    from autotune.cli.base import main
+except KeyboardInterrupt:
+    # Ctrl-C during the imports (a second or two of torch, optuna and the engines' registry):
+    # the same line and status as later, not a traceback from whatever was being imported.
+    sys.stderr.write("interrupted: before the command started; nothing was run or written\n")
+    sys.exit(130)
 
 __all__ = ["main"]

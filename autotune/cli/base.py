@@ -65,6 +65,16 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+# The exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+
+
+def interrupted(message: str) -> NoReturn:
+    """Ctrl-C: one line, status 130, no traceback."""
+    click.echo(f"interrupted: {message}", err=True)
+    sys.exit(INTERRUPTED)
+
+
 def user_errors(func: F) -> F:
     """Turn user-fixable errors and Ctrl-C into one line and a non-zero exit."""
 
@@ -75,14 +85,16 @@ def user_errors(func: F) -> F:
         except AutotuneError as exc:
             _fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
-            click.echo(
-                "interrupted: running trials were stopped and marked failed; run the same "
-                "command again to resume",
-                err=True,
+            interrupted(
+                "running trials were stopped and marked failed; run the same command again to "
+                "resume"
             )
-            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+# Ctrl-C before a command began its work (reading its arguments, its imports).
+NOTHING_STARTED = "before the command started; nothing was run or written"
 
 
 class OneLineUsageError(click.UsageError):
@@ -105,15 +117,28 @@ def _one_line_usage_errors() -> Iterator[None]:
 
 class AutotuneGroup(click.Group):
     """click's usage errors (bad option values, unknown options) as one `error:` line too,
-    instead of the usage block click prints: every mistake reads the same way."""
+    instead of the usage block click prints: every mistake reads the same way. The AUTOTUNE_*
+    environment variables are checked before any command runs (autotune.variables), and a
+    Ctrl-C that comes before a command's own handling is status 130, not click's 'Aborted!'."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        with _one_line_usage_errors():
-            return super().make_context(*args, **kwargs)
+        try:
+            with _one_line_usage_errors():
+                return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted(NOTHING_STARTED)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _one_line_usage_errors():
-            return super().invoke(ctx)
+        from autotune import variables
+
+        try:
+            variables.check_all()
+            with _one_line_usage_errors():
+                return super().invoke(ctx)
+        except AutotuneError as exc:  # a variable's; a command turns its own into a line
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            interrupted(NOTHING_STARTED)
 
 
 class FiniteFloatRange(click.FloatRange):

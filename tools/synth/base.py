@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from autotune import variables
 from tools.synth import vocab
 
 PROMPT_TEXT_LINE = "Read the text in the image. Answer with the text only."
@@ -91,7 +92,7 @@ class SynthItem:
 
 
 def _font_dirs() -> tuple[Path, ...]:
-    extra = os.environ.get(FONT_DIRS_ENV, "")
+    extra: str = variables.read(FONT_DIRS_ENV) or ""
     return (*(Path(part) for part in extra.split(os.pathsep) if part), *FONT_DIRS)
 
 
