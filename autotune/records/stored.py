@@ -41,6 +41,7 @@ from autotune.records.parts import (
     TimeSplit,
     stored_part,
 )
+from autotune.records.shape import value_problem
 
 # A share (accuracy, a score): NaN passes no comparison, so it is refused where it is read.
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -98,6 +99,10 @@ class _Stored(BaseModel):
                 f"schema_version: {version} was stored by a newer autotune (this one reads up "
                 f"to {SCHEMA_VERSION}): upgrade autotune to read it"
             )
+        for key, value in attrs.items():  # before anything recurses into a value
+            deep = value_problem(value)
+            if deep is not None:
+                return None, f"{key}: {deep}"
         try:
             record = cls.model_validate(attrs)
         except ValidationError as exc:
