@@ -278,9 +278,13 @@ class Objective:
                 return copy_twin(trial, twin, self.plan.space, self.plan.evalset)
         run = self._measure(trial, proposal, time_s)
         self.recording_from = self.clock()
-        if run.rival is not None and run.result.stop_reason == RACED:
-            return self._record(trial, raced_verdict(self.plan, run, time_s), time_s)
-        verdict = judge_run(self.plan, run, time_s)
+        raced = run.rival is not None and run.result.stop_reason == RACED
+        try:
+            verdict = (raced_verdict if raced else judge_run)(self.plan, run, time_s)
+        except TrialFailure as failure:  # a load without tokens is no measurement
+            fail_trial(trial, failure, self.artifacts)
+        if raced:
+            return self._record(trial, verdict, time_s)
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
                 f"trial {trial.number}: unequal work, not ranked on tokens/s: "
