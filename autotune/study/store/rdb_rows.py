@@ -17,6 +17,7 @@ from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.checks import objective_metrics
 from autotune.records.readable import readable, stand_in
 from autotune.records.shape import text_problem
 
@@ -59,7 +60,16 @@ def build_readable(
             started=model.datetime_start,
             completed=model.datetime_complete,
         )
-    return readable(trial, objectives)
+    return readable(trial, objectives, _objective_metrics(model))
+
+
+def _objective_metrics(model: models.TrialModel) -> list[str]:
+    """The study's objective metrics, which its trials' values must agree with; [] when
+    they cannot be read (the study's own reading says why)."""
+    for attr in model.study.user_attributes:
+        if attr.key == "objective_metrics" and not _fails(json.loads, attr.value_json):
+            return objective_metrics({attr.key: json.loads(attr.value_json)})
+    return []
 
 
 def _attribute_shape(model: models.TrialModel) -> str | None:

@@ -32,6 +32,7 @@ import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.checks import objective_metrics
 from autotune.records.readable import ReadableView
 from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
@@ -208,7 +209,9 @@ class GuardedJournalStorage(optuna.storages.JournalStorage):
             self._readable = ReadableView()
         replay = self._replay_result
         study_id = replay._trial_id_to_study_id[trial._trial_id]
-        return self._readable(trial, len(replay.get_study(study_id).directions))
+        study = replay.get_study(study_id)
+        metrics = objective_metrics(study.user_attrs)
+        return self._readable(trial, len(study.directions), metrics)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return self._shown(super().get_trial(trial_id))
