@@ -74,7 +74,8 @@ def replay_argv(rng: random.Random) -> Iterator[tuple[list[str], bool]]:
             good = bool(names) and all(n in replay.METHODS for n in names)
             good = good and len(set(names)) == len(names)
         else:
-            value = rng.choice([*NUMBERS, junk_text(rng)])
+            budgets = ["1e9", "43200", "43201", "14400", "14401"] if "budget" in option else []
+            value = rng.choice([*NUMBERS, *budgets, junk_text(rng)])
             good = _usable(option, value)
         yield [option, value], good
 
@@ -85,7 +86,9 @@ def _usable(option: str, value: str) -> bool:
             number = float(value)
         except ValueError:
             return False
-        return math.isfinite(number) and number > 0
+        # At most a study's longest budget; random search's default is 3x --budget-min.
+        most = replay.MAX_BUDGET_MIN / (3 if option == "--budget-min" else 1)
+        return math.isfinite(number) and 0 < number <= most
     text = value.strip()
     digits = text.removeprefix("-")
     if not digits.isascii() or not digits.isdigit() or len(digits) > 7:
