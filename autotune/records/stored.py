@@ -251,9 +251,33 @@ class TrialRecord(_Stored):
         return None
 
 
+class _BasisPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EvalsetBasis(_BasisPart):
+    """The evaluation set a study's comparisons rest on: its name and two hashes."""
+
+    name: str
+    items: str
+    images: str
+
+
+class ComparisonBasis(_BasisPart):
+    """What every comparison of a study rests on (autotune.study.run.opening writes it): a
+    resume with another set, reference, floor or searched parameters is refused. Typed, so a
+    damaged basis is named as damage, not read as another evaluation set (None -> smoke)."""
+
+    evalset: EvalsetBasis
+    reference: dict[str, Any]
+    floor: dict[str, Any]
+    params: dict[str, Any]
+
+
 class StudyRecord(_Stored):
     """A study's user attributes (autotune.study.plan.study_attrs writes them at creation)."""
 
+    comparison_basis: ComparisonBasis | None = None
     space_name: str | None = None
     space_file: str | None = None
     space: dict[str, Any] = {}
