@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -67,11 +68,18 @@ def _fail(message: str, code: int) -> NoReturn:
 
 # The exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
+# Ctrl-C before a command began its work (reading its arguments, its imports).
+NOTHING_STARTED = "before the command started; nothing was run or written"
 
 
 def interrupted(message: str) -> NoReturn:
-    """Ctrl-C: one line, status 130, no traceback."""
+    """Ctrl-C: one line, status 130, no traceback. Before a command started, nothing needs
+    cleaning up: os._exit, because an interrupt that passed through an extension's own PyRun
+    call during an import has Python end by SIGINT (status -2) whatever sys.exit says."""
     click.echo(f"interrupted: {message}", err=True)
+    if message == NOTHING_STARTED:
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
     sys.exit(INTERRUPTED)
 
 
@@ -93,8 +101,6 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-# Ctrl-C before a command began its work (reading its arguments, its imports).
-NOTHING_STARTED = "before the command started; nothing was run or written"
 
 
 class OneLineUsageError(click.UsageError):
