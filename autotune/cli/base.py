@@ -101,8 +101,6 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-
-
 class OneLineUsageError(click.UsageError):
     """A usage error printed the way autotune prints its own: one `error:` line."""
 
