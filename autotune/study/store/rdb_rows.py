@@ -8,6 +8,7 @@ stand-in (autotune.records.readable) that names the row, and the others read as 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from autotune.errors import StudyError
 from autotune.records.checks import objective_metrics
 from autotune.records.readable import readable, stand_in
 from autotune.records.shape import text_problem
+from autotune.study.store.storage_urls import display_url
 
 # What Optuna raises on a row it cannot turn into a trial (its own checks are assertions; a
 # RecursionError is JSON nested past Python's reader, which row_problem names).
@@ -114,6 +116,26 @@ def _fails(read: Callable[..., Any], *args: Any) -> str | None:
     except ROW_ERRORS as exc:
         return f"{exc}" if str(exc) else type(exc).__name__
     return None
+
+
+def naming_the_attribute(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage's read of study attributes whose refusal names the attribute nested too
+    deep or too large (the plain refusal says only that a row was damaged)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StudyError:
+            problem = study_attribute_problem(self)
+            if problem is None:
+                raise
+            raise StudyError(
+                f"cannot read the storage '{display_url(str(self.url))}': {problem}; the "
+                "database was edited or damaged: repair or delete that attribute"
+            ) from None
+
+    return wrapper
 
 
 def study_attribute_problem(storage: Any) -> str | None:

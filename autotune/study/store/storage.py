@@ -37,7 +37,7 @@ from autotune.records.readable import ReadableView
 from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
 from autotune.study.store.optuna_schema import describe, not_optunas
-from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable, study_attribute_problem
+from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable, naming_the_attribute
 from autotune.study.store.snapshot import read_study
 from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
@@ -378,28 +378,8 @@ for _name in (*_READS, *_CACHED_READS):
     setattr(RetryingRDBStorage, _name, _retrying(_read, action="read"))
 
 
-def _naming_the_attribute(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A read of study attributes whose refusal names the attribute nested too deep or too
-    large (the plain refusal says only that a row was damaged)."""
-
-    @functools.wraps(method)
-    def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except StudyError:
-            problem = study_attribute_problem(self)
-            if problem is None:
-                raise
-            raise StudyError(
-                f"cannot read the storage '{display_url(str(self.url))}': {problem}; the "
-                "database was edited or damaged: repair or delete that attribute"
-            ) from None
-
-    return wrapper
-
-
 for _name in ("get_study_user_attrs", "get_all_studies"):
-    setattr(RetryingRDBStorage, _name, _naming_the_attribute(getattr(RetryingRDBStorage, _name)))
+    setattr(RetryingRDBStorage, _name, naming_the_attribute(getattr(RetryingRDBStorage, _name)))
 
 
 def _best_effort(method: Callable[..., Any]) -> Callable[..., Any]:
