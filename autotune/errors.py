@@ -42,6 +42,10 @@ class ExportError(AutotuneError):
     """A configuration cannot be rendered as the requested deploy command."""
 
 
+class VariableError(AutotuneError):
+    """An AUTOTUNE_* environment variable holds a value it does not take (autotune.variables)."""
+
+
 class TrialFailure(Exception):
     """A trial failed for a reason worth recording (crash, out of memory, time-out, bad server).
 

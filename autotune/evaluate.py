@@ -17,6 +17,7 @@ from autotune.params import (
     TrialConfig,
     no_effect_message,
 )
+from autotune.space.availability import missing_reason
 from autotune.space.support import config_problems
 from autotune.study import StudyPlan
 from autotune.study.plan import with_checkpoint_for
@@ -97,8 +98,11 @@ def configured(
 
 
 def _check_backend_has(backend: str, overrides: dict[str, Any]) -> None:
-    for name in overrides:
-        problem = no_effect_message(backend, [name])
+    """Each override is one the backend has, and can run here: a kernel that is not installed
+    (flash_attention_2 without flash-attn) is named with what to install, not found as a
+    server that exited."""
+    for name, value in overrides.items():
+        problem = no_effect_message(backend, [name]) or missing_reason(name, value)
         if problem is not None:
             raise SpaceError(f"--param {name}: {problem}")
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
+from autotune import variables
 from autotune.backends.base import Backend, InnerEngine
 
 PLUGIN_GROUP = "autotune.backends"
@@ -235,7 +236,7 @@ def _say(line: str) -> None:
 def plugins(taken: set[str]) -> list[Backend]:
     """The engines other installed packages register; a broken one is skipped with one line
     on stderr, so a bad plugin cannot take autotune down with it."""
-    if os.environ.get(NO_PLUGINS_ENV) or os.environ.get(PROBE_ENV):
+    if variables.read(NO_PLUGINS_ENV) or variables.read(PROBE_ENV):
         return []
     entries = entry_points()
     if not entries:

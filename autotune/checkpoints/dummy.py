@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune import variables
 from autotune.checkpoints.source import SUPPORTED_MODEL_TYPES
 from autotune.errors import ModelError, SpaceError
 from autotune.space import REPO_ROOT, SearchSpace
@@ -63,8 +64,28 @@ REASON = (
 )
 
 
+DUMMY_DIR_ENV = "AUTOTUNE_DUMMY_DIR"
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("AUTOTUNE_DUMMY_DIR") or REPO_ROOT / "studies" / "dummy-checkpoints")
+    named: str | None = variables.read(DUMMY_DIR_ENV)
+    return Path(named).expanduser() if named else REPO_ROOT / "studies" / "dummy-checkpoints"
+
+
+def _staging_folder(target: Path) -> Path:
+    """A fresh folder beside `target` to build into; one line naming the cache folder when it
+    cannot be made (a path through a file, no permission, a read-only disk)."""
+    staging = target.parent / f"{target.name}.tmp-{os.getpid()}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise ModelError(
+            f"cannot make the dummy-checkpoint folder {target.parent}: {exc.strerror or exc}; "
+            f"set {DUMMY_DIR_ENV} to a folder you can write, or unset it"
+        ) from None
+    return staging
 
 
 def architecture_config(model: str) -> dict[str, Any]:
@@ -120,10 +141,7 @@ def dummy_checkpoint(
     target = cache_root() / checkpoint_key(config, layout)
     if (target / COMPLETE_MARKER).is_file():
         return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f"{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = _staging_folder(target)
     (staging / "source-config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     argv = [sys.executable, "-m", "autotune.checkpoints.dummy", str(staging), "--device", device]
     argv += ["--layout", layout]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -65,6 +66,23 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+# The exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+# Ctrl-C before a command began its work (reading its arguments, its imports).
+NOTHING_STARTED = "before the command started; nothing was run or written"
+
+
+def interrupted(message: str) -> NoReturn:
+    """Ctrl-C: one line, status 130, no traceback. Before a command started, nothing needs
+    cleaning up: os._exit, because an interrupt that passed through an extension's own PyRun
+    call during an import has Python end by SIGINT (status -2) whatever sys.exit says."""
+    click.echo(f"interrupted: {message}", err=True)
+    if message == NOTHING_STARTED:
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)
+    sys.exit(INTERRUPTED)
+
+
 def user_errors(func: F) -> F:
     """Turn user-fixable errors and Ctrl-C into one line and a non-zero exit."""
 
@@ -75,12 +93,10 @@ def user_errors(func: F) -> F:
         except AutotuneError as exc:
             _fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
-            click.echo(
-                "interrupted: running trials were stopped and marked failed; run the same "
-                "command again to resume",
-                err=True,
+            interrupted(
+                "running trials were stopped and marked failed; run the same command again to "
+                "resume"
             )
-            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
 
@@ -105,15 +121,28 @@ def _one_line_usage_errors() -> Iterator[None]:
 
 class AutotuneGroup(click.Group):
     """click's usage errors (bad option values, unknown options) as one `error:` line too,
-    instead of the usage block click prints: every mistake reads the same way."""
+    instead of the usage block click prints: every mistake reads the same way. The AUTOTUNE_*
+    environment variables are checked before any command runs (autotune.variables), and a
+    Ctrl-C that comes before a command's own handling is status 130, not click's 'Aborted!'."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        with _one_line_usage_errors():
-            return super().make_context(*args, **kwargs)
+        try:
+            with _one_line_usage_errors():
+                return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted(NOTHING_STARTED)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _one_line_usage_errors():
-            return super().invoke(ctx)
+        from autotune import variables
+
+        try:
+            variables.check_all()
+            with _one_line_usage_errors():
+                return super().invoke(ctx)
+        except AutotuneError as exc:  # a variable's; a command turns its own into a line
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            interrupted(NOTHING_STARTED)
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -58,6 +58,15 @@ def chat_body(model: str, prompt: str, image_url: str, fields: dict[str, Any]) -
     }
 
 
+def _described(prompt: Prompt) -> str:
+    """'the request for item ocr-007 (image 1x10000 px, prompt 12 characters)'."""
+    width, height = prompt.image.size
+    return (
+        f"the request for item {prompt.item_id} (image {width}x{height} px, prompt "
+        f"{len(prompt.prompt):,} characters)"
+    )
+
+
 class ChatClient:
     """Streams chat completions from `base_url` (http://host:port, without /v1)."""
 
@@ -82,7 +91,15 @@ class ChatClient:
 
     async def send(self, prompt: Prompt, extra_fields: dict[str, Any] | None = None) -> Reply:
         """One streamed answer; `extra_fields` join this request's body only (a load test's
-        forced length)."""
+        forced length). A request that fails names its item and image: a server that drops
+        the connection ("peer closed connection") says nothing of what it could not take."""
+        try:
+            return await self._send(prompt, extra_fields)
+        except (httpx.HTTPError, ChatError) as exc:
+            why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise ChatError(f"{_described(prompt)}: {why}") from exc
+
+    async def _send(self, prompt: Prompt, extra_fields: dict[str, Any] | None) -> Reply:
         start = time.perf_counter()  # before encoding: the in-process clock starts pre-resize
         # PIL releases the GIL while encoding; a thread keeps other streams' clocks honest.
         image_url = await asyncio.to_thread(

@@ -13,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from autotune import variables
 from autotune.errors import SpaceError
 
 FAKE_GPUS_ENV = "AUTOTUNE_FAKE_GPUS"
@@ -114,7 +115,7 @@ def _clock(pynvml: Any, handle: Any, read: Any) -> int | None:
 
 def detect_gpus() -> list[Gpu]:
     """Every GPU of this host (faked ones where AUTOTUNE_FAKE_GPUS says so); [] for none."""
-    fake = os.environ.get(FAKE_GPUS_ENV)
+    fake: str | None = variables.read(FAKE_GPUS_ENV)
     if fake:
         return _fake_gpus(fake)
     return _nvml_gpus()

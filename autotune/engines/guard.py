@@ -19,6 +19,11 @@ import subprocess
 import sys
 from types import FrameType
 
+from autotune import variables
+
+# The launching process names itself here (autotune.engines.process).
+GUARD_PARENT_ENV = "AUTOTUNE_GUARD_PARENT"
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -54,7 +59,8 @@ def main(argv: list[str]) -> int:
         os.setpgid(0, 0)
     signal.signal(signal.SIGUSR1, _kill_group)
     # The launching process names itself, so a parent that died before this line is noticed.
-    _die_with_parent(int(os.environ.pop("AUTOTUNE_GUARD_PARENT", os.getppid())))
+    _die_with_parent(variables.read(GUARD_PARENT_ENV) or os.getppid())
+    os.environ.pop(GUARD_PARENT_ENV, None)
     # A stop from autotune signals the whole group: the command gets its SIGTERM directly and
     # shuts down; the guard only waits for it. A handler, not SIG_IGN: an ignored signal
     # would stay ignored in the command too, a handler is reset when it starts.

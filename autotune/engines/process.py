@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 from types import TracebackType
 
+from autotune.engines.guard import GUARD_PARENT_ENV
 from autotune.engines.leftovers import forget, record
 from autotune.engines.ownership import TOKEN_VARIABLE, protected
 
@@ -49,7 +50,7 @@ class ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
         env = dict(self.env if self.env is not None else os.environ)
-        env["AUTOTUNE_GUARD_PARENT"] = str(os.getpid())
+        env[GUARD_PARENT_ENV] = str(os.getpid())
         # Inherited by every process of the group: proof, for a later repair, that a group
         # whose leader is gone is still the one started here.
         token = env[TOKEN_VARIABLE] = secrets.token_hex(16)

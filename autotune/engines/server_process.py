@@ -8,6 +8,7 @@ for (ms-swift moves on silently when a port is busy).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
@@ -55,6 +56,22 @@ class Ready:
     base_url: str
     models: list[str]
     startup_s: float
+
+
+# The line a Python server's traceback ends with: 'ImportError: FlashAttention2 has been ...'.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception)): (.+)$")
+
+
+def exception_line(log: str, most: int = 300) -> str | None:
+    """The last exception a server's log reports, as 'Name: message' (cut at `most`
+    characters), or None: a server that exits before it answers says why there (a missing
+    package such as flash_attn, a bad flag), and its exit status alone says nothing."""
+    for line in reversed(log.splitlines()):
+        found = _EXCEPTION_LINE.match(line.strip())
+        if found:
+            text = f"{found.group(1)}: {found.group(2)}"
+            return text if len(text) <= most else text[: most - 3] + "..."
+    return None
 
 
 class ServerProcess:
@@ -113,10 +130,13 @@ class ServerProcess:
             while True:
                 code = self.process.poll()
                 if code is not None:
+                    tail = self.log_tail()
+                    cause = exception_line(tail)
                     raise TrialFailure(
-                        f"server exited with status {code} before answering GET /v1/models",
+                        f"server exited with status {code} before answering GET /v1/models"
+                        + (f": {cause}" if cause else ""),
                         kind="crash",
-                        log_tail=self.log_tail(),
+                        log_tail=tail,
                     )
                 for port in self._candidate_ports():
                     models = _probe(client, port)

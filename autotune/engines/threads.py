@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from autotune import variables
+
 # Set by `autotune run --gpus` for its workers: how many engines the run keeps at once.
 ENGINES_AT_ONCE_ENV = "AUTOTUNE_ENGINES_AT_ONCE"
 # What the worker process's OpenMP, MKL and torch read before their first parallel region.
@@ -52,7 +54,8 @@ def _whole_number(text: str) -> int | None:
 
 
 def engines_at_once() -> int:
-    return _whole_number(os.environ.get(ENGINES_AT_ONCE_ENV, "1")) or 1
+    engines: int = variables.read(ENGINES_AT_ONCE_ENV)
+    return engines
 
 
 def choose_threads(requested: int | None) -> ThreadChoice:

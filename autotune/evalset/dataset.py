@@ -33,6 +33,15 @@ from autotune.evalset.pools import ensure_pool, known_pools
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EVALSETS_DIR = REPO_ROOT / "evalsets"
 ITEMS_FILE = "items.jsonl"
+# What the engines can take, checked by `evalset validate` and every load of a set, so an item
+# fails there and not as a dropped connection in a trial. Qwen-VL's image processors
+# (smart_resize) refuse an image whose long side is MAX_ASPECT_RATIO times its short side or
+# more: a 1x10000 px image failed every request. A prompt is a question about its image;
+# MAX_PROMPT_CHARS (about 8,000 tokens) is far past any the bundled sets ask and well inside
+# the context every engine here starts with, next to the image's tokens and the answer (a
+# 1 MB prompt made the server drop the connection).
+MAX_ASPECT_RATIO = 200
+MAX_PROMPT_CHARS = 32_768
 
 
 class EvalItem(BaseModel):
@@ -43,7 +52,9 @@ class EvalItem(BaseModel):
     id: str = Field(min_length=1, description="Unique within the set; names the item in results.")
     category: str = Field(min_length=1, description="Group for per-category accuracy.")
     image: str = Field(min_length=1, description="Image path, relative to the JSONL file.")
-    prompt: str = Field(min_length=1, description="Text sent with the image.")
+    prompt: str = Field(
+        min_length=1, max_length=MAX_PROMPT_CHARS, description="Text sent with the image."
+    )
     answers: list[str] = Field(min_length=1, description="Reference answers; the best counts.")
     metric: str = Field(description="Name of a registered metric (autotune.evalset.metrics).")
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form generator facts.")
@@ -224,8 +235,15 @@ def _check_image(item: EvalItem) -> str | None:
             with Image.open(item.image_path) as img:
                 # Every pixel: a truncated file passes a structure check, then fails a trial.
                 img.load()
+                width, height = img.size
     except Exception as exc:  # PIL raises many unrelated types for a corrupt file
         return f"image {item.image!r} cannot be decoded: {exc}"
+    if max(width, height) >= MAX_ASPECT_RATIO * min(width, height):
+        return (
+            f"image {item.image!r} is {width}x{height} px: its long side is "
+            f"{MAX_ASPECT_RATIO} or more times its short side, which the model's image "
+            "processor refuses; crop or pad it"
+        )
     return None
 
 

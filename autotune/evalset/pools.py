@@ -23,6 +23,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
+from autotune import variables
 from autotune.errors import EvalsetError
 from autotune.evalset.integrity import (
     MAX_POOL_ITEMS,
@@ -68,11 +69,11 @@ _POOLS = TypeAdapter(dict[PoolName, PoolEntry])
 
 
 def pools_file() -> Path:
-    return Path(os.environ.get(POOLS_FILE_ENV) or POOLS_FILE)
+    return Path(variables.read(POOLS_FILE_ENV) or POOLS_FILE)
 
 
 def pools_dir() -> Path:
-    return Path(os.environ.get(POOLS_DIR_ENV) or POOLS_DIR)
+    return Path(variables.read(POOLS_DIR_ENV) or POOLS_DIR)
 
 
 def _fix(path: Path) -> str:

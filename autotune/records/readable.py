@@ -5,24 +5,30 @@ completed trial), its record (autotune.records.stored.TrialRecord, its configura
 included, which a completed trial must have). One that fails, edited by hand or damaged, is
 shown to every reader as a stand-in: a failed trial whose failure_reason names the field, so
 `best` and `report` leave it out of the ranking and name it, the sampler skips it, and the
-rest of the study stays readable. The storage classes (autotune.study.store.storage) put the
-stand-ins in place; nothing is written back.
+rest of the study stays readable. A record that reads but cannot be true (figures out of
+range, a failure on a completed trial, values that disagree with its figures:
+autotune.records.checks) is a stand-in too, named impossible. The storage classes
+(autotune.study.store.storage) put the stand-ins in place; nothing is written back.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.records.checks import trial_problem
 from autotune.records.stored import StudyRecord, TrialRecord
 
 # The failure_kind of a stand-in; `stored_state` keeps the state the storage holds.
 UNREADABLE = "unreadable"
 STORED_STATE = "stored_state"
+UNREAD = "cannot be read"
+IMPOSSIBLE = "is impossible"
 
 
 def study_problem(study: optuna.Study) -> str | None:
@@ -70,10 +76,11 @@ def stand_in(
     completed: datetime.datetime | None = None,
     params: dict[str, Any] | None = None,
     distributions: dict[str, Any] | None = None,
+    impossible: bool = False,
 ) -> FrozenTrial:
-    """The failed trial readers see in place of an unreadable one. Its parameters, where they
-    could be read, stay: Optuna checks a new trial's against every stored one, and a run says
-    so first (autotune.study.run.loop)."""
+    """The failed trial readers see in place of an unreadable one (`impossible`: one that
+    reads but cannot be true). Its parameters, where they could be read, stay: Optuna checks a
+    new trial's against every stored one, and a run says so first (autotune.study.run.loop)."""
     return FrozenTrial(
         number=number,
         state=TrialState.FAIL,
@@ -85,7 +92,7 @@ def stand_in(
         distributions=distributions or {},
         user_attrs={
             "failure_kind": UNREADABLE,
-            "failure_reason": f"its stored record cannot be read: {why}",
+            "failure_reason": f"its stored record {IMPOSSIBLE if impossible else UNREAD}: {why}",
             STORED_STATE: state.name,
         },
         system_attrs={},
@@ -105,15 +112,19 @@ def _shape_problem(trial: FrozenTrial) -> str | None:
     return None
 
 
-def readable(trial: FrozenTrial, objectives: int) -> FrozenTrial:
-    """`trial` itself, or its stand-in when it cannot be read. A running or waiting trial is
-    read as it is (its own process is still writing it) unless its very shape is broken."""
+def readable(trial: FrozenTrial, objectives: int, metrics: Sequence[str] = ()) -> FrozenTrial:
+    """`trial` itself, or its stand-in when it cannot be read or cannot be true. A running or
+    waiting trial is read as it is (its own process is still writing it) unless its very
+    shape is broken. `metrics`: the study's objective metrics (autotune.records.checks)."""
     if is_stand_in(trial):
         return trial
     shape = _shape_problem(trial)
     why = shape
     if why is None and trial.state.is_finished():
         why = unreadable_because(trial, objectives)
+    impossible = None
+    if why is None and trial.state.is_finished():
+        impossible = why = trial_problem(trial, metrics)
     if why is None:
         return trial
     return stand_in(
@@ -125,6 +136,7 @@ def readable(trial: FrozenTrial, objectives: int) -> FrozenTrial:
         completed=trial.datetime_complete,
         params=trial.params if shape is None else None,
         distributions=trial.distributions if shape is None else None,
+        impossible=impossible is not None,
     )
 
 
@@ -136,11 +148,13 @@ class ReadableView:
     def __init__(self) -> None:
         self._seen: dict[int, tuple[FrozenTrial, FrozenTrial]] = {}
 
-    def __call__(self, trial: FrozenTrial, objectives: int) -> FrozenTrial:
+    def __call__(
+        self, trial: FrozenTrial, objectives: int, metrics: Sequence[str] = ()
+    ) -> FrozenTrial:
         seen = self._seen.get(trial._trial_id)
         if seen is not None and seen[0] is trial:
             return seen[1]
-        shown = readable(trial, objectives)
+        shown = readable(trial, objectives, metrics)
         self._seen[trial._trial_id] = (trial, shown)
         return shown
 
@@ -165,9 +179,12 @@ def unreadable_reason(trial: FrozenTrial) -> str:
 
 
 def unreadable_line(study_name: str, trial: FrozenTrial) -> str:
-    """'study S, trial N (its stored state) cannot be read: field: what is wrong'."""
+    """'study S, trial N (its stored state) cannot be read: field: what is wrong', or
+    "study S, trial N's record (its stored state) is impossible: what cannot be true"."""
     reason = unreadable_reason(trial).removeprefix("its stored record ")
     stored = str(trial.user_attrs[STORED_STATE]).lower()
+    if reason.startswith(IMPOSSIBLE):
+        return f"study '{study_name}', trial {trial.number}'s record ({stored}) {reason}"
     return f"study '{study_name}', trial {trial.number} ({stored}) {reason}"
 
 

@@ -42,6 +42,7 @@ from autotune.records.parts import (
     TimeSplit,
     stored_part,
 )
+from autotune.records.shape import value_problem
 
 # A share (accuracy, a score): NaN passes no comparison, so it is refused where it is read.
 Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -99,6 +100,10 @@ class _Stored(BaseModel):
                 f"schema_version: {version} was stored by a newer autotune (this one reads up "
                 f"to {SCHEMA_VERSION}): upgrade autotune to read it"
             )
+        for key, value in attrs.items():  # before anything recurses into a value
+            deep = value_problem(value)
+            if deep is not None:
+                return None, f"{key}: {deep}"
         try:
             record = cls.model_validate(attrs)
         except ValidationError as exc:
@@ -252,9 +257,33 @@ class TrialRecord(_Stored):
         return None
 
 
+class _BasisPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EvalsetBasis(_BasisPart):
+    """The evaluation set a study's comparisons rest on: its name and two hashes."""
+
+    name: str
+    items: str
+    images: str
+
+
+class ComparisonBasis(_BasisPart):
+    """What every comparison of a study rests on (autotune.study.run.opening writes it): a
+    resume with another set, reference, floor or searched parameters is refused. Typed, so a
+    damaged basis is named as damage, not read as another evaluation set (None -> smoke)."""
+
+    evalset: EvalsetBasis
+    reference: dict[str, Any]
+    floor: dict[str, Any]
+    params: dict[str, Any]
+
+
 class StudyRecord(_Stored):
     """A study's user attributes (autotune.study.plan.study_attrs writes them at creation)."""
 
+    comparison_basis: ComparisonBasis | None = None
     space_name: str | None = None
     space_file: str | None = None
     space: dict[str, Any] = {}

@@ -18,11 +18,14 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.checks import figure_problem
 from autotune.records.stored import StudyRecord, TrialRecord
 
 
 def _checked(record: type[TrialRecord | StudyRecord], attrs: Mapping[str, Any], what: str) -> None:
     problem = record.problem(dict(attrs))
+    if problem is None and record is TrialRecord:
+        problem = figure_problem(attrs)
     if problem is not None:
         raise StudyError(f"{what} would store an unreadable record: {problem}")
 

@@ -50,6 +50,7 @@ from autotune.evalset.dataset import load_evalset
 from autotune.params import REQUEST_LEVERS
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
 from autotune.space import load_space
+from autotune.space.settings import MAX_BUDGET_S
 from autotune.study.plan import StudyPlan
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import recommend
@@ -434,15 +435,30 @@ def markdown(result: dict[str, Any], problems: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A replayed study's budget is a study's: at most MAX_BUDGET_S (30 days).
+MAX_BUDGET_MIN = MAX_BUDGET_S / 60
+
+
+def budget_minutes(text: str) -> float:
+    """A budget in minutes a study can take: above 0, at most 30 days."""
+    minutes = positive_minutes(text)
+    if minutes > MAX_BUDGET_MIN:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} minutes is more than 30 days ({MAX_BUDGET_MIN:.0f} minutes), a study's "
+            "longest budget; give fewer minutes"
+        )
+    return minutes
+
+
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
-    """The command line; a value the replay cannot use is one line and exit 2 (a budget of 0
-    or NaN, no method or an unknown one, no seed, a negative seed)."""
+    """The command line; a value the replay cannot use is one line and exit 2 (a budget of 0,
+    NaN or past a study's longest, no method or an unknown one, no seed, a negative seed)."""
     parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=whole_number(1), default=10)
     parser.add_argument("--first-seed", type=whole_number(0), default=0)
-    parser.add_argument("--budget-min", type=positive_minutes, default=30.0)
+    parser.add_argument("--budget-min", type=budget_minutes, default=30.0)
     parser.add_argument(
-        "--random-budget-min", type=positive_minutes, default=None,
+        "--random-budget-min", type=budget_minutes, default=None,
         help="random search's budget (default: 3x --budget-min, so its time to 95%% is seen)",
     )  # fmt: skip
     parser.add_argument("--grid-seeds", type=whole_number(0), default=10)
@@ -450,7 +466,13 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--name", default="replay")
     parser.add_argument("--check", action="store_true", help="exit 1 when a criterion fails")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.random_budget_min is None and 3 * args.budget_min > MAX_BUDGET_MIN:
+        parser.error(
+            f"--budget-min {args.budget_min:g}: random search's default budget, 3x that, is "
+            f"past a study's longest ({MAX_BUDGET_MIN:.0f} minutes); pass --random-budget-min"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("budget", ["1e9", "20000"])
+def test_a_budget_past_a_studys_longest_is_one_line(budget: str) -> None:
+    """It ended in a SpaceError traceback from the replayed study's space file."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cpu" / "replay.py"), "--budget-min", budget],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "error:" in line and "43200 minutes" in line and budget in line
+
+
+@pytest.mark.slow
 def test_the_replay_benchmark_runs_the_study_loop_in_a_reduced_setting(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "cpu" / "replay.py"), "--seeds", "1",

@@ -20,10 +20,11 @@ from autotune.checkpoints.dummy import (
     TOKENIZER_SOURCE,
     architecture_config,
     checkpoint_key,
+    dummy_checkpoint,
     silenced_ids,
 )
 from autotune.cli import main
-from autotune.errors import ModelError, SpaceError
+from autotune.errors import AutotuneError, ModelError, SpaceError
 from autotune.evalset.dataset import load_evalset
 from autotune.space import load_space
 from autotune.study import plan_study
@@ -326,3 +327,16 @@ def test_a_pool_that_cannot_be_built_fails_a_dummy_study_in_one_line(
     (line,) = result.output.strip().splitlines()
     assert "evaluation pool 'ocr-caption-3k' is not built" in line
     assert not dummy_dir.exists() and not (tmp_path / "p.db").exists()
+
+
+@pytest.mark.parametrize("where", ["/etc/hostname", "/etc/hostname/inside"])
+def test_a_dummy_dir_that_cannot_be_a_folder_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """/etc/hostname raised FileExistsError from mkdir; a path through a file is refused too."""
+    monkeypatch.setenv("AUTOTUNE_DUMMY_DIR", where)
+    with pytest.raises(AutotuneError) as caught:
+        dummy_checkpoint("Qwen/Qwen3-VL-2B-Instruct")
+    message = str(caught.value)
+    assert "\n" not in message and "AUTOTUNE_DUMMY_DIR" in message, message
+    assert "/etc/hostname" in message

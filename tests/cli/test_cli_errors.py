@@ -343,8 +343,9 @@ def test_a_deeply_nested_space_is_one_line_in_a_real_process(workdir: Path) -> N
 
 
 def test_eval_of_an_engine_that_is_not_installed_fails_in_one_line(workdir: Path) -> None:
+    """Refused before anything starts, with what to install (as a study drops it)."""
     result = run_cli(["eval", "--space", "smoke", "--param", "backend=vllm"], workdir)
-    assert_one_line_error(result, "could not be measured: unsupported: 'vllm'", code=1)
+    assert_one_line_error(result, "backend vllm is not installed", "pip install")
     assert not list(workdir.iterdir())
 
 
@@ -355,3 +356,13 @@ def test_a_busy_timeout_that_is_not_a_number_is_one_line_and_writes_nothing(
     result = autotune_cli("run", "--space", "smoke", "--trials", "1", cwd=workdir, env=env)
     assert_one_line_error(result, "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S='soon'", "unset it")
     assert no_database_written(workdir)
+
+
+@pytest.mark.slow
+def test_a_kernel_that_is_not_installed_is_named_with_what_to_install(workdir: Path) -> None:
+    """It said only "server exited with status 1" once the smoke space measured through swift
+    deploy (2725f45); the message names FlashAttention-2 and the package again."""
+    result = run_cli(
+        ["eval", "--space", "smoke", "--param", "attn_implementation=flash_attention_2"], workdir
+    )
+    assert_one_line_error(result, "flash_attention_2", "flash-attn", "pip install")

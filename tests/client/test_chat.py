@@ -76,3 +76,51 @@ def test_a_raw_line_separator_inside_a_streamed_answer_stays_in_it() -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_a_request_the_server_drops_names_its_item_and_image() -> None:
+    """A server that closes the connection on a request it cannot take (a real socket that
+    accepts and closes): the error names the item and the image, not only the transport's
+    'peer closed connection'."""
+    import socket
+    import threading
+
+    import pytest
+
+    from autotune.client import ChatError, http_client
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+
+    def drop() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.recv(65536)
+            connection.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    prompt = Prompt(item_id="thin-01", image=Image.new("RGB", (1, 300)), prompt="Read it.")
+
+    async def send() -> None:
+        async with http_client(1) as client:
+            chat = ChatClient(
+                client, base_url=f"http://127.0.0.1:{port}", model="m", fields={},
+                image_max_side=None,
+            )  # fmt: skip
+            await chat.send(prompt)
+
+    try:
+        with pytest.raises(ChatError) as caught:
+            asyncio.run(send())
+    finally:
+        listener.close()
+    message = str(caught.value)
+    assert message.startswith(
+        "the request for item thin-01 (image 1x300 px, prompt 8 characters): "
+    ), message
+    assert "RemoteProtocolError" in message or "ReadError" in message

@@ -589,3 +589,22 @@ def test_smoke_swift_study_then_verify(smoke_swift_study: SwiftStudy) -> None:
     assert "swift deploy --model " in report["command"]
     assert not verify_tree.alive() and verify_tree.servers()
     print(f"\nsmoke-swift: run {smoke_swift_study.run_s:.0f} s, verify {verify_s:.0f} s")
+
+
+def test_a_server_that_exits_says_why_from_its_log() -> None:
+    from autotune.engines.server_process import exception_line
+
+    log = (
+        "Traceback (most recent call last):\n  File 'x.py', line 1\n"
+        "ImportError: FlashAttention2 has been toggled on, but it cannot be used: the package "
+        "flash_attn seems to be not installed\n[INFO] exiting\n"
+    )
+    assert exception_line(log) == (
+        "ImportError: FlashAttention2 has been toggled on, but it cannot be used: the package "
+        "flash_attn seems to be not installed"
+    )
+    assert exception_line("torch.cuda.OutOfMemoryError: CUDA out of memory") == (
+        "OutOfMemoryError: CUDA out of memory"
+    )
+    assert exception_line("[INFO] nothing went wrong\n") is None
+    assert len(exception_line("ValueError: " + "x" * 1000) or "") == 300

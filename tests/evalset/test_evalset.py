@@ -382,3 +382,29 @@ def test_standard_input_as_an_evaluation_set_is_refused_at_once(tmp_path: Path) 
     lines = checked.stderr.strip().splitlines()
     assert len(lines) == 1 and "/dev/stdin is not a regular file but a FIFO" in lines[0], lines
     assert "standard input or output" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("size", "prompt", "says"),
+    [
+        ((1, 10_000), "Read it.", "is 1x10000 px: its long side is 200 or more times"),
+        ((64, 64), "x" * 1_000_000, "prompt: String should have at most 32768 characters"),
+    ],
+)
+def test_validate_refuses_what_the_engines_cannot_take(
+    tmp_path: Path, size: tuple[int, int], prompt: str, says: str
+) -> None:
+    """Both passed validate, then ended `autotune eval` in 'peer closed connection'."""
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", size, "white").save(tmp_path / "images" / "a.png")
+    item = {"id": "a", "category": "c", "image": "images/a.png", "prompt": prompt,
+            "answers": ["x"], "metric": "exact_match"}  # fmt: skip
+    (tmp_path / "items.jsonl").write_text(json.dumps(item) + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "evalset", "validate", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "line 1" in line and says in line, line

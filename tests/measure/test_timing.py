@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.measure.summary import summarize
+from autotune.errors import TrialFailure
+from autotune.measure.summary import NO_TOKENS, summarize
 from autotune.measure.timing import RequestTiming, percentile
 
 
@@ -30,16 +31,13 @@ def test_summarize_units_and_values() -> None:
         figures["measured_output_tokens"] / window
     )
     assert 0 < figures["measured_output_tokens"] <= 14 and 0 < window <= 2.0
-    latency_only = summarize(timings, load_start=0.0, load_stop=0.0, latency_slo_ms=1000)
-    assert latency_only["ttft_p50_ms"] == pytest.approx(150.0)
-    # TPOT: (1.0-0.1)/9 = 100 ms and (1.8-1.2)/3 = 200 ms.
-    assert latency_only["tpot_p50_ms"] == pytest.approx(150.0)
-    assert latency_only["e2e_latency_p95_ms"] == pytest.approx(1000.0)
-    assert latency_only["output_tokens_per_request"] == pytest.approx(7.0)
-    # With no whole bin measured, the window is the requests' own span.
-    assert latency_only["throughput_output_tokens_per_s"] == pytest.approx(7.0)
-    assert latency_only["throughput_requests_per_s"] == pytest.approx(1.0)
-    assert latency_only["goodput_requests_per_s"] == pytest.approx(1.0)  # both within 1 s
+    # Latency from the requests inside the window: the second one (the first is warm-up).
+    assert figures["load_warmup_s"] == pytest.approx(1.0)
+    assert figures["ttft_p50_ms"] == pytest.approx(200.0)
+    assert figures["tpot_p50_ms"] == pytest.approx(200.0)  # (1.8-1.2)/3
+    assert figures["e2e_latency_p95_ms"] == pytest.approx(1000.0)
+    assert figures["output_tokens_per_request"] == pytest.approx(4.0)
+    assert figures["goodput_requests_per_s"] == figures["throughput_requests_per_s"] > 0
     # Two seconds are too short for an interval or a settled rate, and say so.
     assert np.isnan(figures["throughput_ci_rel"])
     assert figures["warmup_settled"] == 0.0
@@ -56,6 +54,18 @@ def test_static_batch_end_counts_in_e2e_not_tpot() -> None:
 
 def test_one_token_answers_have_no_tpot() -> None:
     timing = RequestTiming(start=0, first_token=0.2, last_token=0.2, end=0.2, output_tokens=1)
-    figures = summarize([timing], load_start=0.0, load_stop=0.2)
+    figures = summarize([timing], load_start=0.0, load_stop=0.25)
     assert timing.tpot_s is None
     assert np.isnan(figures["tpot_p50_ms"])
+
+
+def test_a_load_without_tokens_is_a_failed_measurement_not_a_throughput_of_0() -> None:
+    silent = [RequestTiming(start=0.0, first_token=0.5, last_token=0.5, end=1.0, output_tokens=0)]
+    with pytest.raises(TrialFailure) as caught:
+        summarize(silent * 3, load_start=0.0, load_stop=2.0)
+    assert caught.value.kind == NO_TOKENS and "counted no output token" in caught.value.reason
+    # Tokens, but none inside the load: every one came after it was stopped.
+    late = [RequestTiming(start=0.0, first_token=2.5, last_token=3.0, end=3.0, output_tokens=9)]
+    with pytest.raises(TrialFailure) as caught:
+        summarize(late, load_start=0.0, load_stop=2.0)
+    assert caught.value.kind == NO_TOKENS and "never settled" in caught.value.reason

@@ -203,8 +203,8 @@ def test_json_output_never_carries_nan_or_infinity(
     db, url = copy_of(small_study, tmp_path)
     damage(
         db,
-        "UPDATE trial_user_attributes SET value_json = 'Infinity' WHERE "
-        f"key = 'throughput_output_tokens_per_s' AND trial_id = {RECOMMENDED + 1}",
+        "UPDATE trial_user_attributes SET value_json = 'NaN' WHERE "
+        f"key = 'tpot_p50_ms' AND trial_id = {RECOMMENDED + 1}",
         f"UPDATE trial_user_attributes SET value_json = 'NaN' WHERE key = 'ttft_p50_ms' "
         f"AND trial_id = {RECOMMENDED + 1}",
     )
@@ -216,7 +216,9 @@ def test_json_output_never_carries_nan_or_infinity(
 
     document = json.loads(result.stdout, parse_constant=not_json)
     figures = document["recommended"]["figures"]
-    assert figures["throughput_output_tokens_per_s"] is None and figures["ttft_p50_ms"] is None
+    # Unknown (NaN) latencies are null; an infinite or negative throughput is no figure at all
+    # (tests/records/test_checks.py).
+    assert figures["tpot_p50_ms"] is None and figures["ttft_p50_ms"] is None
     assert document["null_because"]["recommended.figures.ttft_p50_ms"] == (
         "not a finite number (nan)"
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from cli_study import build_cli_study, tampered
 from pydantic import ValidationError
 from small_space import autotune_cli
 
@@ -101,3 +102,44 @@ def test_a_stored_null_reads_as_the_fields_default() -> None:
         number=1,
     )
     assert record.gpus == [] and record.is_reference is False and record.candidate is None
+
+
+@pytest.fixture(scope="module")
+def cli_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return build_cli_study(tmp_path_factory.mktemp("cli-study"))
+
+
+BASIS = "UPDATE study_user_attributes SET value_json = ? WHERE key = 'comparison_basis'"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("stored", "says"),
+    [
+        (
+            '{"reference": {}, "floor": {}, "params": {}}',
+            "comparison_basis.evalset: Field required",
+        ),
+        ('"x"', "comparison_basis: Input should be a valid dictionary"),
+        (
+            '{"evalset": {"name": 5, "items": "a", "images": "b"}, "reference": {}, "floor": {}, '
+            '"params": {}}',
+            "comparison_basis.evalset.name: Input should be a valid string",
+        ),
+    ],
+)
+def test_a_damaged_comparison_basis_is_named_as_damage(
+    cli_built: tuple[Path, Path], tmp_path: Path, stored: str, says: str
+) -> None:
+    """It read as "made with another evaluation set (None -> smoke)"."""
+    db = tampered(cli_built[0], tmp_path, BASIS, args=(stored,))
+    done = autotune_cli(
+        "run", "--space", str(cli_built[1]), "--study", "smoke", "--storage", f"sqlite:///{db}",
+        "--trials", "4", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line == f"error: study 'smoke' has an unreadable record: {says}" or (
+        line.startswith(f"error: study 'smoke' has an unreadable record: {says}")
+    ), line
+    assert "another evaluation set" not in line

@@ -142,18 +142,6 @@ def test_a_trial_number_past_sqlites_integers_is_refused(small_study: tuple[str,
         assert "--trial" in result.output and "2147483647" in result.output, result.output
 
 
-def test_a_huge_sqlite_busy_timeout_is_one_line(
-    small_study: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    url, name = small_study
-    monkeypatch.setenv("AUTOTUNE_SQLITE_BUSY_TIMEOUT_S", "1e300")
-    result = CliRunner().invoke(main, ["best", "--study", name, "--storage", url])
-    assert result.exit_code == 2, result.output
-    assert "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S='1e300' is not a number of seconds up to a day" in (
-        result.output
-    )
-
-
 def test_the_bundled_spaces_keep_their_load_inside_the_timeout() -> None:
     from autotune.space import load_space
 

@@ -152,6 +152,22 @@ def raced_verdict(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verd
     return _Verdict(m, attrs, {}, [], raced=reason)
 
 
+def judged(
+    trial: optuna.Trial,
+    plan: StudyPlan,
+    run: _Run,
+    time_s: dict[str, float],
+    artifacts: ArtifactRecorder,
+) -> _Verdict:
+    """The verdict on a run (stopped by racing, or to be judged); the trial fails when its
+    load is no measurement (a load without tokens: autotune.measure.summary)."""
+    raced = run.rival is not None and run.result.stop_reason == RACED
+    try:
+        return (raced_verdict if raced else judge_run)(plan, run, time_s)
+    except TrialFailure as failure:
+        fail_trial(trial, failure, artifacts)
+
+
 def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     """The figures, the paired comparison with the reference, the constraint values and
     whether the export reproduces the trial: everything the trial records from here on."""
@@ -308,9 +324,9 @@ class Objective:
                 return copy_twin(trial, twin, self.plan.space, self.plan.evalset)
         run = self._measure(trial, proposal, time_s)
         self.recording_from = self.clock()
-        if run.rival is not None and run.result.stop_reason == RACED:
-            return self._record(trial, raced_verdict(self.plan, run, time_s), time_s)
-        verdict = judge_run(self.plan, run, time_s)
+        verdict = judged(trial, self.plan, run, time_s, self.artifacts)
+        if verdict.raced is not None:
+            return self._record(trial, verdict, time_s)
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
                 f"trial {trial.number}: unequal work, not ranked on tokens/s: "

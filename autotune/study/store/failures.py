@@ -3,25 +3,21 @@ finished the trial before autotune could say why) an attribute of its study."""
 
 from __future__ import annotations
 
-import os
-
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune import variables
 from autotune.records.writer import write_study
 
-# A trial whose process sent no heartbeat for this long is failed by the next run or host.
-HEARTBEAT_GRACE_S = 120
 HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
 
 
 def heartbeat_grace_s() -> int:
-    """The grace period: 120 s, or AUTOTUNE_HEARTBEAT_GRACE_S (2 s to a day: Optuna takes it
-    as a timedelta, which a huge number overflows)."""
-    try:
-        return min(86_400, max(2, int(os.environ.get(HEARTBEAT_GRACE_ENV, HEARTBEAT_GRACE_S))))
-    except ValueError:
-        return HEARTBEAT_GRACE_S
+    """How long a trial's process may send no heartbeat before the next run or host fails it
+    (autotune.variables: 120 s, 2 s to a day: Optuna takes it as a timedelta, which a huge
+    number overflows)."""
+    grace: int = variables.read(HEARTBEAT_GRACE_ENV)
+    return grace
 
 
 # A study attribute per trial Optuna's heartbeat failed: the trial itself is FAIL by then, and

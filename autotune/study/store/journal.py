@@ -23,6 +23,7 @@ from optuna.storages.journal._file import get_lock_file
 from optuna.storages.journal._storage import JournalStorageReplayResult
 
 from autotune.errors import StudyError
+from autotune.records.shape import MAX_DEPTH
 
 # How much of the file is read at a time while looking back for the last newline.
 _TAIL_CHUNK = 1 << 20
@@ -111,6 +112,9 @@ class CheckedReplay(JournalStorageReplayResult):
             except ValueError as exc:  # a line that is not JSON, with more lines after it
                 # Every line before it was applied: it is the next one.
                 raise self._refusal(self.log_number_read + 1, f"not JSON: {exc}") from None
+            except RecursionError:  # JSON nested past what Python's reader takes
+                why = f"JSON nested past the {MAX_DEPTH} levels a stored attribute may hold"
+                raise self._refusal(self.log_number_read + 1, why) from None
             if isinstance(log, dict) and not isinstance(log.get("study_name", ""), str):
                 # The one field Optuna's replay keeps without looking at it.
                 self.log_number_read += 1

@@ -8,6 +8,7 @@ stand-in (autotune.records.readable) that names the row, and the others read as 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +18,22 @@ from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.checks import objective_metrics
 from autotune.records.readable import readable, stand_in
+from autotune.records.shape import text_problem
+from autotune.study.store.storage_urls import display_url
 
-# What Optuna raises on a row it cannot turn into a trial (its own checks are assertions).
-ROW_ERRORS = (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+# What Optuna raises on a row it cannot turn into a trial (its own checks are assertions; a
+# RecursionError is JSON nested past Python's reader, which row_problem names).
+ROW_ERRORS = (
+    AssertionError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    RecursionError,
+    TypeError,
+    ValueError,
+)
 
 
 def build_readable(
@@ -34,7 +47,11 @@ def build_readable(
             f"no trial number ({model.number!r}); the database was edited or damaged"
         )
     objectives = len(model.study.directions)
+    # Attributes too deep or too large are refused before Optuna's reader recurses into them.
+    shape = _attribute_shape(model)
     try:
+        if shape is not None:
+            raise ValueError(shape)
         trial = build(model)
     except ROW_ERRORS as exc:
         return stand_in(
@@ -45,11 +62,33 @@ def build_readable(
             started=model.datetime_start,
             completed=model.datetime_complete,
         )
-    return readable(trial, objectives)
+    return readable(trial, objectives, _objective_metrics(model))
+
+
+def _objective_metrics(model: models.TrialModel) -> list[str]:
+    """The study's objective metrics, which its trials' values must agree with; [] when
+    they cannot be read (the study's own reading says why)."""
+    for attr in model.study.user_attributes:
+        if attr.key == "objective_metrics" and not _fails(json.loads, attr.value_json):
+            return objective_metrics({attr.key: json.loads(attr.value_json)})
+    return []
+
+
+def _attribute_shape(model: models.TrialModel) -> str | None:
+    """The first attribute whose stored JSON is too deep or too large to read."""
+    for kind, attrs in (("user", model.user_attributes), ("system", model.system_attributes)):
+        for attr in attrs:
+            shape = text_problem(attr.value_json) if isinstance(attr.value_json, str) else None
+            if shape is not None:
+                return f"{attr.key} ({kind} attribute): {shape}"
+    return None
 
 
 def row_problem(model: models.TrialModel, objectives: int) -> str | None:
     """The first row of the trial Optuna cannot read, as 'field: what is wrong'."""
+    shape = _attribute_shape(model)
+    if shape is not None:
+        return shape
     for value in model.values:
         if not 0 <= value.objective < objectives:
             return f"values: objective {value.objective} in a study of {objectives}"
@@ -76,4 +115,37 @@ def _fails(read: Callable[..., Any], *args: Any) -> str | None:
         read(*args)
     except ROW_ERRORS as exc:
         return f"{exc}" if str(exc) else type(exc).__name__
+    return None
+
+
+def naming_the_attribute(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A storage's read of study attributes whose refusal names the attribute nested too
+    deep or too large (the plain refusal says only that a row was damaged)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StudyError:
+            problem = study_attribute_problem(self)
+            if problem is None:
+                raise
+            raise StudyError(
+                f"cannot read the storage '{display_url(str(self.url))}': {problem}; the "
+                "database was edited or damaged: repair or delete that attribute"
+            ) from None
+
+    return wrapper
+
+
+def study_attribute_problem(storage: Any) -> str | None:
+    """The first study attribute whose stored JSON is too deep or too large to read
+    ("study 'S': key (study attribute): what is wrong"), or None."""
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(storage.scoped_session) as session:
+        for attr in session.query(models.StudyUserAttributeModel):
+            shape = text_problem(attr.value_json) if isinstance(attr.value_json, str) else None
+            if shape is not None:
+                return f"study '{attr.study.study_name}': {attr.key} (study attribute): {shape}"
     return None

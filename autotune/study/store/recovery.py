@@ -27,6 +27,7 @@ import psutil
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import variables
 from autotune.records.parts import Owner, owner_of, same_configuration
 from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
@@ -42,7 +43,8 @@ HOST_ENV = "AUTOTUNE_HOST"
 
 
 def host_name() -> str:
-    return os.environ.get(HOST_ENV) or socket.gethostname()
+    named: str | None = variables.read(HOST_ENV)
+    return named or socket.gethostname()
 
 
 def owner() -> dict[str, Any]:

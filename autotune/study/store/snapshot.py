@@ -18,7 +18,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
-from autotune.records.readable import study_problem
+from autotune.records.checks import second_references
+from autotune.records.readable import stand_in, study_problem
 
 
 class StudySnapshot(optuna.Study):
@@ -34,7 +35,8 @@ class StudySnapshot(optuna.Study):
         use_cache: bool = False,
     ) -> list[FrozenTrial]:
         if self._trials is None:
-            self._trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+            self._trials = without_second_references(trials)
         trials = [t for t in self._trials if states is None or t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
@@ -43,6 +45,28 @@ class StudySnapshot(optuna.Study):
         if self._attrs is None:
             self._attrs = self._storage.get_study_user_attrs(self._study_id)
         return dict(self._attrs)
+
+
+def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """`trials` with every completed trial that claims the reference after the first one did
+    as a stand-in named impossible (autotune.records.checks)."""
+    second = second_references(trials)
+    return [
+        t
+        if t.number not in second
+        else stand_in(
+            number=t.number,
+            trial_id=t._trial_id,
+            state=t.state,
+            why=second[t.number],
+            started=t.datetime_start,
+            completed=t.datetime_complete,
+            params=t.params,
+            distributions=t.distributions,
+            impossible=True,
+        )
+        for t in trials
+    ]
 
 
 def read_study(storage: optuna.storages.BaseStorage, study_name: str) -> optuna.Study:

@@ -32,11 +32,12 @@ import tenacity
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
+from autotune.records.checks import objective_metrics
 from autotune.records.readable import ReadableView
 from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
 from autotune.study.store.optuna_schema import describe, not_optunas
-from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable
+from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable, naming_the_attribute
 from autotune.study.store.snapshot import read_study
 from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
@@ -208,7 +209,9 @@ class GuardedJournalStorage(optuna.storages.JournalStorage):
             self._readable = ReadableView()
         replay = self._replay_result
         study_id = replay._trial_id_to_study_id[trial._trial_id]
-        return self._readable(trial, len(replay.get_study(study_id).directions))
+        study = replay.get_study(study_id)
+        metrics = objective_metrics(study.user_attrs)
+        return self._readable(trial, len(study.directions), metrics)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return self._shown(super().get_trial(trial_id))
@@ -373,6 +376,10 @@ for _name in (*_WRITES, *_CACHED_WRITES):
 for _name in (*_READS, *_CACHED_READS):
     _read = getattr(optuna.storages.RDBStorage, _name)
     setattr(RetryingRDBStorage, _name, _retrying(_read, action="read"))
+
+
+for _name in ("get_study_user_attrs", "get_all_studies"):
+    setattr(RetryingRDBStorage, _name, naming_the_attribute(getattr(RetryingRDBStorage, _name)))
 
 
 def _best_effort(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,37 +9,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import sqlite3
 from pathlib import Path
 from urllib.parse import unquote
 
+from autotune import variables
 from autotune.errors import StudyError
 from autotune.study.store.optuna_schema import describe, not_optunas
 
-# How long SQLite waits for another writer's lock before a write gives up (seconds); the
-# retries after that are autotune.study.store.storage's. AUTOTUNE_SQLITE_BUSY_TIMEOUT_S changes it.
-SQLITE_BUSY_TIMEOUT_S = 30.0
 SQLITE_BUSY_TIMEOUT_ENV = "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S"
 
 
 def sqlite_busy_timeout_s() -> float:
-    """SQLite's busy timeout: 30 s, or AUTOTUNE_SQLITE_BUSY_TIMEOUT_S (at least 0.1 s)."""
-    value = os.environ.get(SQLITE_BUSY_TIMEOUT_ENV)
-    if value is None:
-        return SQLITE_BUSY_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds > 86_400:
-        raise StudyError(
-            f"{SQLITE_BUSY_TIMEOUT_ENV}={value!r} is not a number of seconds up to a day "
-            "(86400); set it to one (e.g. 30) or unset it"
-        )
-    return max(0.1, seconds)
+    """How long SQLite waits for another writer's lock before a write gives up (seconds,
+    autotune.variables); the retries after that are autotune.study.store.storage's."""
+    seconds: float = variables.read(SQLITE_BUSY_TIMEOUT_ENV)
+    return seconds
 
 
 def is_busy(exc: BaseException) -> bool:

@@ -1,0 +1,42 @@
+"""No measurement without tokens, through a real study: a server that streams no token fails
+its trial (failure_kind no-tokens, with the reason), never stores a throughput of 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_endpoint import fake_endpoint
+from optuna.trial import TrialState
+from small_space import autotune_cli, quick_space, small_evalset
+
+from autotune.measure.summary import NO_TOKENS
+
+
+@pytest.mark.slow
+def test_a_server_that_streams_no_token_fails_its_trial(tmp_path: Path) -> None:
+    space = quick_space(
+        "smoke", tmp_path, evalset=small_evalset(tmp_path), screening_items=0,
+        max_measure_s=1.5, max_warmup_s=0.5,
+    )  # fmt: skip
+    storage = f"sqlite:///{tmp_path}/s.db"
+    with fake_endpoint("--answer", "", "--no-usage") as url:
+        done = autotune_cli(
+            "run", "--space", str(space), "--study", "s", "--storage", storage,
+            "--endpoint", url, "--trials", "2", cwd=tmp_path, timeout=600,
+        )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    study = optuna.load_study(study_name="s", storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    assert trials, done.stderr
+    assert not [t for t in trials if t.state == TrialState.COMPLETE], done.stderr
+    reference = trials[0]
+    assert reference.state == TrialState.FAIL
+    assert reference.user_attrs["failure_kind"] == NO_TOKENS
+    assert "counted no output token" in reference.user_attrs["failure_reason"]
+    assert "throughput_output_tokens_per_s" not in reference.user_attrs
+    # The reference the floor needs failed: the run says why in one line and stops.
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "counted no output token" in errors[0], done.stderr
