@@ -341,8 +341,7 @@ class ServerSession:
         on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
         server, ready, export, sampler = self.server, self.ready, self.export, self.sampler
-        assert server is not None and ready is not None and export is not None
-        assert sampler is not None
+        assert server is not None and ready and export is not None and sampler is not None
         # Rendered with the port the launch asked for (a server may have moved off it).
         trial_export = self.render(config, server.requested_port)
         if trial_export.argv != export.argv or trial_export.env != export.env:

@@ -18,11 +18,8 @@ from optuna.trial import TrialState
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import accuracy_key
-from autotune.accuracy.scoring import AccuracyReport
-from autotune.accuracy.timed import TimedPass, timed_before
 from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
-from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
@@ -54,15 +51,14 @@ from autotune.study.run.runtime import REAL, Runtime
 from autotune.study.run.twins import (
     AnswersPlan,
     TrialAnswers,
+    accuracy_args,
     await_reference,
     copy_raced_twin,
     copy_twin,
     identical_trial,
 )
 from autotune.study.run.verdicts import (
-    CONFIRMATION,
-    confirmation_attrs,
-    confirmation_request,
+    confirmation_verdict,
     constraint_values,
     judge_absolute,
     judge_paired,
@@ -195,7 +191,11 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
             m.accuracy, run.reference.report, space, plan.evalset, same_answers=same_answers
         )
         attrs["paired_vs_reference"] = paired.to_dict()
-    attrs |= _confirmation(run, paired, m.accuracy)
+    reference = run.reference.report if run.reference is not None else None
+    confirmed = confirmation_verdict(
+        run.reused_confirmation, run.confirm, paired, m.accuracy, reference
+    )
+    attrs |= confirmed
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         attrs["accuracy_floor"] = dataclasses.asdict(absolute)
@@ -219,28 +219,6 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     figures = m.user_attrs()
     values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
     return _Verdict(m, attrs, constraints, values)
-
-
-def _confirm_request(
-    plan: StudyPlan, study: optuna.Study, config: TrialConfig, answers: AnswersPlan
-) -> tuple[ConfirmRequest | None, dict[str, Any] | None]:
-    """The confirmation the trial runs if its floor passes it (autotune.accuracy.confirm);
-    none where it has no floor, and the earlier trial's verdict where it reuses its answers."""
-    if isinstance(answers.source, int):
-        earlier = study.trials[answers.source].user_attrs
-        return None, {CONFIRMATION: earlier[CONFIRMATION]} if CONFIRMATION in earlier else None
-    if plan.dummy_weights or (answers.floor is None and not answers.follow):
-        return None, None
-    batch = accuracy_batch_size(plan.space, config)
-    return confirmation_request(study, plan.space, plan.evalset, batch=batch), None
-
-
-def _confirmation(run: _Run, paired: Any, accuracy: AccuracyReport | None) -> dict[str, object]:
-    """The trial's confirmation verdict: its own, or that of the trial it reuses."""
-    if run.reused_confirmation is not None:
-        return dict(run.reused_confirmation)
-    reference = run.reference.report if run.reference is not None else None
-    return confirmation_attrs(run.confirm, paired, accuracy, reference)
 
 
 class Objective:
@@ -367,8 +345,6 @@ class Objective:
             answers = self.answers.plan_for(
                 study, config, proposal.output_key, is_reference=proposal.is_reference
             )
-        unjudged = _timed_pass(plan, study, proposal, answers)
-        spends = answers.spends_accuracy or unjudged is not None
         rival = None
         try:
             then = _next_beside(plan, trial, proposal)
@@ -383,9 +359,9 @@ class Objective:
             measure = measure_plan(
                 space,
                 config,
-                **_accuracy_args(plan, answers, unjudged),
+                **accuracy_args(plan, answers),
                 max_seconds=self.budget.measure_seconds(
-                    study, used_s=self.clock() - self.started, accuracy=spends
+                    study, used_s=self.clock() - self.started, accuracy=answers.spends_accuracy
                 ),
                 race=None if rival is None else rival.bound,
             )
@@ -406,15 +382,13 @@ class Objective:
             if not proposal.is_reference:
                 await_reference(study, space)
             with timed(time_s, "engine_call"):  # its floor past the reference's answers
-                confirming = _confirm_request(plan, study, config, answers)
-                settled = self.answers.settle(
-                    study, trial.number, session, config, answers, result, confirming[0]
-                )
+                settled = self.answers.settle(study, trial.number, session, config, answers, result)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
         return _Run(
             config, settled.result, session.startup_s, session.launch_id, answers,
-            settled.computed, settled.reference, rival, overlap, *confirming,
+            settled.computed, settled.reference, rival, overlap, settled.confirm,
+            settled.reused_confirmation,
         )  # fmt: skip
 
     def _record(
@@ -446,27 +420,6 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
-
-
-def _accuracy_args(
-    plan: StudyPlan, answers: AnswersPlan, unjudged: TimedPass | None
-) -> dict[str, Any]:
-    """What the engine's accuracy pass is asked: the floor's items, or a timed pass's."""
-    ids = plan.evalset.decision_order() if unjudged is not None else answers.accuracy_ids
-    return {"accuracy_ids": ids, "floor": answers.floor, "timed": unjudged}
-
-
-def _timed_pass(
-    plan: StudyPlan, study: optuna.Study, proposal: _Proposal, answers: AnswersPlan
-) -> TimedPass | None:
-    """With dummy weights, the pass the trial answers for its time alone
-    (autotune.accuracy.timed); None where a real study would reuse answers: a trial of this
-    study timed the same output key, or the answers cache holds it (`answers.known`)."""
-    if plan.timed_accuracy is None or answers.known:
-        return None
-    if timed_before(study, proposal.output_key):
-        return None
-    return plan.timed_pass(proposal.config, reference=proposal.is_reference)
 
 
 def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:

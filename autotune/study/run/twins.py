@@ -4,6 +4,7 @@ the answers cache), and a trial whose reference another worker still runs waits 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -13,9 +14,16 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.accuracy.answers_cache import AnswersKey
 from autotune.accuracy.confirm import ConfirmRequest
-from autotune.accuracy.reuse import answered_prefix, find_reusable, floor_request, stored_accuracy
+from autotune.accuracy.reuse import (
+    accuracy_key,
+    answered_prefix,
+    find_reusable,
+    floor_request,
+    stored_accuracy,
+)
 from autotune.accuracy.scoring import score_predictions
 from autotune.accuracy.staged import FloorRequest
+from autotune.accuracy.timed import TimedPass, timed_before
 from autotune.engines import EngineSession
 from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
@@ -35,7 +43,12 @@ from autotune.study.run.reference_load import (
     answers_only,
     cache_key,
 )
-from autotune.study.run.verdicts import judge, record_constraints
+from autotune.study.run.verdicts import (
+    CONFIRMATION,
+    confirmation_request,
+    judge,
+    record_constraints,
+)
 
 # Attributes that describe a trial's own run, not its configuration's figures.
 _NOT_INHERITED = frozenset(
@@ -175,11 +188,12 @@ class AnswersPlan:
     follow: bool  # whether its floor is followed past the engine's pass (TrialAnswers.settle)
     key: AnswersKey | None  # its answers cache entry; None: not cached
     for_reference: bool = False  # the reference's own trial (its first stage)
+    timed: TimedPass | None = None  # dummy weights: the pass answered for its time alone
 
     @property
     def spends_accuracy(self) -> bool:
         """Whether the trial answers anything itself after its load test."""
-        return self.accuracy_ids is not None or self.follow
+        return self.accuracy_ids is not None or self.follow or self.timed is not None
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,9 @@ class Settled:
     result: SessionResult
     computed: int
     reference: ReferenceAnswers | None  # the reference's answers it is judged against
+    confirm: ConfirmRequest | None = None  # the confirmation it ran, if its floor passed it
+    # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
+    reused_confirmation: dict[str, Any] | None = None
 
 
 class TrialAnswers:
@@ -216,7 +233,9 @@ class TrialAnswers:
         key = cache_key(self.plan, config)
         if self.plan.dummy_weights:  # noise, timed only: a cached timed pass is not redone
             known, source = self._known(study, output_key, key, in_study=False)
-            return AnswersPlan(known, source, None, None, follow=False, key=key)
+            planned = AnswersPlan(known, source, None, None, follow=False, key=key)
+            timed = timed_pass(self.plan, study, planned, config, is_reference)
+            return dataclasses.replace(planned, timed=timed)
         known, source = self._known(study, output_key, key)
         reference = None if is_reference else self.stages.answers(study)
         floor = self.floor(config, reference)
@@ -259,12 +278,12 @@ class TrialAnswers:
         config: TrialConfig,
         planned: AnswersPlan,
         result: SessionResult,
-        confirm: ConfirmRequest | None = None,
     ) -> Settled:
-        """`result` with the known answers and those its floor still needed, stored in the
-        answers cache."""
+        """`result` with the known answers, those its floor still needed and its
+        confirmation's, stored in the answers cache."""
         if self.plan.dummy_weights:
             return self._settle_timed(planned, result)
+        confirm, reused = self._confirmation(study, config, planned)
         computed = dict(result.predictions)
         predictions = {**planned.known, **computed}
         spent = 0.0
@@ -290,7 +309,21 @@ class TrialAnswers:
             )
         update = {"predictions": predictions, "accuracy_s": result.accuracy_s + spent}
         reference = None if planned.for_reference else self.stages.answers(study)
-        return Settled(result.model_copy(update=update), len(computed), reference)
+        settled = result.model_copy(update=update)
+        return Settled(settled, len(computed), reference, confirm, reused)
+
+    def _confirmation(
+        self, study: optuna.Study, config: TrialConfig, planned: AnswersPlan
+    ) -> tuple[ConfirmRequest | None, dict[str, Any] | None]:
+        """The confirmation the trial runs if its floor passes it (autotune.accuracy.confirm);
+        none without a floor, and the earlier trial's verdict where it reuses its answers."""
+        if isinstance(planned.source, int):
+            earlier = study.trials[planned.source].user_attrs
+            return None, {CONFIRMATION: earlier[CONFIRMATION]} if CONFIRMATION in earlier else None
+        if planned.floor is None and not planned.follow:
+            return None, None
+        batch = accuracy_batch_size(self.plan.space, config)
+        return confirmation_request(study, self.plan.space, self.plan.evalset, batch=batch), None
 
     def _settle_timed(self, planned: AnswersPlan, result: SessionResult) -> Settled:
         """A timed pass's answers are noise: the cache keeps how long each one was, so a later
@@ -371,3 +404,27 @@ class TrialAnswers:
             reference = self.stages.answers(study)
             if reference is None or answered_prefix(self.order, reference.predictions) <= answered:
                 return more  # nothing was added (an extension that did not store): stop
+
+
+def accuracy_args(plan: StudyPlan, answers: AnswersPlan) -> dict[str, Any]:
+    """What the engine's accuracy pass is asked: the floor's items, or a timed pass's."""
+    timed = answers.timed
+    ids = plan.evalset.decision_order() if timed is not None else answers.accuracy_ids
+    return {"accuracy_ids": ids, "floor": answers.floor, "timed": timed}
+
+
+def timed_pass(
+    plan: StudyPlan,
+    study: optuna.Study,
+    answers: AnswersPlan,
+    config: TrialConfig,
+    is_reference: bool,
+) -> TimedPass | None:
+    """With dummy weights, the pass the trial answers for its time alone
+    (autotune.accuracy.timed); None where a real study would reuse answers: a trial of this
+    study timed the same output key, or the answers cache holds it (`answers.known`)."""
+    if plan.timed_accuracy is None or answers.known:
+        return None
+    if timed_before(study, accuracy_key(config, plan.evalset)):
+        return None
+    return plan.timed_pass(config, reference=is_reference)

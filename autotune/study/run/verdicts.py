@@ -4,6 +4,7 @@ reference's, item by item."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -169,3 +170,17 @@ def keep_holdout(study: optuna.Study, space: SearchSpace, evalset: EvalSet) -> N
     if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         confirmation.enabled = False
     write_study(study, {HOLDOUT: study_holdout(space, evalset).describe()})
+
+
+def confirmation_verdict(
+    reused: dict[str, Any] | None,
+    request: ConfirmRequest | None,
+    paired: PairedComparison | None,
+    accuracy: AccuracyReport | None,
+    reference: AccuracyReport | None,
+) -> dict[str, object]:
+    """The trial's confirmation verdict: that of the trial whose answers it reuses, or its
+    own (confirmation_attrs)."""
+    if reused is not None:
+        return dict(reused)
+    return confirmation_attrs(request, paired, accuracy, reference)

@@ -93,7 +93,9 @@ def test_the_reference_s_staged_answers_are_the_ones_it_gives_in_one_pass(tmp_pa
         trials=1,
         evalset=str(evalset),
         workload={**LOOP_WORKLOAD, "accuracy_batch_size": 4},
-        constraints={"accuracy": {"mode": "relative", "max_drop": 0.2}},
+        constraints={
+            "accuracy": {"mode": "relative", "max_drop": 0.2, "confirmation": {"enabled": False}}
+        },
     )
     result, study = run_study(space_file, study="staged", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -129,7 +129,9 @@ def test_a_candidate_undecided_where_the_reference_stopped_has_the_reference_ans
         candidates=[candidate],
         sampler={"steps": False},
         workload={**LOOP_WORKLOAD, "accuracy_batch_size": 4},
-        constraints={"accuracy": {"mode": "relative", "max_drop": 0.2}},
+        constraints={
+            "accuracy": {"mode": "relative", "max_drop": 0.2, "confirmation": {"enabled": False}}
+        },
     )
     result, study = run_study(space, study="s", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 from small_space import small_space
 
 from autotune.accuracy.scoring import AccuracyReport
@@ -19,12 +19,8 @@ def test_identical_answers_record_that_as_their_decision(tmp_path: Path) -> None
     ids = [item.id for item in evalset.items]
     scores = {i: float(n % 2) for n, i in enumerate(ids)}
     passed = {i: bool(v) for i, v in scores.items()}
-    reference = create_trial(
-        state=TrialState.COMPLETE,
-        values=[1.0, 1.0],
-        user_attrs={"is_reference": True, "item_scores": scores, "item_passed": passed},
-    )
     report = AccuracyReport(0.5, {}, dict(scores), dict(passed))
+    reference = AccuracyReport(0.5, {}, dict(scores), dict(passed))  # the reference's answers
     # 8 items: the sequence cannot show anything, so the floor alone is undecided.
     alone = judge_paired(report, reference, space, evalset, same_answers=False)
     assert alone.decision == "undecided"
