@@ -105,7 +105,8 @@ GARBAGE = {
     "AUTOTUNE_HOST": ["a\tb", "x" * 256, "\x1b[31m"],
     "AUTOTUNE_FAKE_GPUS": ["65", "H200@", "H200@abc", "H200@-5", "@1980", ",", "a," * 70],
     "AUTOTUNE_DUMMY_DIR": ["/etc/hostname"],
-    "AUTOTUNE_FONT_DIRS": [f"/tmp{os.pathsep}/etc/hostname"],
+    "AUTOTUNE_POOLS_DIR": ["/etc/hostname"],
+    "AUTOTUNE_POOLS_FILE": ["a\x01b"],
     "AUTOTUNE_GROUP_TOKEN": ["XYZ", "a" * 65],
 }
 GOOD = {
