@@ -16,7 +16,7 @@ from autotune.study.proposals.coverage import CoveringSampler
 
 # A study's typical trial, in seconds, for sizing TPE's start-up from the budget before any
 # trial has run: 898 s bought 15 trials of the default study on the H200 (60 s each,
-# bench/results/h200-i29-2026-12-03.md); the replay of 30 minutes buys 34-39 (50 s).
+# bench/results/h200-study-resumed-2026-12-03.md); the replay of 30 minutes buys 34-39 (50 s).
 TYPICAL_TRIAL_S = 55.0
 # The start-up takes this share of the trials the budget should buy: TPE needs some random
 # points to model from, and the rest of the budget is where its model pays.

@@ -1,35 +1,13 @@
 """The start measured only as much as its roles need: the reference's load test, its answers
 (a stage at a time, as far as the candidates' floors need: ReferenceStages), the first figure.
 
-A reference that the deploy target cannot run (the default space's transformers, batch 1,
-beside LMDeploy) is never recommended: its speed only feeds the "x the reference" figure,
-and its accuracy pass (on real weights) is the floor's baseline, which this does not touch.
-Measured to the space's +-3%, its single stream ran to the 150 s cap on the H200 (+-25% even
-then: 4 s requests whose lengths are spread +-50%). So its load test stops at +-10%, or after
-REFERENCE_MAX_MEASURE_S of steady window, and the figure carries the interval it reached
-(autotune.report.ratio propagates it into the ratio). A reference the target can deploy (an
-endpoint's, a swift space's) may be the recommendation and is measured like any trial.
-
-The next launch starts beside such a reference (autotune.study.run.launches), so the first
-deployable launch's start-up (54-84 s for LMDeploy with CUDA graphs on an H100 or H200) runs
-during the reference's own start-up, warm-up and window instead of after them. The window is
-30 s: with 60 s the reference (13-17 s of start-up, 26-42 s of warm-up) outlasted that
-start-up, and the launch beside it stood ready and idle. On the GPU a 39-47 s window left
-the reference at +-10-23% anyway (its rate never settles), and `best` prints the ratio with
-the interval it got. Its load may use the space's whole warm-up before that window
-(REFERENCE_MAX_WARMUP_S): with 20 s allowed, an H100's 29 s warm-up left 24 s of window in
-the 50 s bound, fewer batch means than an interval needs, and the reference's line had no
-interval (bench/results/h100-i42-2026-12-06.md, call 3). The replay is unchanged by it.
-
-The study's first deployable figure (the named candidate, on a study that ranks by throughput
-and races) only has to be good enough to race: the one-lever steps start from it and race it,
-and the step that beats it is measured to the space's +-3% like every later trial. So that
-trial stops at +-FIRST_FIGURE_TARGET_CI_REL instead, its record says `first_figure`, and the
-steps start a minute sooner (the H100's candidate ran 153 s to its cap at +-3%). Its recorded
-interval carries the spread between launches as well, so it widens little: +-12.1% to
-+-13.2% in the default space. Replayed over 20 seeds
-(bench/results/replay-first-figure-2026-12-06.md), the 30 s window and the first figure
-bring the median time to 95% of the best from 340 s to 285 s.
+A reference the deploy target cannot run (transformers beside LMDeploy) is never recommended:
+its speed only feeds the "x the reference" figure. Its load test therefore stops at +-10%
+or after a short window, and the figure carries the interval it reached. The next launch
+starts beside it (autotune.study.run.launches), so a slow start-up hides behind the
+reference's own. The study's first deployable figure only has to be good enough to race, so
+it stops at +-FIRST_FIGURE_TARGET_CI_REL and its record says `first_figure`. The measured
+history behind these limits is in bench/results/ (the replay and the GPU studies).
 """
 
 from __future__ import annotations
