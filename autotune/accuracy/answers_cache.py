@@ -197,7 +197,10 @@ class AnswersCache:
             "answers": merged,
             "checksum": _checksum(key.to_dict(), merged),
         }
-        _write_atomically(path, json.dumps(entry, sort_keys=True, ensure_ascii=False))
+        # A cache saves time and holds nothing the study needs: a full disk or an unwritable
+        # folder costs the next study its answers, never this trial its measurement.
+        with contextlib.suppress(OSError):
+            _write_atomically(path, json.dumps(entry, sort_keys=True, ensure_ascii=False))
 
     @contextlib.contextmanager
     def locked(self, key: AnswersKey) -> Iterator[None]:

@@ -107,8 +107,9 @@ def test_a_lora_study_through_swift_deploy_answers_with_the_adapter(
         )  # fmt: skip
         assert ran.returncode == 0, ran.stderr[-3000:]
         evals[name] = json.loads(ran.stdout)["predictions"]
+    # The reference answers a stage at a time: compare the items it answered.
     served = reference.user_attrs["predictions"]
-    assert served == evals["adapted"]
+    assert served and served == {i: evals["adapted"][i] for i in served}
     # The test adapter nudges a trained reader: it changes some answers, not most (9 of 80).
     assert sum(served[i] != evals["base"][i] for i in served) >= max(1, len(served) // 20)
 

@@ -77,7 +77,11 @@ def comparison_basis(plan: StudyPlan) -> dict[str, Any]:
     return {
         "evalset": evalset_digest(plan.evalset),
         "reference": space.reference_config().model_dump(mode="json", exclude_defaults=True),
-        "floor": space.constraints.accuracy.model_dump(mode="json", exclude_defaults=True),
+        # The held-out slice is pinned apart (verdicts.keep_holdout), which may switch a
+        # resumed study's confirmation off: the basis leaves it out.
+        "floor": space.constraints.accuracy.model_dump(
+            mode="json", exclude_defaults=True, exclude={"confirmation"}
+        ),
         "params": {
             name: spec.model_dump(mode="json", exclude_defaults=True)
             for name, spec in space.params.items()

@@ -276,7 +276,7 @@ class ReferenceStages:
             cached = self._cached()
             answers = {i: cached[i] for i in missing if i in cached}
             todo = [item_id for item_id in missing if item_id not in answers]
-            computed = self._answer(todo) if todo else {}
+            computed = self._answer(todo, self._measured_config(study)) if todo else {}
             answers |= computed
             if self.key is not None and computed:
                 self.cache.write(self.key, {**have, **answers})
@@ -298,16 +298,25 @@ class ReferenceStages:
             self.note_once(f"answers cache: refused {cached.refused}; answered again")
         return cached.answers
 
-    def _answer(self, ids: list[str]) -> dict[str, str]:
+    def _measured_config(self, study: optuna.Study) -> TrialConfig:
+        """The reference's configuration as its trial ran it (with the values the sampler
+        derives, which decide its launch), else as the space names it."""
+        trial = reference_trial(study)
+        stored = trial.user_attrs.get("config") if trial is not None else None
+        with contextlib.suppress(ValueError, TypeError):
+            return TrialConfig.model_validate(stored)
+        return self.config
+
+    def _answer(self, ids: list[str], config: TrialConfig) -> dict[str, str]:
         """The reference's answers to `ids`: on the running launch when it is the
         reference's, else on a launch of its own beside it, stopped after."""
-        plan = answers_only(self.plan.space, self.config, ids)
-        running = self.launches.serving(self.config)
+        plan = answers_only(self.plan.space, config, ids)
+        running = self.launches.serving(config)
         if running is not None:
-            return running.measure(self.config, plan).predictions
-        session = self.launches.open_aside(self.config, on_phase=None)
+            return running.measure(config, plan).predictions
+        session = self.launches.open_aside(config, on_phase=None)
         try:
-            return session.measure(self.config, plan).predictions
+            return session.measure(config, plan).predictions
         finally:
             session.close()
 

@@ -283,7 +283,7 @@ class TrialAnswers:
         confirmation's, stored in the answers cache."""
         if self.plan.dummy_weights:
             return self._settle_timed(planned, result)
-        confirm, reused = self._confirmation(study, config, planned)
+        confirm, verdict = self._confirmation(study, config, planned)
         computed = dict(result.predictions)
         predictions = {**planned.known, **computed}
         spent = 0.0
@@ -310,7 +310,7 @@ class TrialAnswers:
         update = {"predictions": predictions, "accuracy_s": result.accuracy_s + spent}
         reference = None if planned.for_reference else self.stages.answers(study)
         settled = result.model_copy(update=update)
-        return Settled(settled, len(computed), reference, confirm, reused)
+        return Settled(settled, len(computed), reference, confirm, verdict)
 
     def _confirmation(
         self, study: optuna.Study, config: TrialConfig, planned: AnswersPlan

@@ -124,6 +124,10 @@ def test_a_clearly_worse_trial_stops_early_and_the_contender_measures_to_its_tar
     data["params"]["batch_size"] = {"choices": [2, 8]}
     data["params"].pop("image_max_side")
     data["trials"] = 3
+    # Racing is what this checks: the fake endpoint's answers are no reader's, so no held-out
+    # confirmation could pass them (autotune.accuracy.confirm) and the reference would win.
+    accuracy = data.setdefault("constraints", {}).setdefault("accuracy", {})
+    accuracy["confirmation"] = {"enabled": False}
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     storage = f"sqlite:///{tmp_path}/r.db"
     with fake_endpoint("--chunk-delay", "0.01") as url:
