@@ -302,7 +302,7 @@ class ReferenceStages:
         """The reference's configuration as its trial ran it (with the values the sampler
         derives, which decide its launch), else as the space names it."""
         trial = reference_trial(study)
-        stored = trial.user_attrs.get("config") if trial is not None else None
+        stored = TrialRecord.of(trial).config if trial is not None else None
         with contextlib.suppress(ValueError, TypeError):
             return TrialConfig.model_validate(stored)
         return self.config
