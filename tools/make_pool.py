@@ -215,7 +215,7 @@ def rendered_with() -> dict[str, str]:
     return {
         "pillow": PIL.__version__,
         "freetype": str(features.version("freetype2")),
-        "raqm": str(features.version("raqm")),
+        "layout": "basic",  # pinned in tools.synth.base.load_font, whatever raqm is here
         "matplotlib": matplotlib.__version__,
     }
 

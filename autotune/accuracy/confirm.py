@@ -59,19 +59,43 @@ def holdout_items(*, max_drop: float, confidence: float, discordance: float) -> 
     return math.ceil(p90)
 
 
-def holdout_size(floor: AccuracyConstraint) -> int:
+@cache
+def search_items(*, max_drop: float, confidence: float, discordance: float) -> int:
+    """Items the search floor needs to pass that same candidate 9 times in 10."""
+    _, p90, _ = items_needed_to_pass(
+        max_drop=max_drop, confidence=confidence, discordance=discordance, cap=12_000
+    )
+    return math.ceil(p90)
+
+
+def holdout_size(floor: AccuracyConstraint, pool_items: int | None = None) -> int:
     """Items held out: the space's own count, else what a candidate that loses nothing needs
-    to be confirmed 9 times in 10 at the first confirmation's error (0 with it off)."""
+    to be confirmed 9 times in 10 at the first confirmation's error (0 with it off).
+
+    The search comes first: in a pool of `pool_items` too small for both needs, the slice
+    gives the search what it needs and keeps the rest, down to half its own need (a
+    confirmation too weak to pass anything would only hide the search's answer)."""
     if not (floor.enabled and floor.mode == "relative" and floor.test == "sequential"):
         return 0
     if not floor.confirmation.enabled:
         return 0
     if floor.confirmation.items is not None:
         return floor.confirmation.items
-    discordance = 0.0 if floor.identical_answers_only else SIZING_DISCORDANCE
-    return holdout_items(
+    discordance = sizing_discordance(floor)
+    wanted = holdout_items(
         max_drop=floor.max_drop, confidence=floor.confidence, discordance=discordance
     )
+    if pool_items is None:
+        return wanted
+    search = search_items(
+        max_drop=floor.max_drop, confidence=floor.confidence, discordance=discordance
+    )
+    return max(min(wanted, pool_items - search), math.ceil(wanted / 2))
+
+
+def sizing_discordance(floor: AccuracyConstraint) -> float:
+    """The discordance the slice is sized at: 0 where the space wants identical answers."""
+    return 0.0 if floor.identical_answers_only else SIZING_DISCORDANCE
 
 
 @dataclass(frozen=True)
@@ -99,7 +123,8 @@ class Holdout:
 def study_holdout(space: SearchSpace, evalset: EvalSet) -> Holdout:
     """The study's held-out slice: deterministic from the set's decision order and the
     space's floor, so a resumed run holds out the same items."""
-    return Holdout.of(evalset.decision_order(), holdout_size(space.constraints.accuracy))
+    order = evalset.decision_order()
+    return Holdout.of(order, holdout_size(space.constraints.accuracy, len(order)))
 
 
 def search_order(space: SearchSpace, evalset: EvalSet) -> list[str]:

@@ -62,7 +62,7 @@ def set_too_small(n_items: int, constraints: Constraints) -> str | None:
         return None
     if floor.identical_answers_only:
         return None
-    held = holdout_size(floor)
+    held = holdout_size(floor, n_items)
     search = n_items - held if held < n_items else n_items
     reach = sequential_reach(search, floor.max_drop, floor.confidence)
     if reach is not None and reach > 0:

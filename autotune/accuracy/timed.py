@@ -11,6 +11,10 @@ what the floor would have asked of it, unjudged:
   the 90th percentile sizes a pool, not a trial), up to the floor's next look, from the pool
   in decision order and in the floor's stages. A floor that answers every item (bootstrap,
   point, none) or whose count depends on the accuracy itself (absolute) times the whole pool.
+- and its confirmation: a candidate the floor passes answers the held-out slice too
+  (autotune.accuracy.confirm), so each trial then answers the median items the first
+  confirmation spends for that same candidate, in the confirmation's stages; the search's
+  items come from the pool without the slice, as a real study's do.
 - how long: the item's expected answer (its first) in the served tokenizer's tokens, at least
   1, plus the end token a real model stops with, capped by the trial's max_new_tokens; forced
   as a load test forces its lengths (autotune.export.forced_length; in process min_new_tokens).
@@ -26,6 +30,7 @@ import optuna
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotune.accuracy.confirm import FIRST_LOOK_ITEMS, Holdout, holdout_size, level
 from autotune.accuracy.reuse import FIRST_STAGE_ITEMS
 from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.evalset.dataset import EvalSet
@@ -60,10 +65,12 @@ class TimedAccuracy:
     """A study's timed accuracy pass: the pool's order, how many items a trial answers and
     each item's answer length before the trial's max_new_tokens caps it."""
 
-    order: tuple[str, ...]
+    order: tuple[str, ...]  # the searched items, in decision order
     needed: int | None  # items the sequential floor spends; None: every item
     screening_items: int
     lengths: dict[str, int]
+    held_out: tuple[str, ...] = ()  # the confirmation's slice, in decision order
+    confirm_needed: int = 0  # items the first confirmation spends (median)
 
     def note(self) -> str:
         """What the study's notes say about it."""
@@ -73,8 +80,14 @@ class TimedAccuracy:
             if self.needed is not None
             else "every item, as this floor answers"
         )
+        confirm = (
+            f", then the {self.confirm_needed} of the {len(self.held_out)} held-out items the "
+            "first confirmation spends (median)"
+            if self.held_out
+            else ""
+        )
         return (
-            f"{TIMED_NOTE}: each trial answers {count} of {len(self.order)}, each answer "
+            f"{TIMED_NOTE}: each trial answers {count} of {len(self.order)}{confirm}, each answer "
             "forced to its expected answer's length in the served tokenizer's tokens + 1 "
             "(end), capped by max_new_tokens; no verdict, constraint or screening verdict"
         )
@@ -95,12 +108,25 @@ class TimedAccuracy:
             for size in _stages(len(self.order), self.needed, batch, screening)
             if size < len(ids)
         ]
+        stages.append(len(ids))
+        confirming = self._confirming(batch)
+        stages += [len(ids) + size for size in confirming[1]]
+        ids += confirming[0]
         return TimedPass(
             order=ids,
-            stages=[*stages, len(ids)],
+            stages=stages,
             screening_items=min(screening, len(ids)),
             lengths={i: min(self.lengths[i], max_new_tokens) for i in ids},
         )
+
+    def _confirming(self, batch: int) -> tuple[list[str], list[int]]:
+        """The held-out items a passed candidate answers (the reference too, once), through
+        the confirmation's look at or past `confirm_needed`, and those looks."""
+        if not self.held_out or self.confirm_needed <= 0:
+            return [], []
+        looks = stage_sizes(len(self.held_out), first=FIRST_LOOK_ITEMS, batch=batch)
+        last = next(size for size in looks if size >= min(self.confirm_needed, len(self.held_out)))
+        return list(self.held_out[:last]), [size for size in looks if size <= last]
 
 
 def _stages(pool: int, needed: int | None, batch: int, screening: int) -> list[int]:
@@ -158,7 +184,9 @@ def timed_accuracy(
 ) -> TimedAccuracy:
     """The timed pass of a study whose space has `floor` and `screening_items`, on `evalset`,
     served by the checkpoint at `model_path` (its tokenizer counts the answers)."""
-    order = tuple(evalset.decision_order())
+    pool = evalset.decision_order()
+    holdout = Holdout.of(pool, holdout_size(floor, len(pool)))
+    order = tuple(holdout.search_order(pool))
     sequential = floor.enabled and floor.test == "sequential" and floor.mode == "relative"
     needed = items_to_time(floor.max_drop, floor.confidence, len(order)) if sequential else None
     return TimedAccuracy(
@@ -166,6 +194,12 @@ def timed_accuracy(
         needed=needed,
         screening_items=screening_items if sequential and screening_items < len(order) else 0,
         lengths=answer_lengths(evalset, Path(model_path) / TOKENIZER_FILE),
+        held_out=tuple(holdout.ids),
+        confirm_needed=(
+            items_to_time(floor.max_drop, 1 - level(1 - floor.confidence, 1), len(holdout.ids))
+            if holdout.ids
+            else 0
+        ),
     )
 
 

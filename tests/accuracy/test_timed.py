@@ -53,8 +53,11 @@ def test_each_answer_is_its_expected_answer_in_served_tokens_plus_the_end() -> N
     # The tiny model's tokenizer is character-level: one token per character.
     assert all(n == len(by_id[i].answers[0]) + 1 for i, n in timed.lengths.items())
     trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=False)
-    assert trial.order == evalset.decision_order()[: len(trial.order)]
-    assert len(trial.order) >= timed.needed  # type: ignore[operator]
+    # The searched items in decision order (without the held-out slice), then the slice's.
+    assert list(timed.order) == [i for i in evalset.decision_order() if i not in timed.held_out]
+    searched = [i for i in trial.order if i not in timed.held_out]
+    assert searched == list(timed.order[: len(searched)])
+    assert len(searched) >= timed.needed  # type: ignore[operator]
     assert trial.stages[-1] == len(trial.order)
     assert all(n == min(len(by_id[i].answers[0]) + 1, 16) for i, n in trial.lengths.items())
     assert max(trial.lengths.values()) == 16  # a document's transcription, capped
@@ -83,3 +86,25 @@ def test_screening_items_come_first_for_candidates_only() -> None:
     reference = timed.trial_pass(batch=4, max_new_tokens=16, reference=True)
     assert candidate.screening_items == 12 and candidate.stages[0] == 20
     assert reference.screening_items == 0
+
+
+def test_a_trial_also_answers_what_its_confirmation_would_on_the_held_out_slice() -> None:
+    """A candidate the floor passes answers the held-out slice too, so the timed pass goes on
+    into it, in the confirmation's looks; the search's items never include the slice."""
+    evalset = load_evalset("smoke")
+    floor = AccuracyConstraint(max_drop=0.3, confirmation={"items": 60})
+    timed = timed_accuracy(floor, screening_items=0, evalset=evalset, model_path=str(TINY))
+    held = evalset.decision_order()[-60:]
+    assert timed.held_out == tuple(held) and not set(held) & set(timed.order)
+    assert 0 < timed.confirm_needed <= 60
+    for reference in (False, True):
+        trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=reference)
+        searched = [i for i in trial.order if i not in held]
+        confirming = trial.order[len(searched) :]
+        assert trial.order[: len(searched)] == searched  # the search's items first
+        assert confirming == held[: len(confirming)] and len(confirming) >= timed.confirm_needed
+        assert trial.stages[-1] == len(trial.order) and len(searched) in trial.stages
+    assert f"then the {timed.confirm_needed} of the 60 held-out items" in timed.note()
+    off = AccuracyConstraint(max_drop=0.3, confirmation={"enabled": False})
+    unconfirmed = timed_accuracy(off, screening_items=0, evalset=evalset, model_path=str(TINY))
+    assert unconfirmed.held_out == () and "held-out" not in unconfirmed.note()

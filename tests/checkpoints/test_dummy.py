@@ -171,13 +171,14 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     server's usage count), and records the time, never a verdict."""
     import optuna
 
+    from autotune.accuracy.confirm import Holdout, holdout_size
     from autotune.accuracy.sequential import stage_sizes
     from autotune.accuracy.timed import TIMED_NOTE, items_to_time
+    from autotune.space.settings import AccuracyConstraint
 
     space = quick_space(tmp_path, items=40, floor={"mode": "relative", "max_drop": 0.3})
     storage, output = run_dummy_study(space, tmp_path)
     assert "dummy weights" in output
-    assert "acc timed, not judged (20 items)" in output  # the progress line
 
     study = optuna.load_study(study_name="d", storage=storage)
     assert study.user_attrs["dummy_weights"] is True
@@ -189,19 +190,25 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     # One item at a time (the quick workload names no accuracy batch): the floor's first
     # look at or past the items it needs to pass a candidate that loses nothing at 5%
     # discordance.
-    needed = items_to_time(0.3, 0.9, 40)
-    looks = stage_sizes(40, first=20, batch=1)
+    # Then, as a candidate the floor passes would, the held-out slice's items through the
+    # confirmation's first look past what it needs (the slice's 19 items are one look).
+    order = evalset.decision_order()
+    held = Holdout.of(order, holdout_size(AccuracyConstraint(max_drop=0.3), len(order)))
+    searched = held.search_order(order)
+    needed = items_to_time(0.3, 0.9, len(searched))
+    looks = stage_sizes(len(searched), first=20, batch=1)
     stated = next(look for look in looks if look >= needed)
-    assert stated == 20 < len(evalset)
-    expected = evalset.decision_order()[:stated]
+    assert stated == 20 < len(searched) and len(held.ids) == 19
+    expected = searched[:stated] + held.ids
+    assert f"acc timed, not judged ({len(expected)} items)" in output  # the progress line
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
     for trial in complete:
         attrs = trial.user_attrs
         assert attrs["time_s"]["accuracy"] > 0
-        assert attrs["accuracy_timed_items"] == stated
+        assert attrs["accuracy_timed_items"] == len(expected)
         tokens = attrs["accuracy_timed_tokens"]
-        assert list(tokens) == expected  # the pool's items, in decision order
+        assert list(tokens) == expected  # the searched items, then the held-out ones
         max_new = attrs["config"]["max_new_tokens"]
         assert tokens == {i: min(len(answers[i]) + 1, max_new) for i in expected}
         assert attrs["accuracy_timed_answer_tokens"] == sum(tokens.values())

@@ -101,6 +101,43 @@ def test_a_parallel_build_is_the_serial_build_byte_for_byte(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+def test_a_pillow_without_raqm_draws_the_same_items(tmp_path: Path) -> None:
+    """The GPU image's Pillow has no libraqm (no FriBiDi there), so Pillow lays text out its
+        own BASIC way, which measures some strings a pixel apart: the pool drew other items there
+        until the synth fonts pinned BASIC. Here raqm is switched off in every process of the
+        build (a sitecustomize each interpreter runs): its items are the committed ones, as are
+    those of a build with Pillow as installed (raqm in this venv's wheel)."""
+    no_raqm = tmp_path / "no_raqm"
+    no_raqm.mkdir()
+    (no_raqm / "sitecustomize.py").write_text(
+        "from PIL import ImageFont\nImageFont.core.HAVE_RAQM = False\n", encoding="utf-8"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{no_raqm}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    probe = "from PIL import ImageFont; print(ImageFont.core.HAVE_RAQM)"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
+    command = [sys.executable, "-m", "tools.make_pool", "ocr-caption-200", "--pools-file"]
+    hashes = {}
+    for label, environment in (("as installed", dict(os.environ)), ("without raqm", env)):
+        done = subprocess.run(
+            [*command, str(TEST_POOLS), "--out", str(tmp_path / label), "--workers", "2"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+            cwd=REPO,
+        )
+        assert done.returncode == 0, done.stderr
+        hashes[label] = json.loads(done.stdout)["items_sha256"]
+    assert hashes == dict.fromkeys(hashes, COMMITTED["ocr-caption-200"]["items_sha256"])
+
+
+@pytest.mark.slow
 def test_a_build_whose_items_are_not_the_pools_files_keeps_nothing(tmp_path: Path) -> None:
     pools = tmp_path / "pools.json"
     pools.write_text(

@@ -104,7 +104,11 @@ def load_font(name: str, px: int) -> ImageFont.FreeTypeFont:
             f"font {name!r} is missing from this checkout ({path}): restore it with "
             f"git checkout -- {path.parent.name}"
         )
-    return ImageFont.truetype(str(path), px)
+    # Pillow lays text out with libraqm where the machine has it (with FriBiDi), else with its
+    # own BASIC layout; the two measure some strings a pixel apart, and line fills and paper
+    # widths follow those measures, so one pool drew other items on the GPU image (no raqm).
+    # BASIC is in every Pillow: the same items everywhere.
+    return ImageFont.truetype(str(path), px, layout_engine=ImageFont.Layout.BASIC)
 
 
 # --- text content ---------------------------------------------------------------------------
