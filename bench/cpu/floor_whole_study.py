@@ -91,7 +91,7 @@ def whole_study(
     rng = np.random.default_rng([seed, k, setting.pool])
     floor = setting.floor()
     alpha = 1 - setting.confidence
-    held = min(holdout_size(floor), setting.pool - 1)
+    held = min(holdout_size(floor, setting.pool), setting.pool - 1)
     search = setting.pool - held
     drops = setting.max_drop * np.array([DROP_SHARES[c % len(DROP_SHARES)] for c in range(k)])
     diffs = planted_answers(
