@@ -94,6 +94,8 @@ def configured(
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "configuration"
         message = str(error["msg"]).removeprefix("Value error, ")
+        if where == "image_max_side":  # 'full' and 'none' are what users try for full size
+            message += "; full size is image_max_side=null (or None)"
         raise SpaceError(f"--param {where}: {message}") from None
     _check_backend_has(config.backend, overrides)
     for problem in config_problems(config.model_dump(), device=device):

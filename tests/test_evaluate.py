@@ -26,6 +26,12 @@ def test_full_size_is_written_null_or_none() -> None:
         assert configured(TrialConfig(image_max_side=256), overrides).image_max_side is None
 
 
+@pytest.mark.parametrize("raw", ["full", "none", "0"])
+def test_a_side_that_is_no_size_says_how_to_write_full_size(raw: str) -> None:
+    with pytest.raises(SpaceError, match=r"full size is image_max_side=null \(or None\)$"):
+        configured(TrialConfig(image_max_side=256), parse_overrides([f"image_max_side={raw}"]))
+
+
 def test_lowercase_none_stays_a_word() -> None:
     # compile_mode, weight_quant and kv_quant take "none" as a value, not as null.
     assert parse_overrides(["compile_mode=none"]) == {"compile_mode": "none"}
