@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
@@ -17,6 +20,7 @@ from autotune.params import (
     TrialConfig,
     no_effect_message,
 )
+from autotune.space import SearchSpace
 from autotune.space.availability import missing_reason
 from autotune.space.support import config_problems
 from autotune.study import StudyPlan
@@ -90,6 +94,8 @@ def configured(
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"]) or "configuration"
         message = str(error["msg"]).removeprefix("Value error, ")
+        if where == "image_max_side":  # 'full' and 'none' are what users try for full size
+            message += "; full size is image_max_side=null (or None)"
         raise SpaceError(f"--param {where}: {message}") from None
     _check_backend_has(config.backend, overrides)
     for problem in config_problems(config.model_dump(), device=device):
@@ -107,6 +113,20 @@ def _check_backend_has(backend: str, overrides: dict[str, Any]) -> None:
             raise SpaceError(f"--param {name}: {problem}")
 
 
+def with_timeout(space: SearchSpace, timeout_s: float | None) -> SearchSpace:
+    """`space` with `trial_timeout_s` set to `timeout_s` (None: as it is), refused where the
+    load test may run past it: every measurement would then time out after the whole wait."""
+    if timeout_s is None:
+        return space
+    caps = space.workload.max_warmup_s + space.workload.max_measure_s
+    if timeout_s <= caps:
+        raise SpaceError(
+            f"--timeout-s {timeout_s:g}: the load test alone may take {caps:g} s "
+            "(workload.max_warmup_s + workload.max_measure_s); give more"
+        )
+    return space.model_copy(update={"trial_timeout_s": timeout_s})
+
+
 def evaluate(
     plan: StudyPlan,
     overrides: dict[str, Any],
@@ -114,7 +134,8 @@ def evaluate(
     endpoint: str | None = None,
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Measure the space's reference (with overrides) once; the result as a JSON-able dict."""
+    """Measure the space's reference (with overrides) once; the result as a JSON-able dict.
+    `on_phase` is shown each phase and, in the accuracy pass, the items answered so far."""
     config = configured(plan.space.reference_config(), overrides, device=plan.space.device)
     plan = with_checkpoint_for(plan, config)
     m = measure_once(
@@ -128,6 +149,7 @@ def evaluate(
         measure_accuracy=not plan.dummy_weights,  # random weights answer noise
         adapters=plan.adapters,
         quantized_paths=plan.quantized_paths,
+        count_answers=True,
     )
     accuracy = m.accuracy
     return {
@@ -144,3 +166,49 @@ def evaluate(
         "memory_source": m.memory_source,
         "environment": m.environment,
     }
+
+
+class EvalProgress:
+    """`autotune eval`'s progress on stderr: each phase with the seconds since the start, and
+    a line every `every_s` of silence, so a run on a busy machine that takes minutes (a
+    server's start-up, a load test still settling) is seen to be alive, never mistaken for
+    hung. A context manager: its heartbeat thread stops on exit."""
+
+    def __init__(self, limit_s: float, every_s: float = 30.0, stream: TextIO | None = None):
+        self.limit_s = limit_s
+        self.every_s = every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.started = time.monotonic()
+        self.phase = "starting"
+        self._last_line = self.started
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> EvalProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __call__(self, phase: str) -> None:
+        self.phase = phase
+        self._line(f"eval: {phase}")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            if time.monotonic() - self._last_line >= self.every_s:
+                self._line(f"eval: still {self.phase}")
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._last_line = now
+            print(
+                f"{text} ({now - self.started:.0f} s; it times out after "
+                f"{self.limit_s:.0f} s: --timeout-s)",
+                file=self.stream,
+                flush=True,
+            )

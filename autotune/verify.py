@@ -413,24 +413,31 @@ def verify_text(result: VerifyResult) -> str:
         )
     console.print(table)
     for c in result.checks:
-        if c.recorded_interval is None or c.covered is None:
-            continue
-        low, high = c.recorded_interval
-        where = "inside" if c.covered else "OUTSIDE"
-        console.print(
-            f"{c.metric}: the new figure {_cell(c.measured)} is {where} the study's 95% interval "
-            f"[{_cell(low)}, {_cell(high)}]"
-            + (
-                f"; its own interval is [{_cell(c.measured_interval[0])}, "
-                f"{_cell(c.measured_interval[1])}]"
-                if c.measured_interval is not None
-                else ""
-            )
-        )
+        if c.recorded_interval is not None and c.covered is not None:
+            console.print(_interval_line(c, result.tolerance), soft_wrap=True)
     # Unwrapped, so each stays one line a script can find.
     console.print(rule_text(result), soft_wrap=True)
     console.print(verdict_text(result), soft_wrap=True)
     return buffer.getvalue().rstrip()
+
+
+def _interval_line(c: Check, tolerance: float) -> str:
+    """Where the new figure lies against the study's interval, and what decided: its band
+    (the interval widened by the tolerance), never the interval alone."""
+    low, high = c.recorded_interval or (math.nan, math.nan)
+    line = f"{c.metric}: the new figure {_cell(c.measured)} is "
+    line += f"{'inside' if c.covered else 'OUTSIDE'} the study's 95% interval [{_cell(low)}, "
+    line += f"{_cell(high)}]"
+    if c.measured_interval is not None:
+        line += f"; its own interval is [{_cell(c.measured_interval[0])}, "
+        line += f"{_cell(c.measured_interval[1])}]"
+    if not c.covered and c.passed is not None:
+        line += (
+            f"; it passes through the {tolerance:.0%} tolerance: the band decides, not the interval"
+            if c.passed
+            else "; outside its band too: a miss"
+        )
+    return line
 
 
 def _band(check: Check) -> str:

@@ -285,3 +285,34 @@ def test_verify_shows_the_load_each_side_ran_under() -> None:
         "engine_wait_share": 0.41,
         "cpu_pressure_share": 0.63,
     }
+
+
+def test_a_relaunch_outside_the_interval_is_told_what_decided() -> None:
+    """Issue 54: relaunches at +30% and -20% of the recorded figure passed through the ±25%
+    tolerance while the words read as if the interval decided; the line now says which did."""
+    from autotune.verify import VerifyResult, verify_text
+
+    recorded = {THROUGHPUT: 1000.0, "throughput_ci_rel": 0.08}
+    checks = {
+        measured: with_intervals(
+            speed_check(THROUGHPUT, 1000.0, measured, 0.25, interval_rel=0.08),
+            recorded,
+            {THROUGHPUT: measured},
+        )
+        for measured in (1010.0, 1300.0, 590.0)
+    }
+    said = {
+        measured: verify_text(VerifyResult("s", 3, "swift server", "swift ...", True, [], [c]))
+        for measured, c in checks.items()
+    }
+    assert "is inside the study's 95% interval [920.0, 1080.0]\n" in said[1010.0] + "\n"
+    assert (
+        "OUTSIDE the study's 95% interval [920.0, 1080.0]; it passes through the 25% tolerance: "
+        "the band decides, not the interval" in said[1300.0]
+    )
+    assert said[1300.0].splitlines()[-1] == "PASS"
+    assert (
+        "OUTSIDE the study's 95% interval [920.0, 1080.0]; outside its band too: a miss"
+        in said[590.0]
+    )
+    assert said[590.0].splitlines()[-1].startswith("FAIL")

@@ -73,8 +73,8 @@ def holdout_size(floor: AccuracyConstraint, pool_items: int | None = None) -> in
     to be confirmed 9 times in 10 at the first confirmation's error (0 with it off).
 
     The search comes first: in a pool of `pool_items` too small for both needs, the slice
-    gives the search what it needs and keeps the rest, down to half its own need (a
-    confirmation too weak to pass anything would only hide the search's answer)."""
+    leaves the search floor what it needs and keeps the rest (none where nothing is left: a
+    study then states that its recommendation is not confirmed)."""
     if not (floor.enabled and floor.mode == "relative" and floor.test == "sequential"):
         return 0
     if not floor.confirmation.enabled:
@@ -90,7 +90,7 @@ def holdout_size(floor: AccuracyConstraint, pool_items: int | None = None) -> in
     search = search_items(
         max_drop=floor.max_drop, confidence=floor.confidence, discordance=discordance
     )
-    return max(min(wanted, pool_items - search), math.ceil(wanted / 2))
+    return min(wanted, max(pool_items - search, 0))
 
 
 def sizing_discordance(floor: AccuracyConstraint) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from autotune.accuracy.reach import SetReach, items_to_pass, set_reach
 from autotune.space import Constraints
 
 
@@ -31,48 +32,24 @@ def items_needed(reference_accuracy: float, max_drop: float, confidence: float) 
     return math.ceil((z / max(max_drop, 1e-9)) ** 2 * discordant)
 
 
-def sequential_reach(n_items: int, max_drop: float, confidence: float) -> float | None:
-    """The largest share of differing answers (of 0, 2, 5, 10, 20%) at which `n_items` let
-    the sequential floor pass a candidate as accurate as the reference 9 times in 10; None
-    when even identical answers need more items."""
-    from autotune.accuracy.sequential import items_needed_to_pass
-
-    reach = None
-    for discordance in (0.0, 0.02, 0.05, 0.10, 0.20):
-        _, p90, _ = items_needed_to_pass(
-            max_drop=max_drop, confidence=confidence, discordance=discordance, draws=100,
-            cap=n_items,
-        )  # fmt: skip
-        if p90 > n_items:
-            break
-        reach = discordance
-    return reach
-
-
 def set_too_small(n_items: int, constraints: Constraints) -> str | None:
     """Why a set is refused for a relative sequential floor, or None: its search part (the
     items not held out for the confirmation) cannot pass, 9 times in 10, a candidate as
     accurate as the reference whose answers differ on even 2% of items, and the space has not
     said that identical answers are what it wants (`identical_answers_only`)."""
-    from autotune.accuracy.confirm import holdout_size
-    from autotune.accuracy.sequential import items_needed_to_pass
-
     floor = constraints.accuracy
     if not floor.enabled or floor.mode != "relative" or floor.test != "sequential":
         return None
     if floor.identical_answers_only:
         return None
-    held = holdout_size(floor, n_items)
-    search = n_items - held if held < n_items else n_items
-    reach = sequential_reach(search, floor.max_drop, floor.confidence)
-    if reach is not None and reach > 0:
+    reach = _reach(n_items, constraints)
+    if reach.reach is not None and reach.reach > 0:
         return None
-    _, needed, _ = items_needed_to_pass(
-        max_drop=floor.max_drop, confidence=floor.confidence, discordance=0.02, cap=12_000
-    )
-    held_out = f" ({held} more held out to confirm the recommendation)" if held < n_items else ""
+    needed = items_to_pass(floor.max_drop, floor.confidence, 0.02)[1]
+    held_out = f" ({reach.held_out} more held out to confirm the recommendation)"
     return (
-        f"accuracy floor: {search} items{held_out} cannot pass a candidate whose answers differ "
+        f"accuracy floor: {reach.search_items} items{held_out if reach.held_out else ''} cannot "
+        f"pass a candidate whose answers differ "
         f"from the reference's: at max_drop {floor.max_drop:g}, confidence {floor.confidence:g}, "
         f"one as accurate that differs on 2% of items needs {needed:,.0f} items to pass 9 times "
         f"in 10 (`autotune evalset needs --max-drop {floor.max_drop:g} --confidence "
@@ -82,25 +59,22 @@ def set_too_small(n_items: int, constraints: Constraints) -> str | None:
     )
 
 
-def floor_warning(n_items: int, reference_accuracy: float, constraints: Constraints) -> str | None:
-    """A note when the set is too small for the relative floor's test, else None."""
+def floor_warning(
+    n_items: int, reference_accuracy: float, constraints: Constraints, *, evalset: str
+) -> str | None:
+    """A note when the set is too small for the relative floor's test, else None. Under the
+    sequential floor it is the sentence `autotune evalset needs` prints for the same set and
+    floor (autotune.accuracy.reach), with the command that prints it."""
     floor = constraints.accuracy
     if not floor.enabled or floor.mode != "relative":
         return None
     if floor.test == "sequential":
-        reach = sequential_reach(n_items, floor.max_drop, floor.confidence)
-        if reach is not None and reach >= 0.05:
+        reach = _reach(n_items, constraints)
+        if reach.reach is not None and reach.reach >= 0.05:
             return None
-        can = (
-            "no candidate but one answering word for word as the reference"
-            if reach is None
-            else f"a candidate as accurate as the reference only where their answers differ on "
-            f"at most {reach:.0%} of items"
-        )
         return (
-            f"accuracy floor: {n_items} items let the sequential floor pass {can} (9 times in "
-            f"10, max_drop {floor.max_drop:g}); others end undecided, and infeasible. "
-            "`autotune evalset needs` says how many items a floor needs."
+            f"accuracy floor: {reach.sentence()}; others end undecided, and infeasible. "
+            f"`{reach.command(evalset)}` says how many items a floor needs."
         )
     if floor.test != "bootstrap":
         return None
@@ -113,6 +87,19 @@ def floor_warning(n_items: int, reference_accuracy: float, constraints: Constrai
         f"but answering some items differently needs about {needed} items for its "
         f"{floor.confidence:.0%} interval to exclude that drop; such candidates will be "
         "infeasible. Use a larger set (--evalset ocr-caption, or your own) or `test: point`."
+    )
+
+
+def _reach(n_items: int, constraints: Constraints) -> SetReach:
+    """What the set decides at the space's floor, on the items its search floor reads."""
+    from autotune.accuracy.confirm import holdout_size
+
+    floor = constraints.accuracy
+    return set_reach(
+        n_items,
+        max_drop=floor.max_drop,
+        confidence=floor.confidence,
+        held_out=holdout_size(floor, n_items),
     )
 
 

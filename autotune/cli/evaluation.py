@@ -15,6 +15,7 @@ from autotune.cli.base import (
     main,
     user_errors,
 )
+from autotune.space.settings import MAX_TRIAL_TIMEOUT_S
 
 
 @main.command(name="eval")
@@ -31,6 +32,13 @@ from autotune.cli.base import (
         " scalars; full size is image_max_side=null (or None)."
     ),
 )
+@click.option(
+    "--timeout-s",
+    type=FiniteFloatRange(1, MAX_TRIAL_TIMEOUT_S),
+    default=None,
+    help="Give the measurement this long (seconds) before it fails as timed out, in place of "
+    "the space's trial_timeout_s; a busy machine may need longer.",
+)
 @endpoint_option
 @dummy_weights_option
 @adapter_option
@@ -45,16 +53,18 @@ def eval_command(
     dummy_weights: bool,
     adapter_specs: tuple[str, ...],
     as_json: bool,
+    timeout_s: float | None,
 ) -> None:
-    """Score one configuration (the space's reference, with --param overrides)."""
+    """Score one configuration (the space's reference, with --param overrides). Its progress
+    goes to stderr: each phase, the accuracy pass's items answered, a line every 30 s."""
     from autotune.checkpoints.adapters import parse_adapters
     from autotune.errors import TrialFailure
-    from autotune.evaluate import configured, evaluate, parse_overrides
+    from autotune.evaluate import EvalProgress, configured, evaluate, parse_overrides, with_timeout
     from autotune.space import load_space
     from autotune.study import plan_study
 
     overrides = parse_overrides(params)
-    loaded = load_space(space)
+    loaded = with_timeout(load_space(space), timeout_s)
     # A bad --param fails before any loading.
     configured(loaded.reference_config(), overrides, device=loaded.device)
     plan = plan_study(
@@ -66,10 +76,15 @@ def eval_command(
         adapters=parse_adapters(adapter_specs),
     )
     try:
-        result = evaluate(plan, overrides, endpoint=plan.endpoint)
+        with EvalProgress(plan.space.trial_timeout_s) as progress:
+            result = evaluate(plan, overrides, endpoint=plan.endpoint, on_phase=progress)
     except TrialFailure as failure:
         # One measurement is all eval makes: its failure is the command's, not a trial's.
-        _fail(f"the configuration could not be measured: {failure.kind}: {failure.reason}", 1)
+        longer = "; --timeout-s SECONDS gives it longer" if failure.kind == "timeout" else ""
+        _fail(
+            f"the configuration could not be measured: {failure.kind}: {failure.reason}{longer}",
+            1,
+        )
     if as_json:
         click.echo(json_text(result))
         return
@@ -123,43 +138,50 @@ def evalset_show(name_or_path: str, as_json: bool) -> None:
 @click.option("--max-drop", type=FiniteFloatRange(0.001, 0.5), default=0.02, show_default=True)
 @click.option("--confidence", type=FiniteFloatRange(0.5, 0.999), default=0.9, show_default=True)
 @click.option("--evalset", "name_or_path", default=None, help="Also say what this set can decide.")
+@click.option(
+    "--held-out",
+    type=click.IntRange(0, 10_000_000),
+    default=None,
+    help="Items of --evalset held out to confirm the recommendation, which the search floor "
+    "never reads (default: what a study at this floor holds out of the set: what answers "
+    "differing on 5% need, after the search floor's own need).",
+)
 @json_option
 @user_errors
 def evalset_needs(
-    max_drop: float, confidence: float, name_or_path: str | None, as_json: bool
+    max_drop: float,
+    confidence: float,
+    name_or_path: str | None,
+    held_out: int | None,
+    as_json: bool,
 ) -> None:
     """Items the sequential accuracy floor spends to pass a candidate as accurate as the
     reference, by how often the two answer differently (simulated with the floor's own code)."""
-    from autotune.accuracy.confirm import SIZING_DISCORDANCE, holdout_items
-    from autotune.accuracy.sequential import items_needed_to_pass
+    from autotune.accuracy.confirm import SIZING_DISCORDANCE, holdout_items, holdout_size
+    from autotune.space.settings import AccuracyConstraint
+    from autotune.accuracy.reach import SIMULATED_ITEMS, needs_rows, set_reach
 
-    size = None
-    if name_or_path is not None:
-        from autotune.evalset.dataset import load_evalset
-
-        size = len(load_evalset(name_or_path).items)
-    rows = []
-    for discordance in (0.0, 0.02, 0.05, 0.10, 0.20):
-        median, p90, _ = items_needed_to_pass(
-            max_drop=max_drop, confidence=confidence, discordance=discordance, cap=12_000
-        )
-        rows.append({"discordance": discordance, "median_items": median, "items_for_90pct": p90})
+    rows = needs_rows(max_drop, confidence)
     held = {
         f"{d:.0%}": holdout_items(max_drop=max_drop, confidence=confidence, discordance=d)
         for d in (0.0, SIZING_DISCORDANCE)
     }
+    reach = None
+    if name_or_path is not None:
+        from autotune.evalset.dataset import load_evalset
+
+        size = len(load_evalset(name_or_path).items)
+        # As a study sizes it in this set: the search floor's need first (confirm.holdout_size).
+        floor = AccuracyConstraint(max_drop=max_drop, confidence=confidence)
+        kept = holdout_size(floor, size) if held_out is None else held_out
+        reach = set_reach(size, max_drop=max_drop, confidence=confidence, held_out=kept)
     if as_json:
-        click.echo(
-            json_text(
-                {
-                    "max_drop": max_drop,
-                    "confidence": confidence,
-                    "items": size,
-                    "rows": rows,
-                    "holdout_items": held,
-                }
-            )
-        )
+        report = {"max_drop": max_drop, "confidence": confidence, "rows": rows}
+        report |= {"items": reach.items if reach else None, "holdout_items": held}
+        if reach is not None:
+            report |= {"held_out": reach.held_out, "search_items": reach.search_items}
+            report |= {"reach": reach.reach, "can_decide": reach.sentence()}
+        click.echo(json_text(report))
         return
     click.echo(
         f"sequential floor, max_drop {max_drop:g}, confidence {confidence:g}: items spent to pass "
@@ -168,23 +190,16 @@ def evalset_needs(
     click.echo("answers differ on | median items | items to pass 9 times in 10")
     for row in rows:
         p90 = row["items_for_90pct"]
-        shown = f"{p90:,.0f}" if p90 < 12_000 else "over 12,000"
+        shown = f"{p90:,.0f}" if p90 < SIMULATED_ITEMS else f"over {SIMULATED_ITEMS:,}"
         click.echo(f"{row['discordance']:>15.0%}   | {row['median_items']:>12,.0f} | {shown}")
     click.echo(
         f"held out to confirm the recommendation (error at most {1 - confidence:.2g} for the "
         f"whole study): {held['5%']:,} items (a candidate differing on 5% of items confirmed "
         f"9 times in 10), {held['0%']:,} with identical_answers_only"
     )
-    if size is not None:
-        enough = [r["discordance"] for r in rows if r["items_for_90pct"] <= size]
-        reach = (
-            "never: too few items even for identical answers"
-            if not enough
-            else "only where their answers agree on every item"
-            if enough[-1] == 0.0
-            else f"where their answers differ on up to {enough[-1]:.0%} of items"
-        )
-        click.echo(f"{name_or_path}: {size:,} items: passes such a candidate 9 times in 10 {reach}")
+    if reach is not None:
+        # The very sentence a study's warning prints (autotune.accuracy.reach).
+        click.echo(f"{name_or_path}: {reach.sentence()}")
 
 
 @evalset.command("build")

@@ -159,12 +159,14 @@ def measure_once(
     image_geometry: dict[str, int] | None = None,
     adapters: Sequence[Adapter] = (),
     quantized_paths: dict[str, str] | None = None,
+    count_answers: bool = False,
 ) -> Measurement:
     """Launch `config`'s engine fresh, measure it once, stop it (TrialFailure on failure).
 
     In-process backends run in a new worker; server backends (or any config when
     `server_format` names an export format) run the exported server command; `endpoint`
-    measures an already running server instead.
+    measures an already running server instead. `count_answers`: the accuracy pass reports
+    its answers as phases (MeasurePlan.count_answers).
     """
     from autotune.engines import measure_plan, open_session
 
@@ -183,6 +185,7 @@ def measure_once(
     try:
         ids = [item.id for item in evalset.items]
         plan = measure_plan(space, config, accuracy_ids=ids if measure_accuracy else None)
+        plan = plan.model_copy(update={"count_answers": count_answers})
         result = session.measure(config, plan, on_phase=on_phase)
     finally:
         session.close()

@@ -58,17 +58,25 @@ class _ServerDriver:
         return None
 
     async def answer(
-        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+        self,
+        ids: Sequence[str],
+        concurrency: int,
+        lengths: Mapping[str, int] | None = None,
+        on_reply: Callable[[], None] | None = None,
     ) -> list[Reply]:
         prompts = [self.by_id[i] for i in ids]
         answer_fields = self.answer_fields
-        if lengths is None or answer_fields is None:
-            return await closed_loop(self.chat.send, prompts, concurrency)
 
-        async def send_forced(prompt: Prompt) -> Reply:
-            return await self.chat.send(prompt, answer_fields(lengths[prompt.item_id]))
+        async def send(prompt: Prompt) -> Reply:
+            if lengths is None or answer_fields is None:
+                reply = await self.chat.send(prompt)
+            else:
+                reply = await self.chat.send(prompt, answer_fields(lengths[prompt.item_id]))
+            if on_reply is not None:
+                on_reply()
+            return reply
 
-        return await closed_loop(send_forced, prompts, concurrency)
+        return await closed_loop(send, prompts, concurrency)
 
     async def load_test(
         self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None

@@ -70,10 +70,15 @@ class PhaseDriver(Protocol):
     async def warm_up(self) -> None: ...
 
     async def answer(
-        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+        self,
+        ids: Sequence[str],
+        concurrency: int,
+        lengths: Mapping[str, int] | None = None,
+        on_reply: Callable[[], None] | None = None,
     ) -> list[Reply]:
         """Answers to these eval items with the trial's own decoding settings; with `lengths`
-        each answer forced to its item's length in tokens (a timed pass)."""
+        each answer forced to its item's length in tokens (a timed pass). `on_reply` is
+        called as each answer arrives."""
         ...
 
     async def load_test(
@@ -109,7 +114,7 @@ async def run_phases(
         warmup_s = time.perf_counter() - started
 
     floor = plan.floor if judge is not None else None
-    answers = _Answers(driver, plan)
+    answers = _Answers(driver, plan, phase)
     verdict: FloorLook | None = None
     screening_s = 0.0
     screening = _screening_ids(floor, plan)
@@ -163,16 +168,27 @@ async def run_phases(
 
 
 class _Answers:
-    """The trial's answers so far: their texts, and each answer's tokens (usage)."""
+    """The trial's answers so far: their texts, and each answer's tokens (usage). With
+    `plan.count_answers`, a phase 'accuracy: 40/240 items' each twentieth of the items: a
+    long pass (`autotune eval` on a busy machine) otherwise shows nothing for minutes."""
 
-    def __init__(self, driver: PhaseDriver, plan: MeasurePlan) -> None:
+    def __init__(self, driver: PhaseDriver, plan: MeasurePlan, phase: PhaseCallback) -> None:
         self.driver = driver
         self.lengths = plan.timed.lengths if plan.timed is not None else None
         self.texts: dict[str, str] = {}
         self.tokens: dict[str, int] = {}
+        self.total = len(plan.accuracy_ids or [])
+        self.counted = 0
+        self.on_reply = self._count if plan.count_answers and self.total else None
+        self.phase = phase
+
+    def _count(self) -> None:
+        self.counted += 1
+        if self.counted % max(1, self.total // 20) == 0 or self.counted == self.total:
+            self.phase(f"accuracy: {self.counted}/{self.total} items")
 
     async def add(self, ids: Sequence[str], concurrency: int) -> None:
-        for reply in await self.driver.answer(ids, concurrency, self.lengths):
+        for reply in await self.driver.answer(ids, concurrency, self.lengths, self.on_reply):
             self.texts[reply.item_id] = reply.text
             self.tokens[reply.item_id] = reply.timing.output_tokens
 
@@ -192,7 +208,7 @@ async def _answers_only(
     """The accuracy ids answered, and nothing else: no warm-up, screening or load."""
     phase("accuracy")
     started = time.perf_counter()
-    answers = _Answers(driver, plan)
+    answers = _Answers(driver, plan, phase)
     await answers.add(plan.accuracy_ids or [], plan.accuracy_batch_size)
     now = driver.now()
     return PassesResult(

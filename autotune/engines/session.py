@@ -50,6 +50,8 @@ class MeasurePlan(BaseModel):
     # or the reference's later stages: autotune.study.run.reference_load).
     load_test: bool = True
     accuracy_batch_size: int = 1
+    # Report the accuracy pass's answers as they come, as phases (`autotune eval`'s progress).
+    count_answers: bool = False
     # The sequential floor: answer accuracy_ids a stage at a time (screening first) and stop
     # once it decides; None: answer every id.
     floor: FloorRequest | None = None

@@ -154,6 +154,15 @@ class EvalSet(BaseModel):
             keyed += [((rank + 0.5) / len(ids), name, item) for rank, item in enumerate(ids)]
         return [item for _, _, item in sorted(keyed)]
 
+    def argument(self) -> str:
+        """How `--evalset` names this set: a bundled set or a pool by its name (a command
+        shown to a user reads as they would type it), any other by its file."""
+        if self.path.parent.name == self.name:
+            bundled = self.path.resolve() == (EVALSETS_DIR / self.name / ITEMS_FILE).resolve()
+            if bundled or self.name in known_pools():
+                return self.name
+        return str(self.path)
+
 
 def available_evalsets() -> list[str]:
     """Names of the bundled sets (folders of evalsets/ that hold an items.jsonl)."""

@@ -44,15 +44,16 @@ def test_holdout_size_follows_the_floor() -> None:
 
 def test_a_pool_too_small_for_both_gives_the_search_what_it_needs_first() -> None:
     """The default floor in its 3,000-item pool: the slice leaves the search the items that
-    pass a candidate losing nothing at 5% discordance 9 times in 10, and keeps the rest,
-    never under half of its own need; a pool with room for both gets both in full."""
+    pass a candidate losing nothing at 5% discordance 9 times in 10, and keeps the rest (none
+    where nothing is left); a pool with room for both gets both in full."""
     floor = AccuracyConstraint(max_drop=0.02, confidence=0.9)
     wanted = holdout_size(floor)
     search = search_items(max_drop=0.02, confidence=0.9, discordance=0.05)
     assert wanted + search > 3000  # the default pool cannot hold both in full
     assert holdout_size(floor, 3000) == 3000 - search
     assert holdout_size(floor, wanted + search + 10) == wanted
-    assert holdout_size(floor, search + 10) == math.ceil(wanted / 2)
+    assert holdout_size(floor, search + 10) == 10
+    assert holdout_size(floor, search - 10) == 0
     explicit = AccuracyConstraint.model_validate({"confirmation": {"items": 64}})
     assert holdout_size(explicit, 100) == 64  # the space's own count stands
 

@@ -18,21 +18,32 @@ def test_items_needed_grows_with_a_tighter_margin_and_is_largest_at_half() -> No
 
 def test_small_sets_are_warned_about_with_what_would_do() -> None:
     constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.05, "test": "bootstrap"}})
-    warning = floor_warning(32, 0.188, constraints)
+    warning = floor_warning(32, 0.188, constraints, evalset="mine")
     assert warning is not None
     assert "32 items" in warning and "about 470 items" in warning and "test: point" in warning
-    assert floor_warning(500, 0.188, constraints) is None
+    assert floor_warning(500, 0.188, constraints, evalset="mine") is None
     point = Constraints.model_validate({"accuracy": {"max_drop": 0.05, "test": "point"}})
-    assert floor_warning(32, 0.188, point) is None
+    assert floor_warning(32, 0.188, point, evalset="mine") is None
 
 
 def test_the_sequential_floor_warns_where_its_set_cannot_pass_a_candidate_that_differs() -> None:
     constraints = Constraints.model_validate({"accuracy": {"max_drop": 0.02, "confidence": 0.9}})
-    warning = floor_warning(164, 0.8, constraints)  # the bundled ocr-caption set
+    warning = floor_warning(164, 0.8, constraints, evalset="ocr-caption")  # its 164 items
     assert warning is not None
     assert "164 items" in warning and "word for word" in warning
-    assert "autotune evalset needs" in warning
-    assert floor_warning(3000, 0.8, constraints) is None  # the default space's pool
+    # The command that prints the same sentence (tests/accuracy/test_reach.py runs it).
+    needs = "needs --max-drop 0.02 --confidence 0.9 --held-out 0 --evalset ocr-caption`"
+    assert f"`autotune evalset {needs}" in warning
+    # Counted on the search items: the default pool's 3,000 less the slice, sized to leave
+    # the search what passes 5% (no warning); a space that holds out 1,625 itself leaves 1,375,
+    # which pass 2% only (over all 3,000, 10% would pass, and no warning was printed).
+    assert floor_warning(3000, 0.8, constraints, evalset="pool") is None
+    held = Constraints.model_validate(
+        {"accuracy": {"max_drop": 0.02, "confidence": 0.9, "confirmation": {"items": 1625}}}
+    )
+    pool = floor_warning(3000, 0.8, held, evalset="pool")
+    assert pool is not None and "the other 1,375 let" in pool and "up to 2% of items" in pool
+    assert floor_warning(5000, 0.8, held, evalset="pool") is None
 
 
 @pytest.mark.parametrize(

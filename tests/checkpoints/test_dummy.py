@@ -145,7 +145,7 @@ def test_eval_with_dummy_weights_measures_speed_only(tmp_path: Path, dummy_dir: 
         main, ["eval", "--space", str(space), "--dummy-weights", "--json"], catch_exceptions=False
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # the progress goes to stderr
     assert data["dummy_weights"] is True
     assert data["accuracy"] is None
     assert data["figures"]["throughput_output_tokens_per_s"] > 0

@@ -163,7 +163,12 @@ def test_best_shows_the_recommendation(smoke_study: tuple[Path, optuna.Study]) -
     # answers every one of them right (then any candidate that differs has lost accuracy).
     reference = next(t for t in study.trials if t.user_attrs.get("is_reference"))
     constraints = Constraints.model_validate(study.user_attrs["space"]["constraints"])
-    expected = floor_warning(8, reference.user_attrs["accuracy"], constraints)
+    expected = floor_warning(
+        8,
+        reference.user_attrs["accuracy"],
+        constraints,
+        evalset=str(workdir / "evalset" / "items.jsonl"),  # named by its file: not bundled
+    )
     assert as_json["floor_warning"] == expected
     if expected is not None:
         assert "8 items let the sequential floor pass" in expected

@@ -33,7 +33,15 @@ def test_needs_grows_with_disagreement_and_says_what_the_set_can_decide() -> Non
         [sys.executable, "-m", "autotune.cli", "evalset", "needs", "--evalset", "smoke"],
         capture_output=True, text=True, timeout=300, check=False,
     ).stdout  # fmt: skip
-    assert "smoke: 240 items: passes such a candidate 9 times in 10" in text
+    # 0.02 at 0.9 holds out 1,625 items by default, which 240 cannot spare: all of them search.
+    assert text.rstrip().endswith(
+        "smoke: 240 items let the sequential floor pass a candidate as accurate as the reference "
+        "only where their answers agree on every item (9 times in 10, max_drop 0.02, "
+        "confidence 0.9)"
+    )
+    # The 326 items such a floor holds out do not fit in 240: none are, and all 240 search.
+    assert held["5%"] == 326 and report["held_out"] == 0 and report["search_items"] == 240
+    assert report["reach"] == 0.02 and "up to 2% of items" in report["can_decide"]
 
 
 @pytest.mark.parametrize(

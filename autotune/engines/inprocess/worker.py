@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from pydantic import BaseModel
@@ -157,19 +157,27 @@ class _BatchDriver:
             self.engine.generate(group, self.config, forced_tokens=self.plan.output_tokens)
 
     async def answer(
-        self, ids: Sequence[str], concurrency: int, lengths: Mapping[str, int] | None = None
+        self,
+        ids: Sequence[str],
+        concurrency: int,
+        lengths: Mapping[str, int] | None = None,
+        on_reply: Callable[[], None] | None = None,
     ) -> list[Any]:
         replies: list[Any] = []
         for group in _batches([self.worker.request(i) for i in ids], concurrency):
             if lengths is None:
                 replies += self.engine.generate(group, self.config)
-                continue
-            # A static batch decodes until its longest answer ends, as real answers of these
-            # lengths would; each answer then counts its own length (autotune.accuracy.timed).
-            own = [lengths[request.item_id] for request in group]
-            replies += self.engine.generate(
-                group, self.config, forced_tokens=max(own), answer_tokens=own
-            )
+            else:
+                # A static batch decodes until its longest answer ends, as real answers of
+                # these lengths would; each answer then counts its own length
+                # (autotune.accuracy.timed).
+                own = [lengths[request.item_id] for request in group]
+                replies += self.engine.generate(
+                    group, self.config, forced_tokens=max(own), answer_tokens=own
+                )
+            for _ in group:  # a static batch's answers arrive together
+                if on_reply is not None:
+                    on_reply()
         return replies
 
     async def load_test(

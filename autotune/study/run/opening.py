@@ -327,7 +327,12 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
     accuracy = TrialRecord.of(reference).accuracy if reference is not None else None
     if accuracy is None:
         return
-    warning = floor_warning(len(plan.evalset.items), accuracy, plan.space.constraints)
+    warning = floor_warning(
+        len(plan.evalset.items),
+        accuracy,
+        plan.space.constraints,
+        evalset=plan.evalset.argument(),
+    )
     if warning is not None:
         progress.note(f"warning: {warning}")
         if StudyRecord.of(study).floor_warning != warning:
