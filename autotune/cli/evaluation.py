@@ -158,8 +158,8 @@ def evalset_needs(
     """Items the sequential accuracy floor spends to pass a candidate as accurate as the
     reference, by how often the two answer differently (simulated with the floor's own code)."""
     from autotune.accuracy.confirm import SIZING_DISCORDANCE, holdout_items, holdout_size
-    from autotune.space.settings import AccuracyConstraint
     from autotune.accuracy.reach import SIMULATED_ITEMS, needs_rows, set_reach
+    from autotune.space.settings import AccuracyConstraint
 
     rows = needs_rows(max_drop, confidence)
     held = {
