@@ -34,7 +34,7 @@ from autotune.engines.conditions import (
     load_of,
     load_words,
 )
-from autotune.engines.measurement import Measurement, measure_once
+from autotune.engines.measurement import Measurement, WhileUp, measure_once
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
@@ -266,6 +266,7 @@ def verify_trial(
     one_sided: bool = False,
     on_phase: Callable[[str], None] | None = None,
     adapters: list[Adapter] | None = None,
+    while_up: WhileUp | None = None,
 ) -> VerifyResult:
     """Re-measure the recommended (or a given) trial through its deploy command.
 
@@ -273,7 +274,8 @@ def verify_trial(
     `one_sided`: only a worse figure is (a relaunch faster or more accurate passes).
 
     `adapters` (from --adapter) replace the study's own, e.g. where their folders live
-    elsewhere on this machine; the first must carry the name the trials measured.
+    elsewhere on this machine; the first must carry the name the trials measured. `while_up`:
+    another client's turn on the same launch (autotune.outside).
     """
     trial = chosen_trial(study, trial_number)
     trial_record = TrialRecord.of(trial)
@@ -316,6 +318,7 @@ def verify_trial(
             on_phase=on_phase,
             adapters=_adapters(record, adapters),
             quantized_paths=study_quantized_paths(record, device=space.device),
+            while_up=while_up,
         )
     except TrialFailure as failure:
         result.failure = f"{failure.kind}: {failure.reason}"
