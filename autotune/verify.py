@@ -7,9 +7,8 @@ trial recorded. Each judged figure has a band: for throughput, the study's 95% i
 by a relative tolerance (of the recorded figure) on each side; for end-to-end latencies under a
 closed loop, the same relative interval (the latency of a fixed number in flight goes as one
 over the request rate) plus the tolerance, and under open-loop arrivals the figure
-+-tolerance; for accuracy, +-the space's max_drop. By default the check is
-two-sided: a relaunch far faster than recorded misses as surely as one far slower, since either
-way the study's figures do not describe this deployment. `one_sided` judges the worse side only.
++-tolerance; for accuracy, +-the space's max_drop. Two-sided by default: a relaunch far faster
+than recorded misses as surely as one far slower (the study's figures do not describe it).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from autotune.engines.conditions import (
     load_of,
     load_words,
 )
-from autotune.engines.measurement import Measurement, measure_once
+from autotune.engines.measurement import Measurement, WhileUp, measure_once
 from autotune.errors import StudyError, TrialFailure
 from autotune.evalset.dataset import load_evalset
 from autotune.export.reproduce import reproduction
@@ -266,14 +265,14 @@ def verify_trial(
     one_sided: bool = False,
     on_phase: Callable[[str], None] | None = None,
     adapters: list[Adapter] | None = None,
+    while_up: WhileUp | None = None,
 ) -> VerifyResult:
     """Re-measure the recommended (or a given) trial through its deploy command.
 
-    Two-sided by default: a judged figure outside its band, above or below, is a miss.
-    `one_sided`: only a worse figure is (a relaunch faster or more accurate passes).
-
-    `adapters` (from --adapter) replace the study's own, e.g. where their folders live
-    elsewhere on this machine; the first must carry the name the trials measured.
+    Two-sided by default: a judged figure outside its band, above or below, is a miss;
+    `one_sided`: only a worse one is. `adapters` (--adapter) replace the study's own (the
+    first carries the name the trials measured); `while_up`: another client's turn on the
+    same launch (autotune.outside).
     """
     trial = chosen_trial(study, trial_number)
     trial_record = TrialRecord.of(trial)
@@ -316,6 +315,7 @@ def verify_trial(
             on_phase=on_phase,
             adapters=_adapters(record, adapters),
             quantized_paths=study_quantized_paths(record, device=space.device),
+            while_up=while_up,
         )
     except TrialFailure as failure:
         result.failure = f"{failure.kind}: {failure.reason}"

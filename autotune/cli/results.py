@@ -161,6 +161,14 @@ def export(
     help="Judge only figures worse than recorded; a relaunch faster or more accurate passes "
     "(default: two-sided, a figure outside its band above or below is a miss).",
 )
+@click.option(
+    "--client",
+    type=click.Choice(["guidellm"]),
+    default=None,
+    help="Also measure the relaunch with this outside load generator (the same requests, "
+    "after autotune's own load test) and print both figures; needs "
+    "pip install 'autotune[client-guidellm]'.",
+)
 @adapter_option
 @json_option
 @user_errors
@@ -172,31 +180,41 @@ def verify(
     endpoint: str | None,
     tolerance: float,
     one_sided: bool,
+    client: str | None,
     adapter_specs: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Relaunch the recommended (or a chosen) trial's command and check its figures.
 
     Exit status 0 when every judged figure lands in its band, 1 on a miss (above or below
-    unless --one-sided).
+    unless --one-sided) or when the --client tool could not measure.
     """
     from autotune.checkpoints.adapters import parse_adapters
     from autotune.study.results.groups import ranked_view
     from autotune.study.store.storage import load_study
     from autotune.verify import verify_text, verify_trial
 
+    if client is not None:
+        from autotune.outside.check import check_client
+
+        check_client(client)  # a missing tool is said before the study is even read
     adapters = parse_adapters(adapter_specs)
     study = ranked_view(load_study(study_name, storage))
-    result = verify_trial(
-        study,
-        trial_number=trial_number,
-        fmt=fmt,
-        endpoint=endpoint,
-        tolerance=tolerance,
-        one_sided=one_sided,
-        on_phase=lambda phase: click.echo(f"verify: {phase}", err=True),
-        adapters=adapters or None,
-    )
+    options: dict[str, Any] = {
+        "fmt": fmt,
+        "endpoint": endpoint,
+        "tolerance": tolerance,
+        "one_sided": one_sided,
+        "on_phase": lambda phase: click.echo(f"verify: {phase}", err=True),
+        "adapters": adapters or None,
+    }
+    if client is not None:
+        from autotune.outside.check import cross_check, cross_check_text
+
+        check = cross_check(study, client=client, trial_number=trial_number, **options)
+        click.echo(json_text(check.to_dict()) if as_json else cross_check_text(check))
+        sys.exit(0 if check.passed else 1)
+    result = verify_trial(study, trial_number=trial_number, **options)
     click.echo(json_text(result.to_dict()) if as_json else verify_text(result))
     sys.exit(0 if result.passed else 1)
 

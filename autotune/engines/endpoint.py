@@ -21,6 +21,7 @@ from autotune.engines.session import (
     EstimateCallback,
     MeasurePlan,
     PhaseCallback,
+    Served,
     new_launch_id,
 )
 from autotune.errors import TrialFailure
@@ -125,6 +126,11 @@ class EndpointSession:
 
     def alive(self) -> bool:
         return True
+
+    def served(self, config: TrialConfig, plan: MeasurePlan) -> Served:
+        model = served_model(self.adapters, served_models(self.base))
+        forced = load_fields(None, plan)
+        return Served(self.base, model, endpoint_fields(config), forced, self.prompts)
 
     def close(self) -> None:
         pass

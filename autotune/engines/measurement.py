@@ -14,6 +14,7 @@ from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
 from autotune.accuracy.timed import TIMED_ANSWER_TOKENS, TIMED_ITEMS, TIMED_TOKENS
 from autotune.checkpoints.adapters import Adapter
+from autotune.engines.session import MeasurePlan, Served
 from autotune.evalset.dataset import EvalSet
 from autotune.measure.equal_work import (
     RATIO,
@@ -68,6 +69,11 @@ class Measurement:
         if self.timed_tokens:
             attrs[TIMED_TOKENS] = self.timed_tokens
         return attrs
+
+
+# Told the launch's address and requests, the plan and the measurement while the launch is
+# still up (None: an in-process worker, which no HTTP client can reach).
+WhileUp = Callable[[Served | None, MeasurePlan, Measurement], None]
 
 
 def to_measurement(
@@ -160,13 +166,15 @@ def measure_once(
     adapters: Sequence[Adapter] = (),
     quantized_paths: dict[str, str] | None = None,
     count_answers: bool = False,
+    while_up: WhileUp | None = None,
 ) -> Measurement:
     """Launch `config`'s engine fresh, measure it once, stop it (TrialFailure on failure).
 
     In-process backends run in a new worker; server backends (or any config when
     `server_format` names an export format) run the exported server command; `endpoint`
     measures an already running server instead. `count_answers`: the accuracy pass reports
-    its answers as phases (MeasurePlan.count_answers).
+    its answers as phases (MeasurePlan.count_answers). `while_up` is called with the
+    measurement before the launch stops, so another client can measure the same launch.
     """
     from autotune.engines import measure_plan, open_session
 
@@ -187,16 +195,18 @@ def measure_once(
         plan = measure_plan(space, config, accuracy_ids=ids if measure_accuracy else None)
         plan = plan.model_copy(update={"count_answers": count_answers})
         result = session.measure(config, plan, on_phase=on_phase)
+        m = to_measurement(
+            space,
+            config,
+            result,
+            startup_s=session.startup_s,
+            evalset=evalset,
+            measure_accuracy=measure_accuracy,
+        )
+        if while_up is not None:
+            while_up(session.served(config, plan), plan, m)
     finally:
         session.close()
-    m = to_measurement(
-        space,
-        config,
-        result,
-        startup_s=session.startup_s,
-        evalset=evalset,
-        measure_accuracy=measure_accuracy,
-    )
     m.time_s["startup"] = session.startup_s
     m.environment = {**m.environment, "launch_id": session.launch_id}
     return m

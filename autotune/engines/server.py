@@ -44,6 +44,7 @@ from autotune.engines.session import (
     EstimateCallback,
     MeasurePlan,
     PhaseCallback,
+    Served,
     new_launch_id,
 )
 from autotune.errors import AutotuneError, TrialFailure
@@ -220,6 +221,19 @@ def check_renders(render: Render, config: TrialConfig, fmt: str) -> Export:
     return dry
 
 
+def _served_launch(session: ServerSession, config: TrialConfig, plan: MeasurePlan) -> Served:
+    """ServerSession.served: the running launch's address and `config`'s request fields."""
+    server, ready, export = session.server, session.ready, session.export
+    assert server is not None and ready is not None and export is not None
+    return Served(
+        ready.base_url,
+        served_model(session.adapters, ready.models),
+        dict(session.render(config, server.requested_port).request),
+        load_fields(export.format, plan),
+        session.prompts,
+    )
+
+
 class ServerSession:
     """One server launch, measured trial after trial (see the module docstring)."""
 
@@ -247,11 +261,9 @@ class ServerSession:
         self.judge = judge
         self.startup_timeout_s = startup_timeout_s
         self.trial_timeout_s = trial_timeout_s
-        self.launch_id = new_launch_id()
-        self.launch_key = launch.launch_key()
+        self.launch_id, self.launch_key = new_launch_id(), launch.launch_key()
         self.startup_s = 0.0
-        # Made when a command is launched: a launch refused before that (not installed, no
-        # command for this configuration) leaves nothing behind.
+        # Made at launch: one refused before (not installed, no command) leaves nothing behind.
         self._workdir: Path | None = None
         self.server: ServerProcess | None = None
         self.sampler: MemorySampler | None = None
@@ -404,6 +416,8 @@ class ServerSession:
 
     def alive(self) -> bool:
         return self.server is not None and self.server.process.poll() is None
+
+    served = _served_launch
 
     def _stop_server(self) -> None:
         if self.sampler is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -21,7 +22,7 @@ from autotune.accuracy.timed import TimedPass
 from autotune.measure.convergence import RaceBound, SteadyRule
 from autotune.measure.lengths import AnswerLengths
 from autotune.params import TrialConfig
-from autotune.records import SessionResult
+from autotune.records import Prompt, SessionResult
 from autotune.space import SearchSpace
 
 PhaseCallback = Callable[[str], None]
@@ -130,6 +131,18 @@ def measure_plan(
     )
 
 
+@dataclass(frozen=True)
+class Served:
+    """Where a launch answers over HTTP and what a trial's load-test requests carry there, so
+    that another client (autotune.outside) can send the very same requests."""
+
+    base_url: str  # http://host:port, without /v1
+    model: str
+    fields: dict[str, Any]  # the trial's request fields (max_tokens, decoding)
+    forced: Callable[[int], dict[str, Any]] | None  # a forced answer length's fields
+    prompts: list[Prompt]  # the items in the order load tests cycle them
+
+
 class EngineSession(Protocol):
     """One launch of an engine, measured trial after trial."""
 
@@ -149,6 +162,9 @@ class EngineSession(Protocol):
 
     def alive(self) -> bool:
         """Whether the engine can measure another trial."""
+
+    def served(self, config: TrialConfig, plan: MeasurePlan) -> Served | None:
+        """Where `config`'s requests go over HTTP; None for an engine in a worker process."""
 
     def close(self) -> None:
         """Stop the engine and everything it started; safe to call twice."""

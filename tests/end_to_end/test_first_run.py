@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import optuna
@@ -180,3 +181,39 @@ def test_verify_relaunches_the_recommendation_on_the_same_clock(
     assert report["recorded_clock"] == report["measured_clock"]
     assert report["measured_clock"].startswith("wall clock")
     assert "swift deploy --model " in report["command"]
+
+
+# The line `verify --client` prints before the outside tool's table.
+OUTSIDE_LINE = re.compile(
+    r"GuideLLM \S+ sent (\d+) requests \((\d+) measured, (\d+) errored\) at (\d+) in flight "
+    r"\((\S+) at most seen\); autotune's load test sent (\d+) on this launch \((\d+) warm-up\)"
+    r" at (\d+) in flight"
+)
+
+
+def test_verify_with_guidellm_prints_its_figure_beside_autotune_s(
+    first_run: tuple[Path, optuna.Study, dict],
+) -> None:
+    """Issue 54: `autotune verify --client guidellm` on the first run, with the real tool and
+    the real `swift deploy`: GuideLLM measures the relaunch with as many requests as autotune's
+    load test sent, at the recommendation's concurrency, and both figures print side by side.
+    --tolerance 1.0: this is about what the tool is given and prints, not this machine's load."""
+    pytest.importorskip("guidellm")
+    workdir, study, best = first_run
+    batch = _trial(study, best["recommended"]["trial"]).user_attrs["config"]["batch_size"]
+    code, out, err = autotune("verify", "--tolerance", "1.0", "--client", "guidellm", cwd=workdir)
+    said = OUTSIDE_LINE.search(out)
+    assert said, out + err[-2000:]
+    sent, measured, errored, streams, seen, ours, warmup, our_streams = said.groups()
+    # As many requests as autotune's load test sent; which of them its warm-up covers is
+    # GuideLLM's own rule (it was told how many), so its measured ones are only bounded.
+    assert int(sent) == int(ours) > int(warmup) and 0 < int(measured) < int(sent)
+    assert int(errored) == 0
+    assert int(streams) == int(our_streams) == batch and float(seen) == batch
+    # The outside table follows its line (verify's own table, above it, has the same rows).
+    row = next(line for line in out[said.end() :].splitlines() if line.startswith(f"│ {TPS}"))
+    recorded, measured_here, outside, ratio = [cell.strip() for cell in row.split("│")[2:6]]
+    assert float(recorded) > 0 and float(measured_here) > 0 and float(outside) > 0, row
+    assert ratio == f"{float(outside) / float(measured_here):.2f}x"
+    # The verdict stays verify's own: the outside figure is shown, not judged.
+    assert code == (0 if "\nPASS\n" in out else 1), out

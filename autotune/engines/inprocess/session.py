@@ -139,6 +139,9 @@ class WorkerSession:
     def alive(self) -> bool:
         return not self._broken and self.process.poll() is None
 
+    def served(self, config: TrialConfig, plan: MeasurePlan) -> None:
+        return None  # no HTTP: the worker answers through its own pipe
+
     def close(self) -> None:
         self._broken = True
         proc = self.process.proc
