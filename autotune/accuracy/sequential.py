@@ -7,23 +7,15 @@ decide: *feasible* once the candidate is shown to lose less than `max_drop`, *in
 it is shown to lose more. A set that runs out first leaves the trial *undecided*, and so
 infeasible: the floor never passes what it could not show.
 
-The test behind every look is a confidence sequence for the mean paired difference built by
-betting (Waudby-Smith and Ramdas, "Estimating means of bounded random variables by betting",
-JRSS B 86(1), 2024): for each candidate mean, a gambler bets on the differences as they
-come, and a mean at which the gambler's capital ever reaches 1 / (1 - confidence) is out for
-good. The capital is a nonnegative martingale under that mean, so by Ville's inequality the
-sequence covers the true mean at every item at once: the floor may look after every stage,
-screening included, and each verdict is still wrong with probability at most 1 - confidence
-over all its looks (a candidate that truly loses `max_drop` or more is accepted at most that
-often). Validity holds for any bets chosen from the past alone, so the bets are chosen for
-power: those for a pass play for a candidate that loses nothing, at the spread seen so far;
-those for a rejection learn by online Newton step. It needs no variance assumption and
-adapts to how often the two answer differently: a candidate that repeats the reference
-decides after about log(1 / (1 - confidence)) / max_drop items, one that differs often needs
-more. bench/cpu/floor_error_rates.py measures both.
-
-The bets are written here in a few lines of numpy: the authors' own package (`confseq`)
-needs Boost and a C++ build, and no maintained library ships them.
+Every look tests one confidence sequence for the mean paired difference, built by betting
+(Waudby-Smith and Ramdas, JRSS B 86(1), 2024). The gambler's capital is a nonnegative
+martingale under each candidate mean, so by Ville's inequality the floor may look after every
+stage, screening included, and each verdict is still wrong with probability at most
+1 - confidence over all its looks. Any bets chosen from the past alone keep that, so they are
+chosen for power (a pass bets on a candidate that loses nothing, a rejection learns by online
+Newton step), with no variance assumption; bench/cpu/floor_error_rates.py measures both error
+rates. The bets are a few lines of numpy: the authors' package (`confseq`) needs Boost and a
+C++ build.
 """
 
 from __future__ import annotations

@@ -65,13 +65,12 @@ class LiveTokens:
     """Output tokens as they arrive, per BIN_S bin since the load began: what the stop rule sees
     while requests are still running.
 
-    A chunk of text is not a token: a busy server coalesces what it decoded since its last
-    event (LMDeploy at concurrency 64 on the H200 sent about 6 chunks for a 128-token answer,
-    and fewer as the load went on), so a count of chunks is neither the rate nor a steady
-    proxy for it. A chunk counts once when it arrives; when its request completes
-    (`settle`), its chunks are re-weighted by the request's usage tokens, exactly as the
-    recorded figure weighs them (autotune.measure.steady.token_series). Chunks of requests
-    still in flight count as the completed requests' mean tokens per chunk.
+    A chunk of text is not a token: a busy server coalesces what it decoded since its last event (a
+    few chunks for an answer of many tokens, and fewer as the load goes on), so a count of
+    chunks is neither the rate nor a steady proxy for it. A chunk counts once when it arrives;
+    when its request completes (`settle`), its chunks are re-weighted by the request's usage
+    tokens, exactly as the recorded figure weighs them (autotune.measure.steady.token_series).
+    Chunks of requests still in flight count as the completed requests' mean tokens per chunk.
     """
 
     def __init__(self) -> None:

@@ -10,11 +10,9 @@ decided here once, so that a rule added to one engine holds for all of them:
    more than it allows stops there, before its load test;
 3. the load test, until the stop rule says the rate has settled and is known, or that the
    trial lost its race (autotune.measure.convergence);
-4. accuracy, unless the trial lost its race: its answers would decide nothing. Under the
-   sequential floor (autotune.accuracy.sequential) a stage at a time, until the floor decides
-   or the set runs out; every look, screening's included, belongs to one confidence
-   sequence. The screening answers stand (greedy answers do not depend on the batch,
-   tests/accuracy/test_output_neutral).
+4. accuracy, unless the trial lost its race (its answers would decide nothing): a stage at a
+   time until the floor decides or the set runs out (autotune.accuracy.sequential), the
+   screening answers standing (greedy answers do not depend on the batch).
 
 With dummy weights the pass is timed, not judged (autotune.accuracy.timed): the same phases
 answer the plan's `timed` items in the floor's stages, each answer forced to its length, and

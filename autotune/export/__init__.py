@@ -103,16 +103,14 @@ def render_export(
         host: Address the server binds.
         port: Port the server binds; None keeps the engine's default.
         served_model_name: Name clients put in "model"; None keeps the engine's default.
-        session_len: Context cap for engines that reserve KV cache per sequence (LMDeploy
-            --session-len, vLLM --max-model-len); None keeps the engine's default.
+        session_len: Context cap of engines that reserve KV cache per sequence (--session-len,
+            --max-model-len); None keeps the engine's default.
         engine_args: Extra flags for this format (a space file's `engine_args.<fmt>`),
             appended as given; keys autotune sets itself are refused.
         image_geometry: The checkpoint processor's image grid and pixel bounds (a study's
             `image_geometry` attribute); None means Qwen3-VL's released values.
-        adapters: LoRA adapters to serve (autotune.checkpoints.adapters); requests name the
-            first.
-        quantized_models: The model's checkpoints in a quantised layout, by weight_quant
-            value (a space's `quantized_checkpoints`), for engines that load one.
+        adapters: LoRA adapters to serve (autotune.checkpoints.adapters), the first named.
+        quantized_models: The space's `quantized_checkpoints`, by weight_quant value.
 
     Raises:
         ExportError: Unknown format, bad option, or a configuration the target cannot serve.

@@ -1,32 +1,23 @@
 """When a load test has measured enough: the rate has settled and its interval is narrow.
 
-A load runs at the trial's own concurrency from its first request: its warm-up is the start of
-the same load, cut where the rate settles (autotune.measure.steady). The runner shows the rule
-a snapshot of the load now and then; the rule stops it once
+A load runs at the trial's own concurrency from its first request; its warm-up is the start of
+the same load, cut where the rate settles (autotune.measure.steady). The rule stops it once
 
 - the warm-up is over (one full turnover of the batch, and MSER's cut in the first half), and
 - the steady window's interval lies within +-`target_ci_rel` of the rate, from at least
   TESTED_BATCHES batch means (their autocorrelation tested);
 
 or, racing (a study's incumbent given), once the trial cannot win: its steady rate's interval
-(at RACE_CONFIDENCE, widened by the spread between launches) lies wholly below the
-incumbent's. A study recommends the best rate, and a later objective only breaks ties
-(autotune.study.results.select.tied: a difference inside its interval), so such a trial
-can no longer be recommended; the study spends its time on the contenders instead, and keeps
-a loser's partial figures with the reason. The interval it is judged on comes from at least
-MIN_BATCHES batch means of a settled rate (widened while they are too few for their
-correlation to be tested): a warm-up still climbing never stops a trial, and the replay
-benchmark (bench/cpu/replay.py) counts every stop it got wrong;
+(at RACE_CONFIDENCE, widened by the spread between launches, from at least MIN_BATCHES batch
+means of a settled rate) lies wholly below the incumbent's. A later objective only breaks ties
+inside that interval (autotune.study.results.select.tied), so such a trial can no longer be
+recommended; its partial figures are kept with the reason. A warm-up still climbing never
+stops a trial;
 
-or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all
-(warm-up included), or `max_requests`. A trial stopped by a cap says so; its interval is then
-what was measured, however wide.
-
-The steady-window cap waits for an interval: a window that holds fewer than MIN_BATCHES batch
-means has none, and a figure without one cannot be compared or repeated. Slow requests make
-long batches (two turnovers each): at 5 s a request, a 40 s window holds three. Such a load
-goes on past `max_measure_s`, into the warm-up time it did not use, until its window has an
-interval; `max_load_s` and `max_requests` still bound it, so no trial runs longer than before.
+or when a cap is reached: `max_measure_s` of steady window, `max_load_s` of load in all, or
+`max_requests`, the interval then being what was measured. The steady-window cap waits for an
+interval (a figure without one cannot be compared): a load of slow requests runs on into the
+warm-up time it did not use, still bounded by `max_load_s` and `max_requests`.
 """
 
 from __future__ import annotations

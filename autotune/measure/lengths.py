@@ -3,7 +3,7 @@
 With every answer exactly `output_tokens` long, a saturated closed loop can lock into waves:
 the requests of one batch start together, decode together, end together and come back
 together, so prefill and decode alternate in bursts and each fresh launch settles into its own
-pattern (bench/results/h200-issue17-*.md). Lengths spread uniformly around the mean
+pattern. Lengths spread uniformly around the mean
 (`workload.output_tokens_spread`) let requests end at different steps, so the load mixes
 prefill and decode the way a served workload does. The sequence is seeded and the same for
 every trial, so trials still do equal work: request k of any trial asks for the same length.

@@ -1,27 +1,22 @@
 """Steady-state throughput from streamed tokens: where the warm-up ends, how well the rate is known.
 
-A load test records when its output tokens arrived: a server's stream chunks, or an in-process
-engine's decoding steps. They are counted in fine bins of time from the start of the load, and
-two questions are answered from that series:
+A load test records when its output tokens arrived (a server's stream chunks, or an in-process
+engine's decoding steps), counted in fine bins of time from the start of the load.
 
-- **Where does the warm-up end?** A fresh engine, and a warm one given a new load, starts slow
-  (first kernels, cold caches, a whole batch prefilled at once). The marginal standard error
-  rule on batches of five bins (MSER-5: White 1997, Franklin & White 2008) cuts the start that
-  minimises the standard error of what remains. The cut is searched while a quarter of the run
-  is left (so that the last few batches cannot fake a minimum); if it lies in the second half,
-  the rate is still moving and has not settled. The warm-up also lasts at least
-  `min_warmup_s` (one full turnover of the batch: every request of the first round has ended).
-  MSER misses a slow climb buried in noise, so while the steady window's batch means still
-  rise significantly (the t-test of a linear fit's slope), its first batch is cut as well; a
-  rate that keeps falling, or keeps climbing past half the run, has not settled.
-- **How well is the steady rate known?** The rate is the tokens that arrived inside the steady
-  window over its length. Its interval comes from non-overlapping batch means over time
-  windows of about `batch_s`, each ending at a request's completion, so that no request cycle
-  is counted partly in one window and partly in the next. A server at saturation swings in
-  waves (prefill, then decode), so neighbouring windows can be correlated, which makes a plain
-  batch-means interval wrong; while the lag-1 autocorrelation of the batch means is
-  significant the batches are merged in pairs, and a positive correlation that remains widens
-  the interval by the AR(1) variance factor.
+- **Where does the warm-up end?** A fresh engine, and a warm one given a new load, starts slow.
+  MSER-5 (White 1997, Franklin & White 2008) cuts the start that minimises the standard error
+  of what remains, searched while a quarter of the run is left (so the last few batches cannot
+  fake a minimum); a cut in the second half means the rate has not settled. The warm-up lasts
+  at least `min_warmup_s` (one full turnover of the batch). MSER misses a slow climb buried in
+  noise, so while the steady window's batch means still rise significantly (the t-test of a
+  linear fit's slope) its first batch is cut too; a rate that keeps falling, or climbing past
+  half the run, has not settled.
+- **How well is the steady rate known?** The rate is the tokens inside the steady window over
+  its length. Its interval comes from non-overlapping batch means over windows of about
+  `batch_s`, each ending at a request's completion, so no request cycle is split between two.
+  A server at saturation swings in waves (prefill, then decode), so neighbouring windows can be
+  correlated: while the lag-1 autocorrelation is significant the batches are merged in pairs,
+  and a positive correlation that remains widens the interval by the AR(1) variance factor.
 """
 
 from __future__ import annotations

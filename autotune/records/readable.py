@@ -112,10 +112,13 @@ def _shape_problem(trial: FrozenTrial) -> str | None:
     return None
 
 
-def readable(trial: FrozenTrial, objectives: int, metrics: Sequence[str] = ()) -> FrozenTrial:
+def readable(
+    trial: FrozenTrial, objectives: int, metrics: Sequence[str] = (), *, trial_id: int
+) -> FrozenTrial:
     """`trial` itself, or its stand-in when it cannot be read or cannot be true. A running or
     waiting trial is read as it is (its own process is still writing it) unless its very
-    shape is broken. `metrics`: the study's objective metrics (autotune.records.checks)."""
+    shape is broken. `metrics`: the study's objective metrics (autotune.records.checks);
+    `trial_id`: the storage's id of `trial`, which its stand-in keeps."""
     if is_stand_in(trial):
         return trial
     shape = _shape_problem(trial)
@@ -129,7 +132,7 @@ def readable(trial: FrozenTrial, objectives: int, metrics: Sequence[str] = ()) -
         return trial
     return stand_in(
         number=trial.number,
-        trial_id=trial._trial_id,
+        trial_id=trial_id,
         state=trial.state,
         why=why,
         started=trial.datetime_start,
@@ -149,13 +152,13 @@ class ReadableView:
         self._seen: dict[int, tuple[FrozenTrial, FrozenTrial]] = {}
 
     def __call__(
-        self, trial: FrozenTrial, objectives: int, metrics: Sequence[str] = ()
+        self, trial: FrozenTrial, objectives: int, metrics: Sequence[str] = (), *, trial_id: int
     ) -> FrozenTrial:
-        seen = self._seen.get(trial._trial_id)
+        seen = self._seen.get(trial_id)
         if seen is not None and seen[0] is trial:
             return seen[1]
-        shown = readable(trial, objectives, metrics)
-        self._seen[trial._trial_id] = (trial, shown)
+        shown = readable(trial, objectives, metrics, trial_id=trial_id)
+        self._seen[trial_id] = (trial, shown)
         return shown
 
 

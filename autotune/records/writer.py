@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
 from autotune.records.checks import figure_problem
@@ -51,13 +50,14 @@ def end_trial(
 
 
 def write_finished_trial(
-    storage: optuna.storages.BaseStorage, trial: FrozenTrial, attrs: Mapping[str, Any]
+    storage: optuna.storages.BaseStorage, trial_id: int, number: int, attrs: Mapping[str, Any]
 ) -> None:
     """Store `attrs` on a trial this process does not run (failed by a later run, or queued
-    by an earlier one), through its storage: Optuna's Trial is only the running one's."""
-    _checked(TrialRecord, attrs, f"trial {trial.number}")
+    by an earlier one), through its storage: Optuna's Trial is only the running one's.
+    `trial_id`: the storage's id of trial `number`."""
+    _checked(TrialRecord, attrs, f"trial {number}")
     for key, value in attrs.items():
-        storage.set_trial_user_attr(trial._trial_id, key, value)
+        storage.set_trial_user_attr(trial_id, key, value)
 
 
 def write_study(study: optuna.Study, attrs: Mapping[str, Any]) -> None:

@@ -1,17 +1,14 @@
 """The in-process engine's clock: on a CPU, wall time less the time its thread waited for a core.
 
-A machine with other work shares its cores out in time slices, and how much an engine gets
-moves with where the kernel happens to place the other processes: beside two CPU-bound `yes`
-processes on 2 cores, the smoke study's engine waited for a core 39-42% of its load tests, and
-on the wall clock a batch of 8 measured 39.8 tok/s +-27.6% there against 87.5 +-6.6% idle, a
-rate that drifted through its whole window. Linux counts, for every thread, the time
-it was ready to run but waited on a run queue (the second field of /proc/thread-self/schedstat,
-in nanoseconds). An engine that computes on its calling thread alone (one torch thread) is
-timed on a clock that leaves that wait out: its figures say what the configuration does on a
-core it has to itself, which is the machine it is deployed on. The share of the load test
-spent waiting is recorded with the trial (`run_queue_wait_share`), so a busy machine is never
-hidden. On this clock the smoke study recommended the same trial idle and busy, every ranked
-interval within +-8.9% (bench/results/cpu-busy-cores-2026-12-03.md).
+A machine with other work shares its cores out in time slices, and how much an engine gets moves
+with where the kernel happens to place the other processes: on the wall clock, a busy machine's
+rate is lower, wider and drifts through the whole window. Linux counts, for every thread, the
+time it was ready to run but waited on a run queue (the second field of
+/proc/thread-self/schedstat, in nanoseconds). An engine that computes on its calling thread
+alone (one torch thread) is timed on a clock that leaves that wait out: its figures say what the
+configuration does on a core it has to itself, which is the machine it is deployed on. The share
+of the load test spent waiting is recorded with the trial (`run_queue_wait_share`), so a busy
+machine is never hidden.
 
 With more than one torch thread the calling thread sleeps while the pool computes, and the
 pool's waits are not its own: such an engine, and every GPU engine, keeps the wall clock.

@@ -3,25 +3,20 @@
 Every trial is judged against the reference, so a study without a completed reference measures
 it before any other trial. Optuna hands out waiting trials oldest first: a reference queued
 again after an interrupted run would sit behind the named candidates that run had queued, and
-each of them would wait for it and fail (issue 39). Those are ended as "not run" and queued
-again behind the reference, as Optuna's own RetryFailedTrialCallback queues a copy of a
-failed trial.
+each would wait for it and fail. Those are ended "not run" and queued again behind it, as
+Optuna's RetryFailedTrialCallback queues a copy of a failed trial.
 
-Several processes may queue at once (two `autotune run` on one study, a rerun beside a running
-one). Each checks the storage after it has queued: a waiting copy of a reference or a candidate
-that is already queued, running or measured is ended "not run", so the study holds one of each.
-A waiting trial is first claimed the way Optuna starts one (WAITING to RUNNING, which only one
-process can do), so a trial another process has started is never touched.
+Several processes may queue at once (two `autotune run` on one study). Each checks the storage
+after it has queued: a waiting copy of a reference or a candidate already queued, running or
+measured is ended "not run" (autotune.study.store.recovery.end_failed, which never touches a
+trial another process has started), so the study holds one of each.
 
 The first named candidate is the study's first deployable launch (after the reference), and
-the one-lever steps (autotune.study.proposals.steps) start from its figure. On the H200 the
-second candidate (the guide's recipe, on the same launch and as fast as the first) took
-100-200 s before the first step, and the step that found the best (images at 512 px) ran at
-minute 9. So with steps on, a run queues the reference and the first candidate; the others
-are queued as soon as a step has beaten the first (they are then raced against the front like
-any trial, autotune.study.run.racing, and a loser stops within seconds), or when no
-request-time step on the running launch is left, and in any case before a launch step leaves
-that launch (candidates_now, later_candidates_due).
+the one-lever steps (autotune.study.proposals.steps) start from its figure; the other named
+candidates would only delay the steps that find the best. So with steps on, a run queues the
+reference and the first candidate; the others are queued once a step has beaten the first
+(then raced like any trial), or no request-time step on the running launch is left, and in any
+case before a launch step leaves that launch (candidates_now, later_candidates_due).
 """
 
 from __future__ import annotations
@@ -31,13 +26,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
-from autotune.records.writer import write_finished_trial
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.steps import Step
 from autotune.study.results.counting import SURPLUS
 from autotune.study.store.failures import failure_of
-from autotune.study.store.recovery import owner
+from autotune.study.store.recovery import end_failed, owner
 
 REFERENCE = "reference"
 # What a trial ended "not run" had been queued as (its is_reference and candidate are cleared,
@@ -72,9 +66,6 @@ def _holds(study: optuna.Study, trial: FrozenTrial) -> bool:
 def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
     """End the waiting `trial` "not run" with `reason`; False when another process started it
     first (it runs there)."""
-    storage = study._storage
-    if not storage.set_trial_state_values(trial._trial_id, TrialState.RUNNING):
-        return False
     attrs = {
         "owner": owner(),  # a run killed right here leaves an orphan the next run fails
         QUEUED_AS: queue_key(trial),
@@ -83,9 +74,7 @@ def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
         "failure_kind": SURPLUS,
         "failure_reason": reason,
     }
-    write_finished_trial(storage, trial, attrs)
-    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-    return True
+    return end_failed(study, trial, attrs, claim=True)
 
 
 def _reference_first(study: optuna.Study, plan: StudyPlan) -> list[str]:

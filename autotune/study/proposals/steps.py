@@ -1,30 +1,23 @@
 """One-lever steps from the incumbent: the study's first proposals, before the sampler's own.
 
 A few parameters move a serving configuration's throughput several-fold (image side,
-concurrency, CUDA graphs, the KV cache share), and a study of 30 minutes buys 25-40 trials.
-TPE's random start-up spends them blindly, and random draws leave whole levels of a lever
-unseen. So while the incumbent (the trial the study would recommend now) has an untried
-neighbour, the next proposal is one: the incumbent with one lever changed.
+concurrency, CUDA graphs, the KV cache share), and a study buys few trials: TPE's random
+start-up spends them blindly and leaves whole levels of a lever unseen. So while the incumbent
+(the trial the study would recommend now) has an untried neighbour, the next proposal is one.
 
 - Request-time steps first: every other level of image side and concurrency, on the
   incumbent's launch (no start-up to pay; a loser costs the seconds racing needs to stop it).
   Within a lever the levels farthest from the incumbent's come first, so that the ends of its
-  range bracket it: on the H200 the best side (512) lies at the far end from full size.
-- Then launch steps (`launches.launch_steps` of them): the incumbent with one launch parameter
-  changed and its request-time levels, so that the new launch is compared on equal terms; the
-  value tried on the fewest launches first.
-- A step that wins becomes the incumbent the next steps start from (coordinate ascent); when
-  the incumbent has no untried neighbour left, the sampler proposes (TPE, whose model then
-  holds every level of every lever).
+  range bracket it (the best level may lie at the far end).
+- Then launch steps (`launches.launch_steps` of them): one launch parameter changed, with the
+  incumbent's request-time levels (equal terms), the value tried on the fewest launches first.
+- A step that wins becomes the incumbent (coordinate ascent); with no untried neighbour left,
+  the sampler proposes (TPE, whose model then holds every level of every lever).
 
-A step changes its lever alone: every other searched value (decoding settings and the
-repetition penalty included) is copied from the incumbent, so what the step measures is that
-lever's effect. A value of the incumbent the search cannot take (a named candidate's value
-outside its choices) is left to the sampler, and the step names it (`Step.also`). A pair of
-image side and concurrency is stepped to once per engine, whichever launch ran it, so the
-steps end: at most sides x concurrencies per engine, and `launches.launch_steps` launches.
-Steps are read from the storage (which lever values the study's trials ran, running ones
-included), so a resumed study and a second worker continue them.
+A step changes its lever alone (every other value copied from the incumbent, or left to the
+sampler and named in `Step.also` where the search cannot take it). A pair of image side and
+concurrency is stepped to once per engine, so the steps end. They are read from the storage
+(the lever values the study's trials ran), so a resumed study and a second worker go on.
 """
 
 from __future__ import annotations

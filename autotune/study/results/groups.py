@@ -25,6 +25,7 @@ from autotune.measure.registry import THROUGHPUT
 from autotune.records.machine import Machine, trial_machine
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.study.results.select import recommend
+from autotune.study.store.optuna_private import StudyView, storage_of
 
 
 def group_of(trial: FrozenTrial) -> str | None:
@@ -79,22 +80,21 @@ def matching_group(groups: list[Group], machine: Machine) -> Group | None:
     return next((g for g in alike if g.id == machine.group), alike[0] if alike else None)
 
 
-class GroupView(optuna.Study):
+class GroupView(StudyView):
     """The study as one comparison group sees it: its trials, and those whose machine is
     unknown. Everything else (attributes, directions, storage) is the study's."""
 
     def __init__(self, study: optuna.Study, group: str) -> None:
-        super().__init__(study_name=study.study_name, storage=study._storage, sampler=study.sampler)
+        super().__init__(
+            study_name=study.study_name, storage=storage_of(study), sampler=study.sampler
+        )
         self.group = group
         self.whole = study
 
-    def _get_trials(
-        self,
-        deepcopy: bool = True,
-        states: Container[TrialState] | None = None,
-        use_cache: bool = False,
+    def read_trials(
+        self, *, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool
     ) -> list[FrozenTrial]:
-        trials = super()._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        trials = super().read_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
         return [t for t in trials if group_of(t) in (self.group, None)]
 
 

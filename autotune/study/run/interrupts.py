@@ -14,12 +14,10 @@ SIGINTs wait until optimize has returned; by then the engine is stopped (its gra
 bounded) and the trial recorded.
 
 Python drops a KeyboardInterrupt raised while it runs a weakref callback or a `__del__`
-(garbage collection, at any bytecode): it prints "Exception ignored" and goes on. A clean-clone
-CI run beside two CPU hogs saw it: the Ctrl-C landed in a WeakKeyDictionary callback during a
-server trial's load test, and the trial ran to its end and the run exited 0. So the trial's
-objective calls `check` wherever it hears from its engine (each phase, each estimate of the
-load test, the engine's answer), and a KeyboardInterrupt raised but never delivered to the
-trial is raised again there.
+(garbage collection, at any bytecode): it prints "Exception ignored" and goes on, and the
+trial would run to its end. So the trial's objective calls `check` wherever it hears from its
+engine (each phase, each estimate of the load test, the engine's answer), and a
+KeyboardInterrupt raised but never delivered to the trial is raised again there.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@ runs trials (autotune.study.run.loop).
 
 A resume checks what its comparisons rest on, before it writes anything. Every trial of a study
 is judged against its reference, on its evaluation set, under its accuracy floor, and the
-sampler learns from the distributions it drew from. A run that resumes a study with another
-set, reference, floor or parameter space would mix trials that cannot be compared (a trial
-judged "accuracy 0.025 vs reference 1.025" against the old items). What they were is stored
-when the study is created (`COMPARISON_BASIS`), and a resume that differs is refused in one
-line naming what changed. A study stored before this record existed resumes as it did, and
+sampler learns from the distributions it drew from. A run that resumes a study with another set,
+reference, floor or parameter space would mix trials that cannot be compared. What they were is
+stored when the study is created (`COMPARISON_BASIS`), and a resume that differs is refused in
+one line naming what changed. A study stored before this record existed resumes as it did, and
 records it then.
 
 Its figures rest on the machine too: each trial records the one that measured it

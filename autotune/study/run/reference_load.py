@@ -6,8 +6,7 @@ its speed only feeds the "x the reference" figure. Its load test therefore stops
 or after a short window, and the figure carries the interval it reached. The next launch
 starts beside it (autotune.study.run.launches), so a slow start-up hides behind the
 reference's own. The study's first deployable figure only has to be good enough to race, so
-it stops at +-FIRST_FIGURE_TARGET_CI_REL and its record says `first_figure`. The measured
-history behind these limits is in bench/results/ (the replay and the GPU studies).
+it stops at +-FIRST_FIGURE_TARGET_CI_REL and its record says `first_figure`.
 """
 
 from __future__ import annotations

@@ -19,11 +19,14 @@ from typing import Any
 
 from optuna.exceptions import OptunaError
 from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal._file import get_lock_file
-from optuna.storages.journal._storage import JournalStorageReplayResult
 
 from autotune.errors import StudyError
 from autotune.records.shape import MAX_DEPTH
+from autotune.study.store.optuna_private import (
+    JournalStorageReplayResult,
+    journal_file,
+    journal_lock,
+)
 
 # How much of the file is read at a time while looking back for the last newline.
 _TAIL_CHUNK = 1 << 20
@@ -35,8 +38,8 @@ class WholeRecordJournal(JournalFileBackend):
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
         data = text.encode("utf-8")
-        with get_lock_file(self._lock):
-            fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND)
+        with journal_lock(self):
+            fd = os.open(journal_file(self), os.O_WRONLY | os.O_APPEND)
             try:
                 size = os.fstat(fd).st_size
                 try:
@@ -72,8 +75,8 @@ def torn_tail(path: Path) -> int:
 
 def repair_tail(backend: JournalFileBackend) -> str | None:
     """Cut a torn last record off (a run is about to append); a note saying so, or None."""
-    path = Path(backend._file_path)
-    with get_lock_file(backend._lock):
+    path = Path(journal_file(backend))
+    with journal_lock(backend):
         torn = torn_tail(path)
         if not torn:
             return None

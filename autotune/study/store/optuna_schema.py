@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 @functools.cache
 def optuna_columns() -> dict[str, frozenset[str]]:
     """Optuna's tables (its RDB schema and the migration tool's bookkeeping) and columns."""
-    from optuna.storages._rdb import models
+    from autotune.study.store.optuna_private import rdb_models as models
 
     columns = {
         name: frozenset(column.name for column in table.columns)

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from optuna.distributions import json_to_distribution
-from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 
 from autotune.errors import StudyError
 from autotune.records.checks import objective_metrics
 from autotune.records.readable import readable, stand_in
 from autotune.records.shape import text_problem
+from autotune.study.store.optuna_private import rdb_models as models
+from autotune.study.store.optuna_private import rdb_session
 from autotune.study.store.storage_urls import display_url
 
 # What Optuna raises on a row it cannot turn into a trial (its own checks are assertions; a
@@ -62,7 +63,7 @@ def build_readable(
             started=model.datetime_start,
             completed=model.datetime_complete,
         )
-    return readable(trial, objectives, _objective_metrics(model))
+    return readable(trial, objectives, _objective_metrics(model), trial_id=model.trial_id)
 
 
 def _objective_metrics(model: models.TrialModel) -> list[str]:
@@ -141,9 +142,7 @@ def naming_the_attribute(method: Callable[..., Any]) -> Callable[..., Any]:
 def study_attribute_problem(storage: Any) -> str | None:
     """The first study attribute whose stored JSON is too deep or too large to read
     ("study 'S': key (study attribute): what is wrong"), or None."""
-    from optuna.storages._rdb.storage import _create_scoped_session
-
-    with _create_scoped_session(storage.scoped_session) as session:
+    with rdb_session(storage.scoped_session) as session:
         for attr in session.query(models.StudyUserAttributeModel):
             shape = text_problem(attr.value_json) if isinstance(attr.value_json, str) else None
             if shape is not None:

@@ -33,9 +33,19 @@ from autotune.records.readable import unreadable_because
 from autotune.records.stored import FailureNote, SpooledTrial
 from autotune.records.writer import write_finished_trial
 from autotune.study.store.failures import failure_of, record_failure
+from autotune.study.store.optuna_private import storage_of, trial_id
 from autotune.study.store.spool import FAILED, Spool, UnsafeSpool
 
-__all__ = ["FAILED", "Spool", "fail_orphaned", "fail_stale", "owner", "recover", "spool_payload"]
+__all__ = [
+    "FAILED",
+    "Spool",
+    "end_failed",
+    "fail_orphaned",
+    "fail_stale",
+    "owner",
+    "recover",
+    "spool_payload",
+]
 
 # Names this host in trial owners where host names are not unique (containers started from
 # one image can share one), and lets tests play a second host on one machine.
@@ -70,7 +80,6 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
 
     `why`: what is known of a pid's end (a coordinator saw its worker die of a signal).
     """
-    storage = study._storage
     notes = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         record = owner_of(trial.user_attrs)
@@ -80,15 +89,28 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
         reason = f"its process (pid {record.pid} on {record.host}) is gone: " + (
             known or "the run was killed or interrupted before the trial ended"
         )
-        _fail(storage, trial, "orphaned", reason)
+        _fail(study, trial, "orphaned", reason)
         notes.append(f"trial {trial.number} failed: {reason}")
     return notes
 
 
-def _fail(storage: Any, trial: FrozenTrial, kind: str, reason: str) -> None:
-    """Record why `trial` ended, then end it as FAIL (a finished trial takes no attributes)."""
-    write_finished_trial(storage, trial, {"failure_kind": kind, "failure_reason": reason})
-    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+def end_failed(
+    study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any], *, claim: bool = False
+) -> bool:
+    """End `trial`, which this process does not run, as FAIL with `attrs` (why it ended)
+    written first: a finished trial takes no attributes. With `claim`, a waiting trial is
+    first started the way Optuna starts one (WAITING to RUNNING, which only one process can
+    do); False when another process started it first (it runs there, untouched)."""
+    storage, stored_id = storage_of(study), trial_id(trial)
+    if claim and not storage.set_trial_state_values(stored_id, TrialState.RUNNING):
+        return False
+    write_finished_trial(storage, stored_id, trial.number, attrs)
+    storage.set_trial_state_values(stored_id, TrialState.FAIL)
+    return True
+
+
+def _fail(study: optuna.Study, trial: FrozenTrial, kind: str, reason: str) -> None:
+    end_failed(study, trial, {"failure_kind": kind, "failure_reason": reason})
 
 
 def fail_stale(study: optuna.Study) -> list[str]:
@@ -296,7 +318,7 @@ def _record_reason(study: optuna.Study, trial: FrozenTrial | None, kind: str, re
     if trial is None:
         return False
     if trial.state == TrialState.RUNNING:
-        _fail(study._storage, trial, kind, reason)
+        _fail(study, trial, kind, reason)
         return True
     if trial.state == TrialState.FAIL and not failure_of(study, trial):
         record_failure(study, trial.number, kind, reason)

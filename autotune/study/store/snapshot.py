@@ -20,31 +20,29 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import StudyError
 from autotune.records.checks import second_references
 from autotune.records.readable import stand_in, study_problem
+from autotune.study.store.optuna_private import StudyView, storage_of, study_id_of, trial_id
 
 
-class StudySnapshot(optuna.Study):
+class StudySnapshot(StudyView):
     """An Optuna study whose trials and user attributes are read from the storage once."""
 
-    _trials: list[FrozenTrial] | None = None
-    _attrs: dict[str, Any] | None = None
+    _read_once: list[FrozenTrial] | None = None
+    _attrs_once: dict[str, Any] | None = None
 
-    def _get_trials(
-        self,
-        deepcopy: bool = True,
-        states: Container[TrialState] | None = None,
-        use_cache: bool = False,
+    def read_trials(
+        self, *, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool
     ) -> list[FrozenTrial]:
-        if self._trials is None:
-            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
-            self._trials = without_second_references(trials)
-        trials = [t for t in self._trials if states is None or t.state in states]
+        if self._read_once is None:
+            stored = storage_of(self).get_all_trials(study_id_of(self), deepcopy=False)
+            self._read_once = without_second_references(stored)
+        trials = [t for t in self._read_once if states is None or t.state in states]
         return copy.deepcopy(trials) if deepcopy else trials
 
     @property
     def user_attrs(self) -> dict[str, Any]:
-        if self._attrs is None:
-            self._attrs = self._storage.get_study_user_attrs(self._study_id)
-        return dict(self._attrs)
+        if self._attrs_once is None:
+            self._attrs_once = storage_of(self).get_study_user_attrs(study_id_of(self))
+        return dict(self._attrs_once)
 
 
 def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -56,7 +54,7 @@ def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
         if t.number not in second
         else stand_in(
             number=t.number,
-            trial_id=t._trial_id,
+            trial_id=trial_id(t),
             state=t.state,
             why=second[t.number],
             started=t.datetime_start,

@@ -11,8 +11,8 @@ database: a missing one is reported, not made. A URL is checked before anything 
 password in it is never printed (`display_url`).
 
 Reads and writes wait for a busy database (SQLite's busy timeout) and are retried with backoff
-when it stays locked (`RetryingRDBStorage`), so another process holding a write lock costs
-time, not a measured trial.
+when it stays locked (autotune.study.store.retrying), so another process holding a write lock
+costs time, not a measured trial.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import copy
 import functools
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,8 +35,24 @@ from autotune.records.checks import objective_metrics
 from autotune.records.readable import ReadableView
 from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
+from autotune.study.store.optuna_private import (
+    JournalStorageReplayResult,
+    ReplayCheckedJournalStorage,
+    RowReadingRDBStorage,
+    rdb_models,
+    trial_id,
+)
 from autotune.study.store.optuna_schema import describe, not_optunas
-from autotune.study.store.rdb_rows import ROW_ERRORS, build_readable, naming_the_attribute
+from autotune.study.store.rdb_rows import build_readable
+from autotune.study.store.retrying import (
+    LOCKED_RETRY,
+    WRITE_RETRIES,
+    WRITES,
+    RetryingStorage,
+    StorageUnavailable,
+    headline,
+    masked,
+)
 from autotune.study.store.snapshot import read_study
 from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
@@ -46,21 +61,11 @@ from autotune.study.store.storage_urls import (
     check_storage_url,
     default_storage_url,
     display_url,
-    is_busy,
     is_journal,
     local_file,
-    secrets_in,
     sqlite_busy_timeout_s,
     sqlite_file,
 )
-
-# Retries (with backoff) after SQLite's own busy timeout, before the storage is reported
-# unavailable.
-WRITE_RETRIES = 6
-
-
-class StorageUnavailable(StudyError):
-    """A write to the study's storage still failed after its retries (locked, disk full)."""
 
 
 def open_storage(url: str, *, create: bool) -> optuna.storages.BaseStorage:
@@ -122,7 +127,7 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
     # Two machines starting on an empty database race to create Optuna's tables; the loser
     # sees a duplicate and only has to open what the winner created.
     schema_race = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(lambda exc: _is_schema_race(_headline(exc))),
+        retry=tenacity.retry_if_exception(lambda exc: _is_schema_race(headline(exc))),
         stop=tenacity.stop_after_attempt(_SCHEMA_RACE_RETRIES + 1),
         wait=tenacity.wait_incrementing(start=1, increment=1),
         reraise=True,
@@ -131,11 +136,13 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # Opening reads Optuna's schema version: a locked database is waited out too.
-            return _LOCKED_RETRY.copy()(schema_race, RetryingRDBStorage, url, **kwargs)
+            return RetryingStorage(
+                LOCKED_RETRY.copy()(schema_race, ReadableRDBStorage, url, **kwargs)
+            )
     except ImportError as exc:
         raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
     except Exception as exc:
-        raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
+        raise StudyError(f"cannot open storage '{shown}': {masked(headline(exc), url)}") from None
 
 
 def _check_server_tables(url: str, shown: str) -> None:
@@ -147,7 +154,7 @@ def _check_server_tables(url: str, shown: str) -> None:
     except ImportError as exc:
         raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
     except Exception as exc:
-        message = _masked(str(exc), url)
+        message = masked(str(exc), url)
         raise StudyError(f"storage '{shown}' is not a database URL: {message}") from None
     try:
         inspector = inspect(engine)
@@ -156,7 +163,7 @@ def _check_server_tables(url: str, shown: str) -> None:
             for name in inspector.get_table_names()
         }
     except Exception as exc:
-        raise StudyError(f"cannot open storage '{shown}': {_masked(_headline(exc), url)}") from None
+        raise StudyError(f"cannot open storage '{shown}': {masked(headline(exc), url)}") from None
     finally:
         engine.dispose()
     foreign = not_optunas(tables)
@@ -193,25 +200,22 @@ def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
         raise StudyError(f"cannot open storage '{path}': {exc.strerror or exc}") from None
 
 
-class GuardedJournalStorage(optuna.storages.JournalStorage):
+class GuardedJournalStorage(ReplayCheckedJournalStorage):
     """Optuna's journal storage whose failed writes (disk full) are one StorageUnavailable
     line, the measured results staying in the spool, as for a database; a line it cannot
     replay is one line too (autotune.study.store.journal), and an unreadable trial a stand-in."""
 
-    _readable: ReadableView | None = None
+    _view: ReadableView | None = None
 
-    def _sync_with_backend(self) -> None:
-        self._replay_result = checked_replay(self._replay_result, self._backend._file_path)  # type: ignore[attr-defined]
-        super()._sync_with_backend()
+    def checked(self, replay: JournalStorageReplayResult, path: str) -> JournalStorageReplayResult:
+        return checked_replay(replay, path)
 
     def _shown(self, trial: FrozenTrial) -> FrozenTrial:
-        if self._readable is None:
-            self._readable = ReadableView()
-        replay = self._replay_result
-        study_id = replay._trial_id_to_study_id[trial._trial_id]
-        study = replay.get_study(study_id)
+        if self._view is None:
+            self._view = ReadableView()
+        study = self.study_of(trial)
         metrics = objective_metrics(study.user_attrs)
-        return self._readable(trial, len(study.directions), metrics)
+        return self._view(trial, len(study.directions), metrics, trial_id=trial_id(trial))
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return self._shown(super().get_trial(trial_id))
@@ -237,169 +241,17 @@ def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _masked(message: str, url: str) -> str:
-    """`message` without the passwords of `url`, wherever a driver quoted them."""
-    message = message.replace(url, display_url(url))
-    for secret in secrets_in(url):
-        message = message.replace(secret, "***")
-    return message
+class ReadableRDBStorage(RowReadingRDBStorage):
+    """Optuna's RDB storage in which a trial whose rows cannot be read is a stand-in
+    (autotune.study.store.rdb_rows), the others reading as before."""
+
+    def build_trial(
+        self, build: Callable[[rdb_models.TrialModel], FrozenTrial], model: rdb_models.TrialModel
+    ) -> FrozenTrial:
+        return build_readable(build, model)
 
 
-def _database_error(exc: BaseException) -> BaseException | None:
-    """The database's own refusal behind `exc` (Optuna wraps it in StorageInternalError):
-    locked, disk full, I/O. An IntegrityError is Optuna's business (a duplicate study)."""
-    from sqlalchemy.exc import OperationalError
-
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 5:
-        if isinstance(current, OperationalError):
-            return current
-        current, seen = current.__cause__ or current.__context__, seen + 1
-    return None
-
-
-def _busy(exc: BaseException) -> bool:
-    refusal = _database_error(exc)
-    return refusal is not None and is_busy(refusal)
-
-
-# A locked database is waited out: exponential backoff from 0.5 s to 10 s, with jitter so two
-# hosts that collided do not collide again in step.
-_LOCKED_RETRY = tenacity.Retrying(
-    retry=tenacity.retry_if_exception(_busy),
-    stop=tenacity.stop_after_attempt(WRITE_RETRIES + 1),
-    wait=tenacity.wait_exponential(multiplier=0.5, max=10) + tenacity.wait_random(0, 0.5),
-    reraise=True,
-)
-
-
-# Whether this thread is inside a retried call already: a storage method that calls another
-# (get_all_trials calls _get_trials) is retried once, as a whole, not retries times retries.
-_inside_retry = threading.local()
-
-
-def _retrying(method: Callable[..., Any], action: str = "write to") -> Callable[..., Any]:
-    @functools.wraps(method)
-    def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_inside_retry, "active", False):
-            return method(self, *args, **kwargs)
-        _inside_retry.active = True
-        try:
-            # A copy per call: another thread's call (the heartbeat's) must not share its
-            # attempt count and state.
-            return _LOCKED_RETRY.copy()(method, self, *args, **kwargs)
-        except Exception as exc:
-            refusal = _database_error(exc)
-            if refusal is None and action == "read" and _damaged_row(exc):
-                raise StudyError(
-                    f"cannot read the study's storage '{display_url(str(self.url))}': a row "
-                    f"was edited or damaged ({_headline(exc)})"
-                ) from None
-            if refusal is None:
-                raise  # Optuna's own errors (DuplicatedStudyError, ...) stay as they are
-            why = _masked(_first_line(refusal), str(getattr(self, "url", "")))
-            raise StorageUnavailable(f"cannot {action} the study's storage: {why}") from exc
-        finally:
-            _inside_retry.active = False
-
-    return wrapper
-
-
-def _damaged_row(exc: BaseException) -> bool:
-    """Whether a read failed on what a row holds (a state name the enum lacks, a date that is
-    no date) rather than on Optuna's "not found" (a KeyError, its answer to a wrong name)."""
-    return isinstance(exc, (*ROW_ERRORS, LookupError)) and not isinstance(exc, KeyError)
-
-
-def _headline(exc: BaseException) -> str:
-    """The first line of what `exc` says (a driver's message can run to a dozen lines)."""
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc)
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class RetryingRDBStorage(optuna.storages.RDBStorage):
-    """Optuna's RDB storage whose reads and writes wait out a locked database, then fail in one
-    line.
-
-    A call that still fails (the lock outlived the retries, the disk is full) raises
-    StorageUnavailable, which `autotune run` prints as one line, keeping the trial's results
-    in its spool (autotune.study.store.recovery) for the next run to record. A trial whose rows
-    cannot be read is a stand-in (autotune.study.store.rdb_rows), the others read as before.
-    """
-
-    def _build_frozen_trial_from_trial_model(self, trial: Any) -> FrozenTrial:
-        return build_readable(super()._build_frozen_trial_from_trial_model, trial)
-
-
-# Every storage method that writes: wrapped so a refused write is one StorageUnavailable line.
-_WRITES = (
-    "create_new_study",
-    "set_study_user_attr",
-    "set_study_system_attr",
-    "create_new_trial",
-    "set_trial_param",
-    "set_trial_state_values",
-    "set_trial_intermediate_value",
-    "set_trial_user_attr",
-    "set_trial_system_attr",
-)
-# Every storage method that reads: a reader waits on a writer's exclusive lock as well (SQLite).
-_READS = (
-    "get_study_id_from_name",
-    "get_study_name_from_id",
-    "get_study_directions",
-    "get_study_user_attrs",
-    "get_study_system_attrs",
-    "get_all_studies",
-    "get_trial_id_from_study_id_trial_number",
-    "get_trial",
-    "get_all_trials",
-    "_get_trials",  # what Optuna's cached storage calls to read a study's trials
-    "get_best_trial",
-    "get_trial_param",
-    "get_trial_user_attrs",
-    "get_trial_system_attrs",
-    "_get_stale_trial_ids",
-)
-# What Optuna's cached storage (the wrapper every RDB study gets) calls instead of the public
-# methods above: unwrapped, a trial's first parameter written during another process's lock
-# ended the run in a StorageInternalError traceback (seen in CI with two test processes).
-_CACHED_WRITES = ("_create_new_trial", "_set_trial_param")
-_CACHED_READS = ("_get_best_trial_id",)
-for _name in (*_WRITES, *_CACHED_WRITES):
-    setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name)))
-for _name in (*_READS, *_CACHED_READS):
-    _read = getattr(optuna.storages.RDBStorage, _name)
-    setattr(RetryingRDBStorage, _name, _retrying(_read, action="read"))
-
-
-for _name in ("get_study_user_attrs", "get_all_studies"):
-    setattr(RetryingRDBStorage, _name, naming_the_attribute(getattr(RetryingRDBStorage, _name)))
-
-
-def _best_effort(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A heartbeat written from Optuna's background thread: a refused one is skipped, since an
-    exception there is only a traceback on stderr. The trial's own next write, in the main
-    thread, reports the storage in one line; a later beat tries again."""
-
-    @functools.wraps(method)
-    def wrapper(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.suppress(StorageUnavailable):
-            return method(self, *args, **kwargs)
-        return None
-
-    return wrapper
-
-
-RetryingRDBStorage.record_heartbeat = _best_effort(  # type: ignore[method-assign]
-    _retrying(optuna.storages.RDBStorage.record_heartbeat)
-)
-for _name in _WRITES:
+for _name in WRITES:
     journal_write = getattr(optuna.storages.JournalStorage, _name)
     setattr(GuardedJournalStorage, _name, _journal_guarded(journal_write))
 
@@ -474,8 +326,9 @@ def artifact_dir(storage_url: str, study_name: str) -> Path:
 __all__ = [
     "JOURNAL_SUFFIX",
     "STUDIES_DIR",
+    "WRITE_RETRIES",
     "GuardedJournalStorage",
-    "RetryingRDBStorage",
+    "RetryingStorage",
     "StorageUnavailable",
     "artifact_dir",
     "check_several_writers",
