@@ -63,6 +63,28 @@ def _measured(
     return estimate
 
 
+def load_state(
+    timings: Sequence[RequestTiming],
+    *,
+    load_start: float,
+    load_stop: float,
+    min_warmup_s: float = 0.0,
+    confidence: float = 0.95,
+) -> SteadyState | None:
+    """The steady state `summarize` reads a load's throughput from (None: no requests, or a
+    load too short for a window), for a caller that weighs its interval itself (racing's
+    check of a stop, autotune.study.run.racing)."""
+    if not timings:
+        return None
+    return steady_state(
+        token_series(timings, start=load_start, end=load_stop),
+        batch_s=batch_seconds(statistics.median(t.e2e_s for t in timings)),
+        min_warmup_s=min_warmup_s,
+        confidence=confidence,
+        ends_s=[t.end - load_start for t in timings],
+    )
+
+
 def summarize(
     timings: Sequence[RequestTiming],
     *,
@@ -81,14 +103,13 @@ def summarize(
     """
     if not timings:
         raise ValueError("no measured requests")
-    e2e_median = statistics.median(t.e2e_s for t in timings)
     series = token_series(timings, start=load_start, end=load_stop)
-    estimate = steady_state(
-        series,
-        batch_s=batch_seconds(e2e_median),
+    estimate = load_state(
+        timings,
+        load_start=load_start,
+        load_stop=load_stop,
         min_warmup_s=min_warmup_s,
         confidence=confidence,
-        ends_s=[t.end - load_start for t in timings],
     )
     estimate = _measured(timings, estimate, load_s=load_stop - load_start)
     if estimate is not None:

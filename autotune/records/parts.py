@@ -1,6 +1,6 @@
 """The typed parts of a trial's record: where it ran, how its time was spent, how its answers
-compared with the reference's, the absolute floor's verdict, the step it was proposed as, and
-who runs it.
+compared with the reference's, the absolute floor's verdict, the step it was proposed as,
+who runs it, and a racing stop checked against the incumbent measured again.
 
 A trial stores each as a JSON mapping (Optuna keeps JSON); TrialRecord reads each into its
 model here. Their keys are read here and nowhere else: a reader outside autotune.records asks
@@ -191,6 +191,26 @@ class Stepped(_StrictPart):
     value: ParamValue = None
     from_trial: int | None = None
     also: list[str] = []  # the other levers the step changed
+
+
+class RaceCheck(_StrictPart):
+    """A racing stop checked on a busy machine (autotune.study.run.racing.checked_stop): the
+    incumbent measured again on the racing trial's launch right after its stop, so both saw
+    the same load, and whether the stop was kept. Rates in output tokens/s, intervals as
+    relative half-widths, loads as the share of its runnable time each engine waited for a
+    core (none where not measured)."""
+
+    incumbent: int | None = None  # the trial it raced
+    kept: bool | None = None  # False: the stop was withdrawn and the trial measured in full
+    tokens_per_s: float | None = None  # the racing load's, as it stopped
+    ci_rel: float | None = None
+    wait_share: float | None = None
+    incumbent_tokens_per_s: float | None = None  # the incumbent measured now
+    incumbent_ci_rel: float | None = None
+    incumbent_wait_share: float | None = None
+    incumbent_measured_s: float | None = None
+    recorded_tokens_per_s: float | None = None  # the incumbent's recorded figure
+    recorded_wait_share: float | None = None
 
 
 def same_configuration(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

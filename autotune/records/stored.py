@@ -38,6 +38,7 @@ from autotune.records.parts import (
     FloorVerdict,
     Owner,
     Paired,
+    RaceCheck,
     Stepped,
     TimeSplit,
     stored_part,
@@ -185,6 +186,8 @@ class TrialRecord(_Stored):
     # Stopped by racing (autotune.study.run.racing): the incumbent it lost to, and why.
     raced_by: int | None = None
     raced_reason: str | None = None
+    # A stop checked against the incumbent measured again beside it, kept or withdrawn.
+    race_check: Annotated[RaceCheck | None, stored_part(RaceCheck)] = None
     # The one-lever step from an incumbent the trial was proposed as
     # (autotune.study.proposals.steps).
     step: Annotated[Stepped | None, stored_part(Stepped)] = None

@@ -1,17 +1,35 @@
 """No measurement without tokens, through a real study: a server that streams no token fails
-its trial (failure_kind no-tokens, with the reason), never stores a throughput of 0."""
+its trial (failure_kind no-tokens, with the reason), never stores a throughput of 0. The
+steady state racing's check weighs is the one the figures are read from."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from fake_endpoint import fake_endpoint
 from optuna.trial import TrialState
 from small_space import autotune_cli, quick_space, small_evalset
 
-from autotune.measure.summary import NO_TOKENS
+from autotune.measure.summary import NO_TOKENS, load_state, summarize
+from autotune.measure.timing import RequestTiming
+
+
+def test_the_load_state_is_the_one_the_throughput_figure_is_read_from() -> None:
+    rng = np.random.default_rng(3)
+    timings, at = [], 0.0
+    while at < 10.0:
+        e2e = 0.25 * (1 + 0.2 * float(rng.standard_normal()))
+        timings.append(RequestTiming(at, at + 0.02, at + e2e, at + e2e, 20))
+        at += e2e
+    state = load_state(timings, load_start=0.0, load_stop=at, min_warmup_s=0.25)
+    figures = summarize(timings, load_start=0.0, load_stop=at, min_warmup_s=0.25)
+    assert state is not None and state.settled and state.batches >= 4
+    assert state.tokens_per_s == figures["throughput_output_tokens_per_s"]
+    assert state.ci_rel == figures["throughput_ci_within_rel"]
+    assert load_state([], load_start=0.0, load_stop=1.0) is None  # no load, no state
 
 
 @pytest.mark.slow

@@ -15,7 +15,15 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.accuracy.paired import PairedComparison
 from autotune.accuracy.sequential import FloorLook
-from autotune.records.parts import Environment, FloorVerdict, Owner, Paired, Stepped, TimeSplit
+from autotune.records.parts import (
+    Environment,
+    FloorVerdict,
+    Owner,
+    Paired,
+    RaceCheck,
+    Stepped,
+    TimeSplit,
+)
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.report.text import trial_summary
 from autotune.study.proposals.steps import Step
@@ -91,6 +99,16 @@ def test_a_key_of_the_wrong_kind_reads_as_unknown_and_the_rest_still_reads() -> 
     assert time_share([frozen({"time_s": {"total": "x", "startup": 2.0}})]).parts_s["startup"] == 2
 
 
+def test_a_race_check_reads_typed_and_strict_as_figures_are() -> None:
+    read = record(
+        race_check={"incumbent": 2, "kept": False, "tokens_per_s": 10.5, "wait_share": 0.6,
+                    "incumbent_tokens_per_s": "12", "incumbent_ci_rel": None}
+    )  # fmt: skip
+    # A "12" is no figure: it reads as unknown, and the rest still reads.
+    assert read.race_check == RaceCheck(incumbent=2, kept=False, tokens_per_s=10.5, wait_share=0.6)
+    assert record().race_check is None
+
+
 def test_keys_of_another_autotune_are_left_aside_but_kept_as_stored() -> None:
     stored = {"n_items": 3, "from_the_future": 1}
     read = record(paired_vs_reference=stored, environment={"runner": "server", "lmdeploy": "1"})
@@ -112,10 +130,10 @@ def test_an_empty_or_null_part_is_none_recorded() -> None:
     assert record(environment={}).environment.stored() == {}
 
 
-@pytest.mark.parametrize(
-    "part",
-    ["environment", "time_s", "paired_vs_reference", "accuracy_floor", "step", "owner"],
-)
+PARTS_STORED = ["environment", "time_s", "paired_vs_reference", "accuracy_floor", "step", "owner"]
+
+
+@pytest.mark.parametrize("part", [*PARTS_STORED, "race_check"])
 @pytest.mark.parametrize("value", ["x", 3, [], [1], True, math.nan])
 def test_a_part_that_is_no_mapping_fails_in_the_words_of_a_mapping(part: str, value: Any) -> None:
     shown = f" (got {value!r:.60})" if isinstance(value, str | int | float) else ""

@@ -40,7 +40,7 @@ from autotune.study.run.artifacts import ArtifactRecorder
 from autotune.study.run.budget import Budget
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
-from autotune.study.run.racing import Incumbent, incumbent, raced_attrs
+from autotune.study.run.racing import Incumbent, incumbent, measure_racing, raced_attrs
 from autotune.study.run.reference_load import (
     ReferenceAnswers,
     ReferenceStages,
@@ -182,6 +182,8 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     if run.answers.source is not None:  # a trial's number, or the answers cache's entry
         attrs["accuracy_reused_from"] = run.answers.source
     attrs["answers_computed"] = run.computed
+    if run.rival is not None and run.rival.check is not None:  # a racing stop, withdrawn
+        attrs["race_check"] = run.rival.check.model_dump()
     attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
     paired = None
     same_answers = False
@@ -357,22 +359,21 @@ class Objective:
                     rival = incumbent(study, space, session.launch_id, plan.group)
             overlap = _launch_record(trial, self.launches, launched, then, time_s)
             measure = measure_plan(
-                space,
-                config,
-                **accuracy_args(plan, answers),
+                space, config, **accuracy_args(plan, answers), race=rival.bound if rival else None,
                 max_seconds=self.budget.measure_seconds(
                     study, used_s=self.clock() - self.started, accuracy=answers.spends_accuracy
                 ),
-                race=None if rival is None else rival.bound,
-            )
+            )  # fmt: skip
             with timed(time_s, "study_reads"):  # the reference's and the first figure's
                 measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
             live = LiveEstimate(trial, self.progress.estimate)
             # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
             phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)
             try:
-                with timed(time_s, "engine_call"):
-                    result = session.measure(config, measure, on_phase=phase, on_estimate=estimate)
+                with timed(time_s, "engine_call"):  # a racing stop beside load is checked
+                    result, rival = measure_racing(
+                        session, space, config, measure, rival, phase, estimate
+                    )
             finally:
                 live.close()  # nothing is written to the trial once it is told
             self.gate.check()

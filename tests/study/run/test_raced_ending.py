@@ -17,6 +17,7 @@ from autotune.errors import StudyError
 from autotune.measure.convergence import RACED, RaceBound
 from autotune.measure.registry import THROUGHPUT
 from autotune.params import TrialConfig
+from autotune.records.parts import RaceCheck
 from autotune.records.stored import SpooledTrial, TrialRecord
 from autotune.records.writer import write_trial
 from autotune.space import load_space
@@ -47,7 +48,10 @@ def _raced_verdict(**figures: object) -> _Verdict:
         "none",
         stop_reason=RACED,
     )
-    rival = Incumbent(number=1, tokens_per_s=160.0, bound=RaceBound(150.0))
+    # The stop was checked against the incumbent measured again beside the same load.
+    check = RaceCheck(incumbent=1, kept=True, tokens_per_s=41.0, incumbent_tokens_per_s=150.0,
+                      wait_share=0.6, incumbent_wait_share=0.55)  # fmt: skip
+    rival = Incumbent(number=1, tokens_per_s=160.0, bound=RaceBound(150.0), check=check)
     trail = [{"tokens_per_s": 41.0, "ci_rel": 0.1, "elapsed_s": 6.0}]
     attrs, reason = raced_attrs(m, rival, "launch-a", trail)
     return _Verdict(m, attrs, {}, [], raced=reason)
@@ -66,6 +70,8 @@ def test_a_raced_trial_is_spooled_and_recovered_as_raced(tmp_path: Path) -> None
     spooled = SpooledTrial.read(kept.read_text(encoding="utf-8"))
     assert (spooled.state, spooled.values) == ("PRUNED", [])
     assert spooled.user_attrs["raced_reason"].startswith("stopped by racing")
+    assert "measured again right after" in spooled.user_attrs["raced_reason"]
+    assert spooled.user_attrs["race_check"]["kept"] is True
     assert spooled.user_attrs["time_s"] == time_s
     # The storage never took the ending (the process died): the next run records it as the
     # race's loser, with its partial figures, not as a failure or a completed trial.
@@ -77,6 +83,7 @@ def test_a_raced_trial_is_spooled_and_recovered_as_raced(tmp_path: Path) -> None
     record = TrialRecord.of(recovered)
     assert record.raced_by == 1 and record.figure(THROUGHPUT) == 41.5
     assert record.measure_stop_reason == RACED
+    assert record.race_check is not None and record.race_check.incumbent_tokens_per_s == 150.0
     assert spool.pending() == []
 
 

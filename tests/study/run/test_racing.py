@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 import optuna
@@ -15,8 +17,9 @@ import yaml
 from fake_endpoint import endpoint_study, fake_endpoint
 from fake_server import autotune
 from optuna.trial import TrialState
-from small_space import quick_space
+from small_space import quick_space, small_space
 
+from autotune.engines import measure_plan
 from autotune.measure.convergence import (
     CONVERGED,
     MAX_REQUESTS,
@@ -26,7 +29,11 @@ from autotune.measure.convergence import (
     SteadyRule,
 )
 from autotune.measure.steady import BIN_S
+from autotune.measure.timing import RequestTiming
+from autotune.records import SessionResult
+from autotune.space import load_space
 from autotune.study.results.live import LiveEstimate
+from autotune.study.run.racing import Incumbent, check_stop, checked_stop
 
 
 def steady_load(rate_per_s: float, seconds: float, *, noise: float = 0.1) -> LoadSnapshot:
@@ -106,6 +113,67 @@ def test_a_short_or_unsettled_load_is_never_raced() -> None:
     ramp = np.linspace(0.2, 1.8, len(climbing.series))
     rising = LoadSnapshot(**{**climbing.__dict__, "series": climbing.series * ramp})
     assert rule(RaceBound(1000.0)).reason_to_stop(rising) is None
+
+
+def steady_result(rate_per_s: float, seconds: float, *, wait_share: float) -> SessionResult:
+    """A wall-clock load at `rate_per_s` output tokens/s, stopped by racing: requests back to
+    back, 0.2 s each give or take 10%, its engine having waited `wait_share` for a core."""
+    rng = np.random.default_rng(1)
+    timings, at = [], 0.0
+    while at < seconds:
+        e2e = 0.2 * (1 + 0.1 * float(rng.standard_normal()))
+        tokens = max(1, round(rate_per_s * e2e))
+        timings.append(RequestTiming(at, at + 0.02, at + e2e, at + e2e, tokens))
+        at += e2e
+    return SessionResult(
+        load_s=at, load_start=0.0, load_stop=at, min_warmup_s=0.2, timings=timings,
+        stop_reason=RACED, peak_memory_mib=1.0, memory_source="rss",
+        environment={"clock": "wall clock", "engine_wait_share": f"{wait_share:.3f}"},
+    )  # fmt: skip
+
+
+def test_a_checked_stop_stands_only_while_the_incumbent_measured_again_still_beats_it(
+    tmp_path: Path,
+) -> None:
+    """racing.check_stop: a racing load judged against the incumbent measured again beside it
+    (the real engine withdrawing a stop: tests/study/run/test_racing_load.py)."""
+    space = load_space(str(small_space(tmp_path)))
+    rival = Incumbent(number=4, tokens_per_s=300.0, bound=RaceBound(290.0), config=None)
+    raced = steady_result(100.0, 8.0, wait_share=0.5)
+    # Still clearly below the incumbent as it runs now: kept, both figures and loads recorded.
+    check = check_stop(space, raced, steady_result(200.0, 8.0, wait_share=0.5), rival)
+    assert check.kept is True
+    assert check.tokens_per_s == pytest.approx(100.0, rel=0.05)
+    assert check.incumbent_tokens_per_s == pytest.approx(200.0, rel=0.05)
+    assert (check.wait_share, check.incumbent_wait_share) == (0.5, 0.5)
+    assert (check.incumbent, check.recorded_tokens_per_s) == (4, 300.0)
+    reason = Incumbent(4, 300.0, RaceBound(290.0), check=check).reason({"tokens_per_s": 99.0})
+    assert "measured again right after, beside the same load, trial 4 gave 2" in reason
+    assert "waited 50% of its time for a core in this load, 50% in trial 4's" in reason
+    # As fast as the incumbent now: the recorded figure was a quieter moment's. Withdrawn.
+    assert check_stop(space, raced, steady_result(100.0, 8.0, wait_share=0.5), rival).kept is False
+    # The incumbent now too short for an interval: no evidence that the trial lost.
+    short = check_stop(space, raced, steady_result(200.0, 0.5, wait_share=0.5), rival)
+    assert short.kept is False and short.incumbent_ci_rel is None
+    # The racing load waited more than the incumbent's fresh one: widened as a race is.
+    assert check_stop(space, raced, steady_result(140.0, 8.0, wait_share=0.1), rival).kept is False
+
+
+def test_a_stop_of_a_quiet_load_or_on_another_launch_stands_unchecked(tmp_path: Path) -> None:
+    """Nothing is measured again (the launch here has no `measure`): a load whose engine
+    hardly waited for a core ran at its idle pace, which only a faster incumbent beats; an
+    incumbent on another launch would have to start again."""
+    space = load_space(str(small_space(tmp_path)))
+    config = space.reference_config()
+    launch = cast(Any, SimpleNamespace(launch_key=config.launch_key()))
+    rival = Incumbent(number=0, tokens_per_s=300.0, bound=RaceBound(290.0), config=config)
+    plan = measure_plan(space, config, accuracy_ids=None, race=rival.bound)
+    quiet = steady_result(100.0, 8.0, wait_share=0.01)
+    assert checked_stop(launch, space, config, plan, quiet, rival) == (quiet, rival)
+    busy = steady_result(100.0, 8.0, wait_share=0.5)
+    other = config.model_copy(update={"dtype": "float32" if config.dtype == "auto" else "auto"})
+    elsewhere = Incumbent(number=0, tokens_per_s=300.0, bound=RaceBound(290.0), config=other)
+    assert checked_stop(launch, space, config, plan, busy, elsewhere) == (busy, elsewhere)
 
 
 @pytest.mark.slow
