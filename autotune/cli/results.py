@@ -32,7 +32,11 @@ from autotune.params import DEPLOY_TARGETS
 @user_errors
 def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     """Show the feasible Pareto front and the recommended trial."""
-    from autotune.report.text import best_json, best_text
+    from optuna.trial import TrialState
+
+    from autotune.errors import StudyError
+    from autotune.records.readable import unreadable_trials
+    from autotune.report.text import best_json, best_text, failures_text
     from autotune.study.results.groups import (
         groups_lines,
         groups_summary,
@@ -40,6 +44,7 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
         machine_here,
         ranked_group,
     )
+    from autotune.study.results.select import has_completed_trial
     from autotune.study.store.storage import load_study
 
     study = load_study(study_name, storage)
@@ -54,6 +59,12 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
             json_text({**data, "comparison_groups": groups, "unreadable": _unreadable(study)})
         )
     else:
+        ended = study.get_trials(deepcopy=False, states=(TrialState.FAIL, TrialState.PRUNED))
+        if ended and not has_completed_trial(study) and not unreadable_trials(study):
+            # No trial completed, some failed: why each ended (as `run` says it), then the
+            # one error line. Records that cannot be read are named by their own lines instead.
+            click.echo(failures_text(study))
+            raise StudyError(f"study '{study.study_name}' has no completed trial: each failed")
         click.echo(best_text(view))
         for line in groups_lines(study, ranked, machine):
             click.echo(line)

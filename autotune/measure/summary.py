@@ -40,11 +40,13 @@ NO_TOKENS = "no-tokens"
 
 def _measured(
     timings: Sequence[RequestTiming], estimate: SteadyState | None, *, load_s: float
-) -> SteadyState | None:
-    """No measurement without tokens: a load that counted none, or a steady window that held
-    none, is a failed measurement (TrialFailure), never a throughput of 0 stored as a result.
-    A load too short for any window (None) is kept: its counted tokens over the requests' own
-    span, with no interval and `warmup_settled` 0, which every reader shows as unsettled."""
+) -> SteadyState:
+    """No measurement without tokens: a load that counted none, a steady window that held
+    none, or a load stopped before any of its tokens arrived inside it (its rate never
+    settled within its cap: a request cap reached in a burst, an offered load sent before its
+    first answer) is a failed measurement (TrialFailure), never a throughput stored as a
+    result. Its tokens over the requests' own span would be a rate of the drain, with no
+    window and no interval to compare: a figure of nothing the study ranks."""
     tokens = sum(max(0, t.output_tokens) for t in timings)
     if tokens == 0:
         raise TrialFailure(
@@ -53,7 +55,15 @@ def _measured(
             "or a stream without text), so it has no throughput to record",
             kind=NO_TOKENS,
         )
-    if estimate is not None and not estimate.tokens_per_s > 0:
+    if estimate is None:
+        raise TrialFailure(
+            f"the load test's rate never settled within its cap: it stopped after {load_s:.2f} s, "
+            f"before any of its {tokens} output tokens arrived inside it (they came while its "
+            f"{len(timings)} requests drained), so it has no throughput to record; give the load "
+            "more requests or time (workload.max_requests, workload.max_measure_s)",
+            kind=NO_TOKENS,
+        )
+    if not estimate.tokens_per_s > 0:
         raise TrialFailure(
             f"the load test's steady window held none of its {tokens} output tokens within its "
             f"{load_s:.1f} s, so it has no throughput to record; give the load more time "
@@ -112,37 +122,21 @@ def summarize(
         confidence=confidence,
     )
     estimate = _measured(timings, estimate, load_s=load_stop - load_start)
-    if estimate is not None:
-        window_start = load_start + estimate.warmup_s
-        window_end = load_start + len(series) * BIN_S
-        window_s = estimate.window_s
-        tokens = float(series[round(estimate.warmup_s / BIN_S) :].sum())
-        within = estimate.ci_rel if math.isfinite(estimate.ci_rel) else math.nan
-        figures = {
-            "throughput_output_tokens_per_s": estimate.tokens_per_s,
-            "throughput_ci_within_rel": within,
-            "throughput_ci_rel": with_launch_spread(within, launch_spread_rel, confidence),
-            "throughput_batches": float(estimate.batches),
-            "throughput_batch_s": estimate.batch_s,
-            "throughput_lag1_autocorrelation": estimate.lag1,
-            "warmup_settled": 1.0 if estimate.settled else 0.0,
-            "load_warmup_s": estimate.warmup_s,
-        }
-    else:  # no token in a whole bin: the load was too short to have a window at all
-        window_start = min(t.start for t in timings)
-        window_end = max(t.end for t in timings)
-        window_s = max(window_end - window_start, 1e-9)
-        tokens = float(sum(t.output_tokens for t in timings))
-        figures = {
-            "throughput_output_tokens_per_s": tokens / window_s,
-            "throughput_ci_within_rel": math.nan,
-            "throughput_ci_rel": math.nan,
-            "throughput_batches": 0.0,
-            "throughput_batch_s": math.nan,
-            "throughput_lag1_autocorrelation": math.nan,
-            "warmup_settled": 0.0,
-            "load_warmup_s": 0.0,
-        }
+    window_start = load_start + estimate.warmup_s
+    window_end = load_start + len(series) * BIN_S
+    window_s = estimate.window_s
+    tokens = float(series[round(estimate.warmup_s / BIN_S) :].sum())
+    within = estimate.ci_rel if math.isfinite(estimate.ci_rel) else math.nan
+    figures = {
+        "throughput_output_tokens_per_s": estimate.tokens_per_s,
+        "throughput_ci_within_rel": within,
+        "throughput_ci_rel": with_launch_spread(within, launch_spread_rel, confidence),
+        "throughput_batches": float(estimate.batches),
+        "throughput_batch_s": estimate.batch_s,
+        "throughput_lag1_autocorrelation": estimate.lag1,
+        "warmup_settled": 1.0 if estimate.settled else 0.0,
+        "load_warmup_s": estimate.warmup_s,
+    }
     completed = [t for t in timings if window_start <= t.end <= window_end]
     inside = [t for t in completed if t.start >= window_start] or completed or list(timings)
     ttft = [t.ttft_s * 1000 for t in inside]

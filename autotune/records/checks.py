@@ -1,5 +1,5 @@
 """Records that cannot be true: figures out of range, a failure on a completed trial, stored
-objective values that disagree with the record's figures, a second reference.
+objective values that disagree with the record's figures, a second reference of one machine.
 
 A record that reads (autotune.records.stored) can still say what no measurement gives: a
 negative throughput (shown as "-5.0 tok/s"), a 1e308 one (printed as 309 digits), `failure_kind:
@@ -19,6 +19,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure.registry import METRICS, THROUGHPUT
+from autotune.records.machine import trial_machine
 
 # How far a stored objective value may lie from the record's figure: both are the same float,
 # written once as JSON and once by Optuna, so only rounding may separate them.
@@ -78,15 +79,20 @@ def trial_problem(trial: FrozenTrial, metrics: Sequence[str]) -> str | None:
 
 
 def second_references(trials: Sequence[FrozenTrial]) -> dict[int, str]:
-    """Completed trials that claim to be the reference after the first one did, and why each
-    is impossible (a study measures one reference; every reader takes the first)."""
-    first: int | None = None
+    """Completed trials that claim to be the reference after the first one of their
+    comparison group did, and why each is impossible (a study measures one reference on each
+    machine it was resumed on; every reader takes the first)."""
+    first: dict[str | None, int] = {}
     found = {}
     for trial in sorted(trials, key=lambda t: t.number):
         if trial.state != TrialState.COMPLETE or trial.user_attrs.get("is_reference") is not True:
             continue
-        if first is None:
-            first = trial.number
+        machine = trial_machine(trial.user_attrs)
+        group = machine.group if machine is not None else None
+        if group not in first:
+            first[group] = trial.number
         else:
-            found[trial.number] = f"is_reference: a second reference (trial {first} is the first)"
+            found[trial.number] = (
+                f"is_reference: a second reference (trial {first[group]} is the first)"
+            )
     return found

@@ -6,7 +6,8 @@ with and without --allow-other-machine.
 Each case opens a real SQLite study the way `autotune run` does. Without the flag a changed
 machine must be refused in one line naming every changed value and leave the file as it was;
 with it, the run's trials get a group of their own; an unchanged machine joins its group
-either way. Generated from random.Random(SEED), so a failure repeats.
+either way. A run in a group of its own queues the reference again (measured on its machine);
+one that joins its group does not. Generated from random.Random(SEED), so a failure repeats.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from autotune.errors import StudyError
 from autotune.records.machine import EARLIER_GROUP, Machine
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
+from autotune.study.proposals.queueing import queue_reference_and_candidates
 from autotune.study.run.opening import open_study
 
 SEED = 56
@@ -124,6 +126,9 @@ def test_a_changed_machine_is_refused_by_name_or_grouped_apart(
     attrs = earlier_attrs() if stored == "earlier" else {"machine": made.machine.written()}
     for _ in range(2):
         study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, user_attrs=attrs))
+    config = made.space.reference_config().model_dump()
+    reference = {**attrs, "is_reference": True, "config": config}
+    study.add_trial(optuna.trial.create_trial(values=[10.0, 100.0], user_attrs=reference))
     stored_group = EARLIER_GROUP if stored == "earlier" else made.machine.group
     now = machine_with(changed)
     plan = dataclasses.replace(made, machine=now, allow_other_machine=flag, notes=[])
@@ -139,7 +144,7 @@ def test_a_changed_machine_is_refused_by_name_or_grouped_apart(
         for name in differ:
             assert OTHER[name][1] in line.split("this machine has ")[1], (name, line)
     else:
-        open_study(plan)
+        resumed, _ = open_study(plan)
         if differ:
             assert plan.machine.group not in (stored_group, None)
             assert any("new comparison group" in note for note in plan.notes), plan.notes
@@ -149,6 +154,17 @@ def test_a_changed_machine_is_refused_by_name_or_grouped_apart(
         # The group's fields are this machine's, whichever group it joined.
         assert plan.machine.gpu == now.gpu and plan.machine.versions == now.versions
     assert digest(tmp_path / "f.db") == before  # the check writes nothing
+    if differ and not flag:
+        return
+    # The run queues the reference again exactly when its machine is a group of its own: a
+    # group's figures are shown against a reference measured on its machine.
+    queue_reference_and_candidates(resumed, plan, room=5)
+    queued = [
+        t
+        for t in resumed.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if t.user_attrs.get("is_reference") is True
+    ]
+    assert len(queued) == (1 if differ else 0), (differ, plan.machine.group)
 
 
 @pytest.mark.parametrize("flag", [False, True])

@@ -1,9 +1,11 @@
-"""No measurement without tokens, through a real study: a server that streams no token fails
-its trial (failure_kind no-tokens, with the reason), never stores a throughput of 0. The
+"""No measurement without tokens, through a real study: a server that streams no token, or a load
+stopped before any of its tokens arrived (its rate never settled within its cap), fails its
+trial (failure_kind no-tokens, with the reason), never stores a throughput. The
 steady state racing's check weighs is the one the figures are read from."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +34,17 @@ def test_the_load_state_is_the_one_the_throughput_figure_is_read_from() -> None:
     assert load_state([], load_start=0.0, load_stop=1.0) is None  # no load, no state
 
 
-@pytest.mark.slow
-def test_a_server_that_streams_no_token_fails_its_trial(tmp_path: Path) -> None:
+def endpoint_study(
+    tmp_path: Path, fake_args: tuple[str, ...], **workload: float
+) -> tuple[subprocess.CompletedProcess[str], str, optuna.trial.FrozenTrial]:
+    """`autotune run` of a short smoke study against the fake server started with
+    `fake_args`: the run, its storage URL and its first trial (the reference)."""
     space = quick_space(
         "smoke", tmp_path, evalset=small_evalset(tmp_path), screening_items=0,
-        max_measure_s=1.5, max_warmup_s=0.5,
+        max_measure_s=1.5, max_warmup_s=0.5, **workload,
     )  # fmt: skip
     storage = f"sqlite:///{tmp_path}/s.db"
-    with fake_endpoint("--answer", "", "--no-usage") as url:
+    with fake_endpoint(*fake_args) as url:
         done = autotune_cli(
             "run", "--space", str(space), "--study", "s", "--storage", storage,
             "--endpoint", url, "--trials", "2", cwd=tmp_path, timeout=600,
@@ -49,12 +54,49 @@ def test_a_server_that_streams_no_token_fails_its_trial(tmp_path: Path) -> None:
     trials = study.get_trials(deepcopy=False)
     assert trials, done.stderr
     assert not [t for t in trials if t.state == TrialState.COMPLETE], done.stderr
-    reference = trials[0]
+    return done, storage, trials[0]
+
+
+def error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.slow
+def test_a_server_that_streams_no_token_fails_its_trial(tmp_path: Path) -> None:
+    done, _, reference = endpoint_study(tmp_path, ("--answer", "", "--no-usage"))
     assert reference.state == TrialState.FAIL
     assert reference.user_attrs["failure_kind"] == NO_TOKENS
     assert "counted no output token" in reference.user_attrs["failure_reason"]
     assert "throughput_output_tokens_per_s" not in reference.user_attrs
     # The reference the floor needs failed: the run says why in one line and stops.
     assert done.returncode == 2
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    errors = error_lines(done)
     assert len(errors) == 1 and "counted no output token" in errors[0], done.stderr
+
+
+@pytest.mark.slow
+def test_a_load_stopped_before_its_first_token_fails_its_trial_never_settled(
+    tmp_path: Path,
+) -> None:
+    """An offered load sent in a burst (100 requests/s, its few requests sent within about
+    0.2 s) to a server whose first token comes after 0.6 s: the load stops when its last
+    request is sent, before any token, so every token arrives while it drains. No rate
+    settled within the load: a failed measurement."""
+    done, storage, reference = endpoint_study(
+        tmp_path, ("--chunk-delay", "0.6"), request_rate_per_s=100.0
+    )
+    assert reference.state == TrialState.FAIL, done.stderr[-3000:]
+    reason = reference.user_attrs["failure_reason"]
+    assert reference.user_attrs["failure_kind"] == NO_TOKENS, reason
+    assert "rate never settled within its cap" in reason and "arrived inside it" in reason
+    assert "throughput_output_tokens_per_s" not in reference.user_attrs
+    assert done.returncode == 2
+    errors = error_lines(done)
+    assert len(errors) == 1 and "never settled within its cap" in errors[0], done.stderr
+    # `best` shows the trial as failed with its reason, never as a measured figure.
+    shown = autotune_cli("best", "--study", "s", "--storage", storage, cwd=tmp_path)
+    said = shown.stdout + shown.stderr
+    assert "Traceback" not in said and "tok/s" not in said, said
+    assert shown.returncode == 2 and "study 's': no trial completed" in shown.stdout, said
+    assert error_lines(shown) == ["error: study 's' has no completed trial: each failed"], said
+    assert "trial 0 FAIL: the load test's rate never settled within its cap" in said, said

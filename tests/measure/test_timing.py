@@ -64,9 +64,19 @@ def test_a_load_without_tokens_is_a_failed_measurement_not_a_throughput_of_0() -
     with pytest.raises(TrialFailure) as caught:
         summarize(silent * 3, load_start=0.0, load_stop=2.0)
     assert caught.value.kind == NO_TOKENS and "counted no output token" in caught.value.reason
-    # Tokens, but a load too short for any window: its counted tokens over the requests' own
-    # span, unsettled and with no interval, never 0.
+    # Tokens, but every one came after the load stopped (its requests drained): its rate never
+    # settled within its cap, so no throughput, not the drain's tokens over its span.
     late = [RequestTiming(start=0.0, first_token=2.5, last_token=3.0, end=3.0, output_tokens=9)]
-    short = summarize(late, load_start=0.0, load_stop=2.0)
-    assert short["throughput_output_tokens_per_s"] == pytest.approx(3.0)
+    with pytest.raises(TrialFailure) as caught:
+        summarize(late, load_start=0.0, load_stop=2.0)
+    assert caught.value.kind == NO_TOKENS and "never settled within its cap" in caught.value.reason
+    # A load stopped before one whole bin of time (a request cap reached in a burst): the same.
+    burst = [RequestTiming(start=0.0, first_token=0.01, last_token=0.3, end=0.3, output_tokens=9)]
+    with pytest.raises(TrialFailure) as caught:
+        summarize(burst * 4, load_start=0.0, load_stop=0.02)
+    assert caught.value.kind == NO_TOKENS and "stopped after 0.02 s" in caught.value.reason
+    # A short load whose tokens arrived inside it is measured, flagged while unsettled.
+    inside = [RequestTiming(start=0.0, first_token=0.1, last_token=0.9, end=0.9, output_tokens=9)]
+    short = summarize(inside, load_start=0.0, load_stop=1.0)
+    assert short["throughput_output_tokens_per_s"] > 0
     assert short["warmup_settled"] == 0.0 and np.isnan(short["throughput_ci_rel"])

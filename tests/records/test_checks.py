@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import optuna
 import pytest
 from cli_study import build_cli_study, error_lines, read_back, tampered
 
 from autotune.measure.registry import METRICS
-from autotune.records.checks import figure_problem
+from autotune.records.checks import figure_problem, second_references
 
 THROUGHPUT = "throughput_output_tokens_per_s"
 
@@ -27,6 +28,25 @@ def test_every_figure_has_a_range_and_unknown_is_only_where_it_means_not_measure
         assert figure_problem({name: -1}) is not None, name
         assert figure_problem({name: math.inf}) is not None, name
         assert figure_problem({name: spec.high}) is None, name
+
+
+def test_one_reference_per_machine_a_second_on_the_same_one_is_impossible() -> None:
+    """A study resumed with --allow-other-machine measures its reference again on the new
+    machine (its comparison group's own); a second one on the same machine is forged."""
+
+    def reference(group: str) -> optuna.trial.FrozenTrial:
+        machine = {"group": group, "gpu": group, "cpu": "x86_64"}
+        return optuna.trial.create_trial(
+            values=[1.0], user_attrs={"is_reference": True, "machine": machine}
+        )
+
+    trials = [reference("h100"), reference("h200"), reference("h200"), reference("h100")]
+    for number, trial in enumerate(trials):
+        trial.number = number
+    assert second_references(trials) == {
+        2: "is_reference: a second reference (trial 1 is the first)",
+        3: "is_reference: a second reference (trial 0 is the first)",
+    }
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.steps import Step
 from autotune.study.results.counting import SURPLUS
+from autotune.study.results.select import in_group_of
 from autotune.study.store.failures import failure_of
 from autotune.study.store.recovery import end_failed, owner
 
@@ -79,8 +80,10 @@ def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
 
 def _reference_first(study: optuna.Study, plan: StudyPlan) -> list[str]:
     """Queue the reference unless it is measured, running or queued, and end the waiting
-    trials queued before it "not run" (the caller queues the candidates again behind it)."""
-    trials = study.get_trials(deepcopy=False)
+    trials queued before it "not run" (the caller queues the candidates again behind it).
+    Only this run's comparison group counts: a machine of its own measures its own
+    reference (autotune.study.results.select.reference_trial)."""
+    trials = [t for t in study.get_trials(deepcopy=False) if in_group_of(t, plan.group)]
     if any(
         queue_key(t) == REFERENCE and t.state in (TrialState.COMPLETE, TrialState.RUNNING)
         for t in trials
@@ -98,14 +101,15 @@ def _reference_first(study: optuna.Study, plan: StudyPlan) -> list[str]:
     return notes
 
 
-def _retire_copies(study: optuna.Study) -> list[str]:
-    """End "not run" each waiting trial whose reference or candidate an earlier trial holds
-    (another process queued it at the same moment as this one)."""
+def _retire_copies(study: optuna.Study, group: str | None) -> list[str]:
+    """End "not run" each waiting trial whose reference or candidate an earlier trial of
+    comparison group `group` holds (another process queued it at the same moment as this
+    one); another machine's reference is not this group's."""
     first: dict[str, int] = {}
     notes = []
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         key = queue_key(trial)
-        if key is None or not _holds(study, trial):
+        if key is None or not in_group_of(trial, group) or not _holds(study, trial):
             continue
         if key not in first:
             first[key] = trial.number
@@ -137,7 +141,7 @@ def queue_reference_and_candidates(
             fixed_params(space, space.candidate_config(candidate.name)),
             user_attrs={"candidate": candidate.name},
         )
-    notes += _retire_copies(study)
+    notes += _retire_copies(study, plan.group)
     waiting = len(left) - max(0, room)
     if waiting > 0:
         notes.append(

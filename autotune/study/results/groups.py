@@ -5,8 +5,10 @@ holds figures that cannot be ranked together: an H200's tokens per second say no
 configuration's rank on an H100. Each trial records its machine and group
 (autotune.records.machine); `in_group` shows the study as one group sees it, so the front, the
 recommendation, racing and the "x the reference" figure read only that group's trials, with
-the code that reads a whole study. A trial whose machine is unknown (it failed before it
-recorded one) is seen by every group: it is never ranked, only counted.
+the code that reads a whole study. Each group measures its own reference
+(autotune.study.results.select.reference_trial): a speed is shown against one of its
+machine. A trial whose machine is unknown (it failed before it recorded one) is seen by every
+group: it is never ranked, only counted.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from autotune.backends import BACKENDS, PLUGIN_GROUP
 from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
 from autotune.measure.equal_work import UNEQUAL_WORK
+from autotune.records.machine import trial_machine
 from autotune.records.readable import completed_unreadable, is_stand_in, unreadable_line
 from autotune.records.repeats import measured as measured_trials
 from autotune.records.stored import StudyRecord, TrialRecord
@@ -420,8 +421,21 @@ def find_trial(study: optuna.Study, number: int) -> FrozenTrial:
     raise StudyError(f"study '{study.study_name}' has no trial {number}")
 
 
-def reference_trial(study: optuna.Study) -> FrozenTrial | None:
+def reference_trial(study: optuna.Study, group: str | None = None) -> FrozenTrial | None:
+    """The study's completed reference; with `group`, that comparison group's own. A study
+    resumed on another machine (--allow-other-machine) measures its reference again there:
+    its trials are compared with a reference of their machine, never with another's speed.
+    A trial whose machine is unknown serves every group (autotune.study.results.groups)."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if TrialRecord.of(trial).is_reference:
+        if TrialRecord.of(trial).is_reference and in_group_of(trial, group):
             return trial
     return None
+
+
+def in_group_of(trial: FrozenTrial, group: str | None) -> bool:
+    """Whether `trial` belongs to comparison group `group` (None: any), or serves every group
+    (its machine unknown)."""
+    if group is None:
+        return True
+    machine = trial_machine(trial.user_attrs)
+    return machine is None or machine.group in (group, None)

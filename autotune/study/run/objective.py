@@ -381,7 +381,7 @@ class Objective:
                 ended = self.clock()
                 self.launches.accuracy_beside(ended - result.accuracy_s, ended)
             if not proposal.is_reference:
-                await_reference(study, space)
+                await_reference(study, space, plan.group)
             with timed(time_s, "engine_call"):  # its floor past the reference's answers
                 settled = self.answers.settle(study, trial.number, session, config, answers, result)
         except TrialFailure as failure:

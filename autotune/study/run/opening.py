@@ -7,13 +7,13 @@ is judged against its reference, on its evaluation set, under its accuracy floor
 sampler learns from the distributions it drew from. A run that resumes a study with another set,
 reference, floor or parameter space would mix trials that cannot be compared. What they were is
 stored when the study is created (`COMPARISON_BASIS`), and a resume that differs is refused in
-one line naming what changed. A study stored before this record existed resumes as it did, and
-records it then.
+one line naming what changed (a study stored before this record existed records it then).
 
 Its figures rest on the machine too: each trial records the one that measured it
 (autotune.records.machine), and a resume on another GPU kind, host CPU or engine version is
 refused by name, the same way, unless --allow-other-machine makes its trials a comparison
-group of their own (autotune.study.results.groups), ranked and raced among themselves.
+group of their own (autotune.study.results.groups), ranked and raced among themselves and
+shown against a reference measured again on that machine (queued first, as in a new study).
 
 Then an earlier run's processes, RUNNING trials and spooled results are dealt with
 (autotune.study.store.recovery), and the reference and candidates are queued once
@@ -202,7 +202,8 @@ def join_machine_group(study: optuna.Study, plan: StudyPlan) -> None:
     plan.machine = machine.joined(_new_group_id(groups, machine))
     note = (
         f"study '{plan.study_name}': this machine ({machine.words(versions)}) is a new "
-        f"comparison group; its trials are ranked and raced among themselves"
+        f"comparison group: its reference is measured again here, and its trials are ranked "
+        "and raced among themselves"
     )
     if note not in plan.notes:
         plan.notes.append(note)
@@ -322,7 +323,7 @@ def _create(
 
 def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progress) -> None:
     """Once the reference's accuracy is known: say so when the set is too small for the floor."""
-    reference = reference_trial(study)
+    reference = reference_trial(study, plan.group)
     accuracy = TrialRecord.of(reference).accuracy if reference is not None else None
     if accuracy is None:
         return
@@ -368,7 +369,7 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         return None
     warn_if_set_too_small(study, plan, progress)
     budget = Budget(plan.budget_s)
-    if reference_trial(study) is not None and not budget_allows(
+    if reference_trial(study, plan.group) is not None and not budget_allows(
         study, plan, budget, progress, keeps_launch=False
     ):
         return None

@@ -195,7 +195,7 @@ class ReferenceStages:
     def answers(self, study: optuna.Study) -> ReferenceAnswers | None:
         """What the completed reference has answered, its extensions included; None
         before it has completed."""
-        trial = reference_trial(study)
+        trial = reference_trial(study, self.plan.group)
         if trial is None:
             return None
         record = TrialRecord.of(trial)
@@ -300,7 +300,7 @@ class ReferenceStages:
     def _measured_config(self, study: optuna.Study) -> TrialConfig:
         """The reference's configuration as its trial ran it (with the values the sampler
         derives, which decide its launch), else as the space names it."""
-        trial = reference_trial(study)
+        trial = reference_trial(study, self.plan.group)
         stored = TrialRecord.of(trial).config if trial is not None else None
         with contextlib.suppress(ValueError, TypeError):
             return TrialConfig.model_validate(stored)

@@ -36,7 +36,7 @@ from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.groups import group_of
-from autotune.study.results.select import reference_trial
+from autotune.study.results.select import in_group_of, reference_trial
 from autotune.study.run.reference_load import (
     ReferenceAnswers,
     ReferenceStages,
@@ -111,8 +111,11 @@ def identical_trial(
         time.sleep(TWIN_POLL_S)
 
 
-def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | None:
-    """The completed reference; waits while another process (a shared study) still runs it.
+def await_reference(
+    study: optuna.Study, space: SearchSpace, group: str | None = None
+) -> FrozenTrial | None:
+    """The completed reference of comparison group `group` (None: the study's); waits while
+    another process (a shared study) still runs it.
 
     Without it a relative floor cannot be judged, and a candidate must never pass unjudged. A
     reference that is only queued is not waited for: this process would run it after this
@@ -128,9 +131,9 @@ def await_reference(study: optuna.Study, space: SearchSpace) -> FrozenTrial | No
         pending = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if TrialRecord.of(t).is_reference
+            if TrialRecord.of(t).is_reference and in_group_of(t, group)
         ]
-        reference = reference_trial(study)
+        reference = reference_trial(study, group)
         if reference is not None or not needs_reference:
             return reference
         if not pending or time.monotonic() > deadline:

@@ -22,7 +22,7 @@ from small_space import autotune_cli, small_space
 
 from autotune.space import load_space
 from autotune.study.results.groups import group_of, in_group
-from autotune.study.results.select import front_top
+from autotune.study.results.select import front_top, reference_trial
 from autotune.study.run.racing import incumbent
 
 PARAMS = {"batch_size": {"choices": [1, 2, 4]}}
@@ -118,6 +118,13 @@ def test_with_the_flag_the_new_trials_form_their_own_group_ranked_and_raced_apar
     # Three counted trials more (a repeated proposal, copied from its twin, counts for none).
     assert len(old) == 2 and len(new) >= 3, groups
     assert len({groups[n] for n in new}) == 1
+    # Its own reference: measured again on this machine before the group's other trials, so
+    # they are judged and shown against a reference of their machine; the old one stays its
+    # group's, and neither is read as a second reference (`best` below exits 0).
+    own, earlier = reference_trial(study, groups[new[0]]), reference_trial(study, OTHER_GROUP)
+    assert own is not None and own.number in new, (groups, own)
+    assert earlier is not None and earlier.number in old
+    assert all(n > own.number for n in new if n != own.number), (own.number, new)
     # Racing: a stopped trial lost to a trial of its own group, and the incumbent each group
     # races is its own front's top.
     for trial in study.trials:
@@ -141,8 +148,12 @@ def test_with_the_flag_the_new_trials_form_their_own_group_ranked_and_raced_apar
     assert not by_group[OTHER_GROUP]["ranked"] and not by_group[OTHER_GROUP]["this_machine"]
     assert by_group[OTHER_GROUP]["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
     assert by_group[OTHER_GROUP]["best_trial"] in old
+    assert data["unreadable"] == {}
     if data["recommended"] is not None:
         assert data["recommended"]["trial"] in new
+        if data["recommended"]["trial"] != own.number:  # "x the reference": its own
+            base = data["versus_reference"]["reference_tokens_per_s"]
+            assert base == own.user_attrs["throughput_output_tokens_per_s"]
     # A second resume on this machine joins its group without the flag.
     again = autotune_cli(
         "run", "--space", str(space), "--study", "m", "--storage", url, "--trials", "6",
