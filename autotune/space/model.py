@@ -77,6 +77,15 @@ CPU_THREADS_HELP = (
     "the study process (autotune.engines.threads). Recorded in each trial's environment."
 )
 
+BUDGET_HELP = (
+    "Wall-clock budget of the study's trials (start-ups included), e.g. 30m; no trial is "
+    "started that cannot finish inside it. At most 30 days (a study resumes for more)."
+)
+GPU_PRICE_HELP = (
+    "USD per hour of the machine a trial ran on, for the cost per million output tokens in "
+    "`best` and the report (their --gpu-price-per-hour wins); None: no price is assumed."
+)
+
 
 class SearchSpace(_Strict):
     """A validated space file."""
@@ -90,12 +99,8 @@ class SearchSpace(_Strict):
         description="The deploy target: `best`, `export` and `verify` recommend only trials "
         "whose command for it reproduces what was measured (autotune.export.reproduce).",
     )
-    budget: float | None = Field(
-        None,
-        description="Wall-clock budget of the study's trials (start-ups included), e.g. 30m; "
-        "no trial is started that cannot finish inside it. At most 30 days (a study resumes "
-        "for more).",
-    )
+    budget: float | None = Field(None, description=BUDGET_HELP)
+    gpu_price_per_hour: float | None = Field(None, gt=0, le=1e6, description=GPU_PRICE_HELP)
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
     trials: int = Field(
         20,

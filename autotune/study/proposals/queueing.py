@@ -22,6 +22,10 @@ are queued as soon as a step has beaten the first (they are then raced against t
 any trial, autotune.study.run.racing, and a loser stops within seconds), or when no
 request-time step on the running launch is left, and in any case before a launch step leaves
 that launch (candidates_now, later_candidates_due).
+
+Behind the candidates queued first comes the baseline: the deploy target started with its own
+defaults (autotune.space.engine_defaults), queued once like a candidate, so `best` states the
+recommendation's gain over what a user would run without autotune.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_finished_trial
+from autotune.space.engine_defaults import baseline_config, defaults_label
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.steps import Step
@@ -40,6 +45,7 @@ from autotune.study.store.failures import failure_of
 from autotune.study.store.recovery import owner
 
 REFERENCE = "reference"
+BASELINE = "baseline"
 # What a trial ended "not run" had been queued as (its is_reference and candidate are cleared,
 # so that no reader takes it for a reference or a candidate that failed).
 QUEUED_AS = "queued_as"
@@ -50,10 +56,13 @@ _HELD = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState
 
 
 def queue_key(trial: FrozenTrial) -> str | None:
-    """'reference', 'candidate:<name>', or None for a trial the sampler proposes."""
+    """'reference', 'candidate:<name>', 'baseline', or None for a trial the sampler
+    proposes."""
     record = TrialRecord.of(trial)
     if record.is_reference:
         return REFERENCE
+    if record.baseline:
+        return BASELINE
     return f"candidate:{record.candidate}" if record.candidate else None
 
 
@@ -80,6 +89,7 @@ def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
         QUEUED_AS: queue_key(trial),
         "is_reference": None,
         "candidate": None,
+        "baseline": None,
         "failure_kind": SURPLUS,
         "failure_reason": reason,
     }
@@ -148,6 +158,8 @@ def queue_reference_and_candidates(
             fixed_params(space, space.candidate_config(candidate.name)),
             user_attrs={"candidate": candidate.name},
         )
+    if BASELINE not in held and room > len(left):
+        _queue_baseline(study, plan)
     notes += _retire_copies(study)
     waiting = len(left) - max(0, room)
     if waiting > 0:
@@ -158,13 +170,25 @@ def queue_reference_and_candidates(
     return notes
 
 
+def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
+    """The deploy target's defaults, behind the candidates queued now: what the
+    recommendation's gain is measured against (autotune.space.engine_defaults)."""
+    config = baseline_config(plan.space)
+    if config is not None:
+        label = defaults_label(plan.space.deploy)
+        study.enqueue_trial(fixed_params(plan.space, config), user_attrs={"baseline": label})
+
+
 def next_queued_launch(study: optuna.Study, plan: StudyPlan) -> TrialConfig | None:
     """The configuration of the trial Optuna hands out next when it is a named candidate
     (the oldest waiting trial); None when that is the sampler's to propose, or nothing."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     if not waiting:
         return None
-    name = TrialRecord.of(min(waiting, key=lambda t: t.number)).candidate
+    record = TrialRecord.of(min(waiting, key=lambda t: t.number))
+    if record.baseline:
+        return baseline_config(plan.space)
+    name = record.candidate
     if not name or plan.space.find_candidate(str(name)) is None:
         return None
     return plan.space.candidate_config(str(name))

@@ -148,3 +148,28 @@ def test_a_trial_another_run_has_started_is_never_ended_here(plan: StudyPlan) ->
     study = prepare(plan)
     assert study.trials[1].state == TrialState.RUNNING
     assert queue(study)[0] == (True, None)
+
+
+def test_the_deploy_target_s_defaults_are_queued_once_behind_the_candidates(
+    tmp_path: Path,
+) -> None:
+    data = load_space("smoke")
+    reference = data.reference_config().model_dump(exclude_none=True)
+    space = small_space(
+        tmp_path, name="b", candidates=CANDIDATES, params=PARAMS, reference=reference
+    )
+    plan = plan_study(load_space(str(space)), storage_url=f"sqlite:///{tmp_path}/b.db")
+    study = prepare(plan)
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    # With the steps on, the first candidate only; the baseline right behind it.
+    records = [TrialRecord.of(t) for t in waiting]
+    assert [(r.is_reference, r.candidate, r.baseline) for r in records] == [
+        (True, None, None),
+        (False, "batch-2", None),
+        (False, None, "swift deploy's defaults"),
+    ]
+    assert waiting[2].system_attrs["fixed_params"] == {"batch_size": 2, "image_max_side": None}
+    # A second run on the same study queues it no second time.
+    study = prepare(plan)
+    held = [t for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline]
+    assert len(held) == 1
