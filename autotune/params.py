@@ -249,9 +249,11 @@ class TrialConfig(BaseModel):
     def _defaults_set_no_launch_value(self) -> TrialConfig:
         # The engine's defaults size its batch and cache itself: a value here would be recorded
         # as measured and never passed.
-        if self.engine_defaults and (
-            self.max_batch_size is not None or self.kv_cache_fraction is not None
-        ):
+        if not self.engine_defaults:
+            return self
+        if self.backend not in SERVER_BACKENDS:
+            raise ValueError("engine_defaults starts a server: the backend must be one")
+        if self.max_batch_size is not None or self.kv_cache_fraction is not None:
             raise ValueError("engine_defaults leaves max_batch_size and kv_cache_fraction unset")
         return self
 

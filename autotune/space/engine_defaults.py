@@ -7,7 +7,8 @@ trial: the engine's own defaults (no batch cap, KV share, eager mode, dtype or s
 autotune's: `TrialConfig.engine_defaults`), loaded at the space's largest concurrency with
 full-size images and greedy answers of the reference's length, so it does the work the search
 does. A space that never measures its deploy target's engine (an endpoint, an engine this
-machine lacks) has none: nothing here could start it.
+machine lacks) has none: nothing here could start it; nor has one that says
+`engine_defaults_baseline: false` (a study about one launch, smoke-swift).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def baseline_config(space: SearchSpace) -> TrialConfig | None:
     """The deploy target's engine started with its defaults, or None when the space does
     not measure that engine (see the module docstring)."""
     backend = BACKENDS.get(space.deploy)
+    if not space.engine_defaults_baseline:
+        return None
     if backend is None or not backend.server or backend.renderer is None:
         return None
     reference = space.reference_config()

@@ -14,6 +14,7 @@ from autotune.export import render_export
 from autotune.params import TrialConfig
 from autotune.space import load_space
 from autotune.space.engine_defaults import baseline_config, defaults_label
+from autotune.space.narrowing import for_endpoint
 
 
 def test_the_smoke_space_measures_swift_deploy_s_defaults() -> None:
@@ -82,3 +83,15 @@ def test_engine_defaults_is_its_own_launch_and_its_own_answers() -> None:
     assert TrialConfig(**defaults.model_dump()) == defaults
     with pytest.raises(ValidationError, match="engine_defaults leaves max_batch_size"):
         TrialConfig(backend="swift", engine_defaults=True, max_batch_size=8)
+    with pytest.raises(ValidationError, match="engine_defaults starts a server"):
+        TrialConfig(backend="transformers", engine_defaults=True)
+
+
+def test_a_space_may_leave_the_baseline_out() -> None:
+    # smoke-swift shows one launch serving every trial: a second launch is not its subject.
+    assert baseline_config(load_space("smoke-swift")) is None
+
+
+def test_an_endpoint_study_has_no_baseline() -> None:
+    # The server is someone else's: a trial there would carry the label of a launch never made.
+    assert baseline_config(for_endpoint(load_space("smoke"))) is None

@@ -23,9 +23,12 @@ any trial, autotune.study.run.racing, and a loser stops within seconds), or when
 request-time step on the running launch is left, and in any case before a launch step leaves
 that launch (candidates_now, later_candidates_due).
 
-Behind the candidates queued first comes the baseline: the deploy target started with its own
-defaults (autotune.space.engine_defaults), queued once like a candidate, so `best` states the
-recommendation's gain over what a user would run without autotune.
+The baseline, the deploy target started with its own defaults (autotune.space.engine_defaults),
+is queued once like a candidate, behind the first and ahead of the later ones, so with steps on
+it waits with them: the steps start from the first figure as before, and the baseline's launch
+comes when the study leaves the first one anyway. A run that never gets there measures it as
+its last trial (queue_baseline_last), so `best` states the gain over what a user would run
+without autotune.
 """
 
 from __future__ import annotations
@@ -153,15 +156,20 @@ def queue_reference_and_candidates(
     space = plan.space
     left = [c for c in space.candidates if f"candidate:{c.name}" not in held]
     left = left if candidates is None else left[:candidates]
-    for candidate in left[: max(0, room)]:
-        study.enqueue_trial(
-            fixed_params(space, space.candidate_config(candidate.name)),
-            user_attrs={"candidate": candidate.name},
-        )
-    if BASELINE not in held and room > len(left):
-        _queue_baseline(study, plan)
+    names: list[str | None] = [c.name for c in left]
+    if candidates is None and BASELINE not in held and baseline_config(space) is not None:
+        # Behind the first candidate, ahead of the later ones (None: the baseline).
+        first_held = any(f"candidate:{c.name}" in held for c in space.candidates)
+        names.insert(0 if first_held else min(1, len(names)), None)
+    for name in names[: max(0, room)]:
+        if name is None:
+            _queue_baseline(study, plan)
+        else:
+            study.enqueue_trial(
+                fixed_params(space, space.candidate_config(name)), user_attrs={"candidate": name}
+            )
     notes += _retire_copies(study)
-    waiting = len(left) - max(0, room)
+    waiting = sum(1 for name in names[max(0, room) :] if name is not None)
     if waiting > 0:
         notes.append(
             f"{waiting} of {len(space.candidates)} named candidates not queued: this run has "
@@ -171,12 +179,22 @@ def queue_reference_and_candidates(
 
 
 def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
-    """The deploy target's defaults, behind the candidates queued now: what the
-    recommendation's gain is measured against (autotune.space.engine_defaults)."""
+    """Queue the deploy target's defaults under their label (autotune.space.engine_defaults)."""
     config = baseline_config(plan.space)
     if config is not None:
         label = defaults_label(plan.space.deploy)
         study.enqueue_trial(fixed_params(plan.space, config), user_attrs={"baseline": label})
+
+
+def queue_baseline_last(study: optuna.Study, plan: StudyPlan, room: int) -> None:
+    """The deploy target's defaults as the run's last trial (`room`: the trials it has left)
+    when nothing queued them before: a short run, or steps that never left the first launch,
+    still ends with the figure `best` states the gain over."""
+    if room != 1 or baseline_config(plan.space) is None:
+        return
+    trials = study.get_trials(deepcopy=False)
+    if not any(queue_key(t) == BASELINE and _holds(study, t) for t in trials):
+        _queue_baseline(study, plan)
 
 
 def next_queued_launch(study: optuna.Study, plan: StudyPlan) -> TrialConfig | None:

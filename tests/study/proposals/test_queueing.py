@@ -18,7 +18,11 @@ from small_space import small_space
 from autotune.records.stored import TrialRecord
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
-from autotune.study.proposals.queueing import QUEUED_AS
+from autotune.study.proposals.queueing import (
+    QUEUED_AS,
+    queue_baseline_last,
+    queue_reference_and_candidates,
+)
 from autotune.study.results.counting import SURPLUS, trial_counts
 from autotune.study.results.progress import Progress
 from autotune.study.run.opening import prepare_study
@@ -150,26 +154,49 @@ def test_a_trial_another_run_has_started_is_never_ended_here(plan: StudyPlan) ->
     assert queue(study)[0] == (True, None)
 
 
-def test_the_deploy_target_s_defaults_are_queued_once_behind_the_candidates(
+def _swift_plan(tmp_path: Path, **overrides: object) -> StudyPlan:
+    """A space deployed with and measured through `swift deploy`: it has a baseline."""
+    reference = load_space("smoke").reference_config().model_dump(exclude_none=True)
+    space = small_space(
+        tmp_path, name="b", candidates=CANDIDATES, params=PARAMS, reference=reference, **overrides
+    )
+    return plan_study(load_space(str(space)), storage_url=f"sqlite:///{tmp_path}/b.db")
+
+
+def _waiting(study: optuna.Study) -> list[tuple[bool, str | None, str | None]]:
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return [(r.is_reference, r.candidate, r.baseline) for r in (TrialRecord.of(t) for t in waiting)]
+
+
+BASELINE = (False, None, "swift deploy's defaults")
+
+
+def test_the_deploy_target_s_defaults_come_behind_the_first_candidate(tmp_path: Path) -> None:
+    study = prepare(_swift_plan(tmp_path, sampler={"steps": False}))
+    assert _waiting(study) == [(True, None, None), (False, "batch-2", None), BASELINE,
+                               (False, "side-128", None)]  # fmt: skip
+    baseline = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[2]
+    # The space's largest concurrency at full size, under their Optuna names.
+    assert baseline.system_attrs["fixed_params"] == {"batch_size": 2, "image_max_side": None}
+    # A second run on the same study queues it no second time.
+    study = prepare(_swift_plan(tmp_path, sampler={"steps": False}))
+    assert sum(1 for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline) == 1
+
+
+def test_with_steps_the_defaults_wait_with_the_later_candidates_or_end_the_run(
     tmp_path: Path,
 ) -> None:
-    data = load_space("smoke")
-    reference = data.reference_config().model_dump(exclude_none=True)
-    space = small_space(
-        tmp_path, name="b", candidates=CANDIDATES, params=PARAMS, reference=reference
-    )
-    plan = plan_study(load_space(str(space)), storage_url=f"sqlite:///{tmp_path}/b.db")
+    plan = _swift_plan(tmp_path)
     study = prepare(plan)
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    # With the steps on, the first candidate only; the baseline right behind it.
-    records = [TrialRecord.of(t) for t in waiting]
-    assert [(r.is_reference, r.candidate, r.baseline) for r in records] == [
-        (True, None, None),
-        (False, "batch-2", None),
-        (False, None, "swift deploy's defaults"),
-    ]
-    assert waiting[2].system_attrs["fixed_params"] == {"batch_size": 2, "image_max_side": None}
-    # A second run on the same study queues it no second time.
-    study = prepare(plan)
-    held = [t for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline]
-    assert len(held) == 1
+    # The steps start from the first candidate's figure: nothing else is queued yet.
+    assert _waiting(study) == [(True, None, None), (False, "batch-2", None)]
+    queue_baseline_last(study, plan, room=2)
+    assert len(_waiting(study)) == 2  # trials are left for the steps
+    queue_baseline_last(study, plan, room=1)
+    assert _waiting(study)[-1] == BASELINE  # the run's last trial
+    queue_baseline_last(study, plan, room=1)
+    assert _waiting(study).count(BASELINE) == 1
+    # Queued with the later candidates, it is not queued again.
+    queue_reference_and_candidates(study, plan, room=10)
+    assert _waiting(study).count(BASELINE) == 1
+    assert _waiting(study)[-1] == (False, "side-128", None)
