@@ -24,11 +24,11 @@ request-time step on the running launch is left, and in any case before a launch
 that launch (candidates_now, later_candidates_due).
 
 The baseline, the deploy target started with its own defaults (autotune.space.engine_defaults),
-is queued once like a candidate, behind the first and ahead of the later ones, so with steps on
-it waits with them: the steps start from the first figure as before, and the baseline's launch
-comes when the study leaves the first one anyway. A run that never gets there measures it as
-its last trial (queue_baseline_last), so `best` states the gain over what a user would run
-without autotune.
+is queued once like a candidate: without steps, behind the first candidate and ahead of the
+others; with them, when the study leaves the incumbent's launch anyway (its launch then costs
+one start-up, not a relaunch of the incumbent's too) or as the run's last trial
+(queue_baseline_when_due). So `best` states the gain over what a user would run without
+autotune.
 """
 
 from __future__ import annotations
@@ -157,10 +157,12 @@ def queue_reference_and_candidates(
     left = [c for c in space.candidates if f"candidate:{c.name}" not in held]
     left = left if candidates is None else left[:candidates]
     names: list[str | None] = [c.name for c in left]
-    if candidates is None and BASELINE not in held and baseline_config(space) is not None:
+    # With the steps on, the baseline has its own moment (queue_baseline_when_due).
+    if candidates is None and not space.sampler.steps and BASELINE not in held:
         # Behind the first candidate, ahead of the later ones (None: the baseline).
         first_held = any(f"candidate:{c.name}" in held for c in space.candidates)
-        names.insert(0 if first_held else min(1, len(names)), None)
+        if baseline_config(space) is not None:
+            names.insert(0 if first_held else min(1, len(names)), None)
     for name in names[: max(0, room)]:
         if name is None:
             _queue_baseline(study, plan)
@@ -180,19 +182,25 @@ def queue_reference_and_candidates(
 
 def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
     """Queue the deploy target's defaults under their label (autotune.space.engine_defaults)."""
-    config = baseline_config(plan.space)
-    if config is not None:
-        label = defaults_label(plan.space.deploy)
-        study.enqueue_trial(fixed_params(plan.space, config), user_attrs={"baseline": label})
+    # No fixed parameters: its trial asks the sampler for none (autotune.study.run.objective).
+    if baseline_config(plan.space) is not None:
+        study.enqueue_trial({}, user_attrs={"baseline": defaults_label(plan.space.deploy)})
 
 
-def queue_baseline_last(study: optuna.Study, plan: StudyPlan, room: int) -> None:
-    """The deploy target's defaults as the run's last trial (`room`: the trials it has left)
-    when nothing queued them before: a short run, or steps that never left the first launch,
-    still ends with the figure `best` states the gain over."""
-    if room != 1 or baseline_config(plan.space) is None:
+def queue_baseline_when_due(
+    study: optuna.Study, plan: StudyPlan, step: Step | None, room: int
+) -> None:
+    """With the steps on, the deploy target's defaults once the first candidate has a figure
+    and the next proposal (`step`, the scheduler's) leaves the running launch anyway, so their
+    launch costs one start-up and no relaunch of the incumbent's; or as the run's last trial
+    (`room`: the trials it has left), so a short run still states the gain over them."""
+    if not plan.space.sampler.steps or baseline_config(plan.space) is None:
         return
     trials = study.get_trials(deepcopy=False)
+    leaving = step is None or step.new_launch
+    first = any(TrialRecord.of(t).candidate and t.state.is_finished() for t in trials)
+    if room != 1 and not (leaving and first):
+        return
     if not any(queue_key(t) == BASELINE and _holds(study, t) for t in trials):
         _queue_baseline(study, plan)
 

@@ -20,7 +20,7 @@ from autotune.study.plan import StudyPlan
 from autotune.study.proposals.queueing import (
     candidates_now,
     later_candidates_due,
-    queue_baseline_last,
+    queue_baseline_when_due,
     queue_reference_and_candidates,
 )
 from autotune.study.proposals.steering import Steering
@@ -82,9 +82,8 @@ class _AfterTrial:
             room = self.target - counted_trials(study, include_running=True)
             for note in queue_reference_and_candidates(study, self.plan, room=room):
                 self.progress.note(note)
-        queue_baseline_last(
-            study, self.plan, self.target - counted_trials(study, include_running=True)
-        )
+        room = self.target - counted_trials(study, include_running=True)
+        queue_baseline_when_due(study, self.plan, self.steering.step, room)
         record = TrialRecord.of(trial)
         self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
         kind = record.failure_kind

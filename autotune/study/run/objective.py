@@ -323,7 +323,9 @@ class Objective:
         space = self.plan.space
         record = TrialRecord.of(trial)
         fixed = _fixed_config(trial, space, record, self.artifacts)
-        config = suggest(space, trial, fixed=fixed)
+        # The baseline asks the sampler for nothing: its launch values are no point of the
+        # search, and a trial with only some of its parameters splits TPE's groups of them.
+        config = fixed if record.baseline and fixed else suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)
         write_trial(trial, {"config": config.model_dump(), "output_key": output_key})
         self.progress.trial_started(trial.number, config)

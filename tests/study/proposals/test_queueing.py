@@ -20,7 +20,7 @@ from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
 from autotune.study.proposals.queueing import (
     QUEUED_AS,
-    queue_baseline_last,
+    queue_baseline_when_due,
     queue_reference_and_candidates,
 )
 from autotune.study.results.counting import SURPLUS, trial_counts
@@ -176,27 +176,27 @@ def test_the_deploy_target_s_defaults_come_behind_the_first_candidate(tmp_path: 
     assert _waiting(study) == [(True, None, None), (False, "batch-2", None), BASELINE,
                                (False, "side-128", None)]  # fmt: skip
     baseline = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[2]
-    # The space's largest concurrency at full size, under their Optuna names.
-    assert baseline.system_attrs["fixed_params"] == {"batch_size": 2, "image_max_side": None}
+    # Its configuration is the space's to build; the sampler is asked for nothing.
+    assert baseline.system_attrs["fixed_params"] == {}
     # A second run on the same study queues it no second time.
     study = prepare(_swift_plan(tmp_path, sampler={"steps": False}))
     assert sum(1 for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline) == 1
 
 
-def test_with_steps_the_defaults_wait_with_the_later_candidates_or_end_the_run(
+def test_with_steps_the_defaults_wait_for_the_study_to_leave_the_launch_or_end_the_run(
     tmp_path: Path,
 ) -> None:
     plan = _swift_plan(tmp_path)
     study = prepare(plan)
     # The steps start from the first candidate's figure: nothing else is queued yet.
     assert _waiting(study) == [(True, None, None), (False, "batch-2", None)]
-    queue_baseline_last(study, plan, room=2)
-    assert len(_waiting(study)) == 2  # trials are left for the steps
-    queue_baseline_last(study, plan, room=1)
+    # No candidate has a figure yet: no step to leave a launch from, and trials are left.
+    queue_baseline_when_due(study, plan, None, room=2)
+    assert len(_waiting(study)) == 2
+    queue_baseline_when_due(study, plan, None, room=1)
     assert _waiting(study)[-1] == BASELINE  # the run's last trial
-    queue_baseline_last(study, plan, room=1)
+    queue_baseline_when_due(study, plan, None, room=1)
     assert _waiting(study).count(BASELINE) == 1
-    # Queued with the later candidates, it is not queued again.
+    # The later candidates come behind it; it is not queued with them a second time.
     queue_reference_and_candidates(study, plan, room=10)
-    assert _waiting(study).count(BASELINE) == 1
-    assert _waiting(study)[-1] == (False, "side-128", None)
+    assert _waiting(study)[-2:] == [BASELINE, (False, "side-128", None)]
