@@ -188,18 +188,19 @@ def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
 
 
 def queue_baseline_when_due(
-    study: optuna.Study, plan: StudyPlan, step: Step | None, room: int
+    study: optuna.Study, plan: StudyPlan, step: Step | None, *, last: bool
 ) -> None:
     """With the steps on, the deploy target's defaults once the first candidate has a figure
     and the next proposal (`step`, the scheduler's) leaves the running launch anyway, so their
     launch costs one start-up and no relaunch of the incumbent's; or as the run's last trial
-    (`room`: the trials it has left), so a short run still states the gain over them."""
+    (`last`: its trials or its budget hold one more), so a short run still states the gain
+    over them."""
     if not plan.space.sampler.steps or baseline_config(plan.space) is None:
         return
     trials = study.get_trials(deepcopy=False)
     leaving = step is None or step.new_launch
     first = any(TrialRecord.of(t).candidate and t.state.is_finished() for t in trials)
-    if room != 1 and not (leaving and first):
+    if not last and not (leaving and first):
         return
     if not any(queue_key(t) == BASELINE and _holds(study, t) for t in trials):
         _queue_baseline(study, plan)

@@ -191,11 +191,11 @@ def test_with_steps_the_defaults_wait_for_the_study_to_leave_the_launch_or_end_t
     # The steps start from the first candidate's figure: nothing else is queued yet.
     assert _waiting(study) == [(True, None, None), (False, "batch-2", None)]
     # No candidate has a figure yet: no step to leave a launch from, and trials are left.
-    queue_baseline_when_due(study, plan, None, room=2)
+    queue_baseline_when_due(study, plan, None, last=False)
     assert len(_waiting(study)) == 2
-    queue_baseline_when_due(study, plan, None, room=1)
+    queue_baseline_when_due(study, plan, None, last=True)
     assert _waiting(study)[-1] == BASELINE  # the run's last trial
-    queue_baseline_when_due(study, plan, None, room=1)
+    queue_baseline_when_due(study, plan, None, last=True)
     assert _waiting(study).count(BASELINE) == 1
     # The later candidates come behind it; it is not queued with them a second time.
     queue_reference_and_candidates(study, plan, room=10)
