@@ -12,9 +12,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -221,6 +223,12 @@ class TrialConfig(BaseModel):
     seed: int = Field(
         0, ge=0, le=MAX_SEED, description="Sampling seed (fixed so sampled runs repeat)."
     )
+    engine_defaults: StrictBool = Field(
+        False,
+        description="Launch the engine as its documentation starts it: no launch flag of "
+        "autotune's (batch cap, KV share, eager mode, dtype, session length...); the launch "
+        "values above then only record what those defaults are. A study's baseline.",
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -237,19 +245,46 @@ class TrialConfig(BaseModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _defaults_set_no_launch_value(self) -> TrialConfig:
+        # The engine's defaults size its batch and cache itself: a value here would be recorded
+        # as measured and never passed.
+        if not self.engine_defaults:
+            return self
+        if self.backend not in SERVER_BACKENDS:
+            raise ValueError("engine_defaults starts a server: the backend must be one")
+        if self.max_batch_size is not None or self.kv_cache_fraction is not None:
+            raise ValueError("engine_defaults leaves max_batch_size and kv_cache_fraction unset")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_engine_defaults_off(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """engine_defaults only where it is on: the configurations stored before it existed,
+        the answers cache's keys and every export of a tuned trial stay as they were."""
+        data = handler(self)
+        if isinstance(data, dict) and not self.engine_defaults:
+            data.pop("engine_defaults", None)
+        return data
+
     def launch_key(self) -> tuple[Any, ...]:
-        """The launch-time values: trials with equal keys can share one running engine."""
-        return tuple(getattr(self, name) for name in LAUNCH_PARAMS)
+        """The launch-time values: trials with equal keys can share one running engine (an
+        engine started with its own defaults is another launch than one with equal values)."""
+        key = tuple(getattr(self, name) for name in LAUNCH_PARAMS)
+        return (*key, True) if self.engine_defaults else key
 
     def output_key(self) -> dict[str, Any]:
         """The parameters that decide the answers, for reusing accuracy across trials.
 
         Sampled answers also depend on how the random stream is shared out over a batch, so
-        batch_size joins the key when do_sample is on.
+        batch_size joins the key when do_sample is on. An engine started with its defaults
+        preprocesses and computes as it likes (its checkpoint dtype, its image bounds), so
+        its answers are its own.
         """
         names = [*OUTPUT_AFFECTING_PARAMS, "seed"]
         if self.do_sample:
             names.append("batch_size")
+        if self.engine_defaults:
+            names.append("engine_defaults")
         return {name: getattr(self, name) for name in names}
 
 

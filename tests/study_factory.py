@@ -67,6 +67,7 @@ class Spec:
     ci_rel: float | None = None  # the throughput's 95% interval, relative
     duplicate_of: int | None = None  # a repeated proposal: the trial's figures are copied
     one_token: bool = False  # one-token answers: no TPOT (NaN)
+    baseline: str | None = None  # the deploy target's defaults: the baseline's label
 
 
 def _p(attn: str, side: int | None, batch: int) -> dict[str, Any]:
@@ -85,6 +86,15 @@ SPECS = [
     Spec(_p("eager", 512, 4), 0, 0, 0.40, state=TrialState.PRUNED),
 ]
 
+BASELINE_LABEL = "LMDeploy's defaults"
+# The reference, a tuned trial (the recommendation) and the deploy target's defaults, each
+# with a throughput interval: the gain over the baseline and the cost per million tokens.
+BASELINE_SPECS = [
+    Spec(_p("sdpa", None, 1), 41.0, 2100, 0.90, reference=True, ci_rel=0.08),
+    Spec(_p("sdpa", 768, 16), 305.5, 4200, 0.90, ci_rel=0.03),
+    Spec(_p("sdpa", None, 16), 200.0, 5200, 0.90, ci_rel=0.04, baseline=BASELINE_LABEL),
+]
+
 
 def _config(params: dict[str, Any]) -> dict[str, Any]:
     return TrialConfig(
@@ -101,6 +111,8 @@ def _item_scores(accuracy: float) -> dict[str, float]:
 def _user_attrs(spec: Spec, reference_accuracy: float) -> dict[str, Any]:
     config = _config(spec.params)
     attrs: dict[str, Any] = {"config": config, "is_reference": spec.reference}
+    if spec.baseline is not None:
+        attrs["baseline"] = spec.baseline
     if spec.state == TrialState.FAIL:
         attrs["failure_kind"] = "oom"
         attrs["failure_reason"] = spec.failure

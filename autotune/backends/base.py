@@ -125,6 +125,11 @@ class Backend:
     # Its KV cache takes a share of the GPU memory free when it starts, so it can start while
     # another engine (a study's reference) still holds some (autotune.study.run.launches).
     sizes_cache_from_free_memory: bool = False
+    # As a deploy target: the label of its own defaults measured as a baseline ("LMDeploy's
+    # defaults"), and the TrialConfig values those defaults amount to where they differ from
+    # TrialConfig's (vLLM caches prefixes by default): the record then says what ran.
+    defaults_label: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def forces_length(self) -> bool:

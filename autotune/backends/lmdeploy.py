@@ -65,6 +65,8 @@ BACKEND = Backend(
     ),
     loads_quantized_checkpoints=True,
     reserved_flags=FLAGS.reserved(),
+    defaults_label="LMDeploy's defaults",
+    defaults={"compile_mode": "default"},
     session_len_flag=FLAGS.session_len.name,
     unsupported={
         "kv_quant": {

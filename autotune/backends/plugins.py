@@ -128,6 +128,18 @@ def _inner_engine(value: object) -> InnerEngine | None:
     )
 
 
+def _scalar_map(value: object) -> dict[str, Any]:
+    """A mapping of names to plain scalars (a TrialConfig's values), copied."""
+    if not isinstance(value, Mapping):
+        raise PluginProblem(f"is a {type(value).__name__}, not a mapping")
+    plain = {}
+    for key, item in dict(value).items():
+        if item is not None and not isinstance(item, str | int | float | bool):
+            raise PluginProblem(f"has a {type(item).__name__} for {key!r}, not a plain value")
+        plain[_text(key)] = item
+    return plain
+
+
 _FIELDS: dict[str, Callable[[object], Any]] = {
     "name": _text,
     "lacks": lambda value: frozenset(_texts(value)),
@@ -151,6 +163,8 @@ _FIELDS: dict[str, Callable[[object], Any]] = {
     "cuda_only": _why_map,
     "adapters_refused": _optional_text,
     "sizes_cache_from_free_memory": _flag,
+    "defaults_label": _optional_text,
+    "defaults": _scalar_map,
 }
 
 

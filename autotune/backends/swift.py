@@ -78,5 +78,6 @@ BACKEND = Backend(
         flag=FLAGS.infer_backend.option, default="transformers", aliases={"pt": "transformers"}
     ),
     reserved_flags=FLAGS.reserved(),
+    defaults_label="swift deploy's defaults",
     session_len_flag=FLAGS.vllm_max_model_len.name,
 )

@@ -64,6 +64,8 @@ BACKEND = Backend(
     renderer="autotune.export.vllm:render",
     length_fields=("max_tokens", "min_tokens"),
     reserved_flags=FLAGS.reserved(),
+    defaults_label="vLLM's defaults",
+    defaults={"compile_mode": "default", "prefix_cache": True},
     session_len_flag=FLAGS.max_model_len.name,
     unsupported={
         "kv_quant": {

@@ -25,13 +25,30 @@ from autotune.cli.base import (
 from autotune.params import DEPLOY_TARGETS
 
 
+def price_option(function: F) -> F:
+    """--gpu-price-per-hour: the cost per million output tokens; no price is assumed."""
+    return click.option(
+        "--gpu-price-per-hour",
+        "gpu_price_per_hour",
+        type=FiniteFloatRange(min=0, min_open=True, max=1e6),
+        default=None,
+        metavar="USD",
+        help="Hourly price of the machine (USD): shows the cost per million output tokens of "
+        "the recommendation and the baseline (over the space's gpu_price_per_hour).",
+    )(function)
+
+
 @main.command()
 @study_option
 @storage_option
 @json_option
+@price_option
 @user_errors
-def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
-    """Show the feasible Pareto front and the recommended trial."""
+def best(
+    study_name: str | None, storage: str | None, as_json: bool, gpu_price_per_hour: float | None
+) -> None:
+    """Show the feasible Pareto front, the recommended trial and its gain over the deploy
+    engine's defaults."""
     from optuna.trial import TrialState
 
     from autotune.errors import StudyError
@@ -54,7 +71,7 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
     view = in_group(study, ranked.id if ranked is not None else None)
     if as_json:
         groups = groups_summary(study, ranked, machine)
-        data = best_json(view)
+        data = best_json(view, gpu_price_per_hour=gpu_price_per_hour)
         click.echo(
             json_text({**data, "comparison_groups": groups, "unreadable": _unreadable(study)})
         )
@@ -65,7 +82,7 @@ def best(study_name: str | None, storage: str | None, as_json: bool) -> None:
             # one error line. Records that cannot be read are named by their own lines instead.
             click.echo(failures_text(study))
             raise StudyError(f"study '{study.study_name}' has no completed trial: each failed")
-        click.echo(best_text(view))
+        click.echo(best_text(view, gpu_price_per_hour=gpu_price_per_hour))
         for line in groups_lines(study, ranked, machine):
             click.echo(line)
     _warn_impossible_repeats(study)
@@ -280,8 +297,11 @@ def dashboard(
     type=click.Path(dir_okay=False, writable=True),
     help="HTML file to write.",
 )
+@price_option
 @user_errors
-def report(study_name: str | None, storage: str | None, out_path: str) -> None:
+def report(
+    study_name: str | None, storage: str | None, out_path: str, gpu_price_per_hour: float | None
+) -> None:
     """Write a self-contained HTML report of the study (opens offline)."""
     from autotune.report.html import write_report
     from autotune.study.store.storage import load_study
@@ -289,7 +309,9 @@ def report(study_name: str | None, storage: str | None, out_path: str) -> None:
     # Resolved once: a storage that cannot be read at all is refused before anything is
     # written, and the trials left out are named after the report is.
     study = load_study(study_name, storage)
-    path = write_report(study.study_name, storage, out=out_path)
+    path = write_report(
+        study.study_name, storage, out=out_path, gpu_price_per_hour=gpu_price_per_hour
+    )
     click.echo(f"report written to {path}")
     _warn_impossible_repeats(study)
     _exit_if_unreadable(study)

@@ -145,9 +145,22 @@ def batch_cap(config: TrialConfig) -> int:
 
 
 def client_note(config: TrialConfig) -> str:
+    if config.engine_defaults:
+        return (
+            f"measured with {config.batch_size} request(s) in flight; the engine caps the "
+            "batch at its own default."
+        )
     return (
         f"measured with {config.batch_size} request(s) in flight; the launch caps the batch at "
         f"{batch_cap(config)}."
+    )
+
+
+def defaults_note(command: str) -> str:
+    """What an export of the engine's defaults is (TrialConfig.engine_defaults)."""
+    return (
+        f"the engine's defaults: `{command}` as its documentation starts it, with no launch "
+        "flag of autotune's (the study's baseline)."
     )
 
 

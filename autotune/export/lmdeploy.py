@@ -8,6 +8,8 @@ client's request body (`Export.request`) and in the client-side image resize.
 
 from __future__ import annotations
 
+import shlex
+
 from ..backends.lmdeploy import FLAGS as F
 from ..checkpoints.adapters import CANNOT_SERVE
 from ..engine_args import render_flags
@@ -25,6 +27,7 @@ from .base import (
     batch_cap,
     client_note,
     compact_json,
+    defaults_note,
     engine_knob_notes,
     image_note,
     sampling_request,
@@ -50,22 +53,10 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     # --backend pytorch is explicit: the default, turbomind, cannot run Qwen3-VL and LMDeploy
     # would fall back to pytorch only after a warning.
     argv = ["lmdeploy", "serve", "api_server", _model(config, opts), *F.backend("pytorch")]
-    argv += F.dtype(dtype) + F.max_batch_size(batch_cap(config))
-    if config.kv_quant != "none":
-        argv += F.quant_policy(config.kv_quant)
-        reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
-        if reason:
-            n.block(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
-    if config.prefix_cache:
-        argv += F.enable_prefix_caching()
-    if config.kv_cache_fraction is not None:
-        argv += F.cache_max_entry_count(config.kv_cache_fraction)
-    if config.tensor_parallel > 1:
-        argv += F.tp(config.tensor_parallel)
-    if config.compile_mode == "none":
-        argv += F.eager_mode()  # no CUDA graphs: what compile_mode none measured
-    if opts.session_len is not None:
-        argv += F.session_len(opts.session_len)
+    if config.engine_defaults:
+        n.add(defaults_note(shlex.join(argv)))
+    else:
+        argv += _tuned_flags(config, opts, n, dtype)
     if opts.adapters:
         argv += F.adapters(*adapter_specs(opts))
         n.block(
@@ -99,6 +90,28 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             "generation_config.json (LMDeploy's default --generation-config auto)."
         )
     return Export(format="lmdeploy", argv=argv, notes=n.notes, blockers=n.blockers, request=request)
+
+
+def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes, dtype: str) -> list[str]:
+    """The launch flags autotune sets from the configuration (none for the engine's defaults)."""
+    flags: list[str] = []
+    flags += F.dtype(dtype) + F.max_batch_size(batch_cap(config))
+    if config.kv_quant != "none":
+        flags += F.quant_policy(config.kv_quant)
+        reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
+        if reason:
+            n.block(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
+    if config.prefix_cache:
+        flags += F.enable_prefix_caching()
+    if config.kv_cache_fraction is not None:
+        flags += F.cache_max_entry_count(config.kv_cache_fraction)
+    if config.tensor_parallel > 1:
+        flags += F.tp(config.tensor_parallel)
+    if config.compile_mode == "none":
+        flags += F.eager_mode()  # no CUDA graphs: what compile_mode none measured
+    if opts.session_len is not None:
+        flags += F.session_len(opts.session_len)
+    return flags
 
 
 def _model(config: TrialConfig, opts: ServeOptions) -> str:

@@ -13,6 +13,8 @@ in-process transformers engine and `swift deploy` answer alike, item by item
 
 from __future__ import annotations
 
+import shlex
+
 from ..backends.swift import FLAGS as F
 from ..engine_args import render_flags
 from ..errors import ExportError
@@ -28,6 +30,7 @@ from .base import (
     batch_cap,
     client_note,
     compact_json,
+    defaults_note,
     image_note,
     sampling_request,
 )
@@ -56,30 +59,14 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     elif note:
         n.block(note)
 
+    # The model type and template say which model it is, not how to serve it: kept for the
+    # engine's defaults too (ms-swift matches a local folder by its architectures otherwise).
     argv = ["swift", "deploy", *F.model(opts.model)]
-    argv += F.model_type(MODEL_TYPE) + F.template(MODEL_TYPE) + F.infer_backend(engine)
-    # --torch_dtype accepts bfloat16/float16/float32 only; leaving it out reads config.json,
-    # which is what "auto" means.
-    if config.dtype != "auto":
-        argv += F.torch_dtype(config.dtype)
-    if engine == "transformers":
-        argv += F.attn_impl(config.attn_implementation)
-        argv += F.max_batch_size(batch_cap(config))
+    argv += F.model_type(MODEL_TYPE) + F.template(MODEL_TYPE)
+    if config.engine_defaults:
+        n.add(defaults_note(shlex.join(argv)))
     else:
-        # --max_batch_size only drives the transformers engine; vLLM batches by max_num_seqs.
-        argv += F.vllm_max_num_seqs(batch_cap(config))
-        argv += F.vllm_limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
-        if config.kv_cache_fraction is not None:
-            argv += F.vllm_gpu_memory_utilization(config.kv_cache_fraction)
-        if opts.session_len is not None:
-            argv += F.vllm_max_model_len(opts.session_len)
-        if config.compile_mode == "none":
-            argv += F.vllm_enforce_eager("true")  # compile_mode none = eager on vLLM
-        if config.attn_implementation != "sdpa":
-            n.add(
-                f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
-                "which picks its own attention kernels."
-            )
+        argv += F.infer_backend(engine) + _tuned_flags(config, opts, n, engine)
     for gap in _gap_notes(config):
         n.block(gap)
     if opts.adapters:
@@ -89,11 +76,14 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 
     geometry = opts.image_geometry
     # What ms-swift's qwen3_vl loader reads (pixels = tokens x 32 x 32): the checkpoint
-    # processor's bounds instead of qwen-vl-utils' own 4-token minimum.
+    # processor's bounds instead of qwen-vl-utils' own 4-token minimum; the engine's defaults
+    # keep its own.
     env = {
         "IMAGE_MIN_TOKEN_NUM": str(geometry.min_tokens),
         "IMAGE_MAX_TOKEN_NUM": str(geometry.max_tokens),
     }
+    if config.engine_defaults:
+        env = {}
     if config.image_max_side is not None:
         n.add(image_note(config.image_max_side))
     n.add(client_note(config), *adapter_notes(opts))
@@ -116,6 +106,34 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         blockers=n.blockers,
         request=request,
     )
+
+
+def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes, engine: str) -> list[str]:
+    """The launch flags autotune sets from the configuration (none for the engine's defaults)."""
+    flags: list[str] = []
+    # --torch_dtype accepts bfloat16/float16/float32 only; leaving it out reads config.json,
+    # which is what "auto" means.
+    if config.dtype != "auto":
+        flags += F.torch_dtype(config.dtype)
+    if engine == "transformers":
+        flags += F.attn_impl(config.attn_implementation)
+        flags += F.max_batch_size(batch_cap(config))
+    else:
+        # --max_batch_size only drives the transformers engine; vLLM batches by max_num_seqs.
+        flags += F.vllm_max_num_seqs(batch_cap(config))
+        flags += F.vllm_limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
+        if config.kv_cache_fraction is not None:
+            flags += F.vllm_gpu_memory_utilization(config.kv_cache_fraction)
+        if opts.session_len is not None:
+            flags += F.vllm_max_model_len(opts.session_len)
+        if config.compile_mode == "none":
+            flags += F.vllm_enforce_eager("true")  # compile_mode none = eager on vLLM
+        if config.attn_implementation != "sdpa":
+            n.add(
+                f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
+                "which picks its own attention kernels."
+            )
+    return flags
 
 
 def _gap_notes(config: TrialConfig) -> list[str]:

@@ -11,6 +11,8 @@ vLLM has no choice between torch.compile modes on its command line.
 
 from __future__ import annotations
 
+import shlex
+
 from ..backends.vllm import FLAGS as F
 from ..engine_args import render_flags
 from ..params import TrialConfig
@@ -26,6 +28,7 @@ from .base import (
     batch_cap,
     client_note,
     compact_json,
+    defaults_note,
     engine_knob_notes,
     image_note,
     sampling_request,
@@ -52,37 +55,16 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
     if note:
         n.block(note)
 
-    argv = ["vllm", "serve", opts.model, *F.dtype(config.dtype)]
-    argv += F.max_num_seqs(batch_cap(config))
-    # For vLLM the fraction is the instance's share of total GPU memory (weights included),
-    # the value the trial passed with this same flag.
-    if config.kv_cache_fraction is not None:
-        argv += F.gpu_memory_utilization(config.kv_cache_fraction)
-    if config.tensor_parallel > 1:
-        argv += F.tensor_parallel_size(config.tensor_parallel)
-    if opts.session_len is not None:
-        argv += F.max_model_len(opts.session_len)
-    if config.compile_mode == "none":
-        argv += F.enforce_eager()  # no compile, no CUDA graphs: what compile_mode none means
-    if config.weight_quant == "fp8":
-        argv += F.quantization("fp8")  # the bf16 weights, quantised on load
-    if config.kv_quant == "fp8":
-        argv += F.kv_cache_dtype("fp8")
-    elif config.kv_quant != "none":
-        n.block(
-            f"kv_quant {config.kv_quant}: {unsupported_reason('vllm', 'kv_quant', config.kv_quant)}"
-            "; this command keeps the KV cache in the model's dtype."
-        )
-    # Explicit both ways: vLLM caches prefixes and decoded images by default, and a trial
-    # without the cache measured neither.
-    if config.prefix_cache:
-        argv += F.enable_prefix_caching()
+    argv = ["vllm", "serve", opts.model]
+    if config.engine_defaults:
+        n.add(defaults_note(shlex.join(argv)))
     else:
-        argv += F.no_enable_prefix_caching() + F.mm_processor_cache_gb(0)
+        argv += _tuned_flags(config, opts, n)
     if opts.adapters:
         argv += F.enable_lora() + F.max_lora_rank(lora_rank_flag(opts))
         argv += F.lora_modules(*adapter_specs(opts))
-    argv += F.limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
+    if not config.engine_defaults:
+        argv += F.limit_mm_per_prompt(compact_json(LIMIT_MM_PER_PROMPT))
     argv += render_flags("vllm", opts.engine_args)
     argv += address_flags(opts, host=F.host, port=F.port, name=F.served_model_name)
     n.add(
@@ -107,3 +89,34 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
             "generation_config.json (vLLM's default --generation-config auto)."
         )
     return Export(format="vllm", argv=argv, notes=n.notes, blockers=n.blockers, request=request)
+
+
+def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes) -> list[str]:
+    """The launch flags autotune sets from the configuration (none for the engine's defaults)."""
+    flags = F.dtype(config.dtype) + F.max_num_seqs(batch_cap(config))
+    # For vLLM the fraction is the instance's share of total GPU memory (weights included),
+    # the value the trial passed with this same flag.
+    if config.kv_cache_fraction is not None:
+        flags += F.gpu_memory_utilization(config.kv_cache_fraction)
+    if config.tensor_parallel > 1:
+        flags += F.tensor_parallel_size(config.tensor_parallel)
+    if opts.session_len is not None:
+        flags += F.max_model_len(opts.session_len)
+    if config.compile_mode == "none":
+        flags += F.enforce_eager()  # no compile, no CUDA graphs: what compile_mode none means
+    if config.weight_quant == "fp8":
+        flags += F.quantization("fp8")  # the bf16 weights, quantised on load
+    if config.kv_quant == "fp8":
+        flags += F.kv_cache_dtype("fp8")
+    elif config.kv_quant != "none":
+        n.block(
+            f"kv_quant {config.kv_quant}: {unsupported_reason('vllm', 'kv_quant', config.kv_quant)}"
+            "; this command keeps the KV cache in the model's dtype."
+        )
+    # Explicit both ways: vLLM caches prefixes and decoded images by default, and a trial
+    # without the cache measured neither.
+    if config.prefix_cache:
+        flags += F.enable_prefix_caching()
+    else:
+        flags += F.no_enable_prefix_caching() + F.mm_processor_cache_gb(0)
+    return flags

@@ -23,7 +23,8 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
         "model": opts.model,
         "backend": config.backend,
         # mode="json" keeps plain scalars, so safe_dump never needs a Python-specific tag.
-        "config": config.model_dump(mode="json"),
+        # engine_defaults too where it is off (the stored record leaves it out then).
+        "config": {**config.model_dump(mode="json"), "engine_defaults": config.engine_defaults},
         "server": server,
     }
     document = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -151,6 +151,9 @@ class TrialRecord(_Stored):
     output_key: str | None = None
     is_reference: bool = False
     candidate: str | None = None
+    # The deploy target's defaults measured as the study's baseline: its label
+    # (autotune.space.engine_defaults), "LMDeploy's defaults".
+    baseline: str | None = None
     launch_id: str | None = None
     launch_started: bool | None = None
     gpus: list[dict[str, Any]] = []
@@ -308,6 +311,12 @@ class StudyRecord(_Stored):
     def of(cls, study: optuna.Study) -> StudyRecord:
         record: StudyRecord = cls._read(study.user_attrs, f"study {study.study_name!r}")
         return record
+
+    @property
+    def gpu_price_per_hour(self) -> float | None:
+        """The space's hourly price of the machine (USD), or None: no price was given."""
+        price = self.space.get("gpu_price_per_hour")
+        return float(price) if isinstance(price, int | float) and price > 0 else None
 
 
 class _SpoolFile(BaseModel):

@@ -97,6 +97,8 @@ class ReportData:
     reference_answers: dict[str, str]
     importances: Importances
     environment: dict[str, Any]
+    # USD per hour for the cost per million tokens (autotune.report.headline); None: none given.
+    gpu_price_per_hour: float | None = None
 
 
 def finite(value: Any) -> float | None:
@@ -338,7 +340,9 @@ def environment(study: optuna.Study, trials: list[FrozenTrial]) -> dict[str, Any
     return env
 
 
-def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
+def collect(
+    study: optuna.Study, *, artifact_store: Any = None, gpu_price_per_hour: float | None = None
+) -> ReportData:
     """Everything the report shows, read once. `artifact_store` may be None (no artifacts)."""
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -378,18 +382,23 @@ def collect(study: optuna.Study, *, artifact_store: Any = None) -> ReportData:
         reference_answers=reference_answers,
         importances=importances(study, complete),
         environment=environment(study, trials),
+        gpu_price_per_hour=gpu_price_per_hour,
     )
 
 
 def named_beside(trials: list[FrozenTrial], rec: Recommendation | None) -> list[FrozenTrial]:
-    """Of a study's `trials`: the reference, every named candidate (whatever its outcome) and
-    the recommendation, in trial order, so known recipes are read beside what the search
-    found; empty for a study without candidates."""
-    if not any(TrialRecord.of(t).candidate for t in trials):
+    """Of a study's `trials`: the reference, every named candidate and the engine's defaults
+    (whatever their outcome) and the recommendation, in trial order, so known recipes are read
+    beside what the search found; empty for a study with neither."""
+    named = [t for t in trials if _named(TrialRecord.of(t))]
+    if not named:
         return []
     recommended = rec.trial.number if rec is not None else None
     return [
-        t
-        for t in trials
-        if TrialRecord.of(t).candidate or TrialRecord.of(t).is_reference or t.number == recommended
+        t for t in trials if t in named or TrialRecord.of(t).is_reference or t.number == recommended
     ]
+
+
+def _named(record: TrialRecord) -> bool:
+    """A named candidate, or the deploy target's defaults (the baseline)."""
+    return bool(record.candidate or record.baseline)

@@ -129,8 +129,15 @@ generated {generated} by autotune {e(__version__)}</p>
 """
 
 
-def write_report(study_name: str | None, storage_url: str | None, *, out: str | Path) -> Path:
-    """Write the report of an existing study to `out`; never creates a database."""
+def write_report(
+    study_name: str | None,
+    storage_url: str | None,
+    *,
+    out: str | Path,
+    gpu_price_per_hour: float | None = None,
+) -> Path:
+    """Write the report of an existing study to `out`; never creates a database.
+    `gpu_price_per_hour` (USD): the cost per million tokens, over the space's price."""
     from optuna.artifacts import FileSystemArtifactStore
 
     from autotune.study.store.storage import artifact_dir, default_storage_url, load_study
@@ -140,6 +147,6 @@ def write_report(study_name: str | None, storage_url: str | None, *, out: str | 
     url = storage_url or default_storage_url(study.study_name)
     store_dir = artifact_dir(url, study.study_name)
     store = FileSystemArtifactStore(store_dir) if store_dir.is_dir() else None
-    document = render(collect(study, artifact_store=store))
+    document = render(collect(study, artifact_store=store, gpu_price_per_hour=gpu_price_per_hour))
     write_text_atomically(out, document, "the report")
     return Path(out)

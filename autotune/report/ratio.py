@@ -4,18 +4,19 @@ Both figures come from load tests with intervals of their own: the recommendatio
 +-3% (launch spread included), the reference's often far wider, since a reference the deploy
 target cannot run is measured only to +-10% or a short cap (autotune.study.run.reference_load).
 The ratio carries both: two independent measurements, so on the log scale (where a ratio is
-a difference) their relative half-widths add in quadrature, the delta method's first order.
+a difference) their relative half-widths add in quadrature, the delta method's first order
+(autotune.study.results.gain.throughput_ratio, shared with the gain over the engine's
+defaults). The reference is transformers in-process at batch 1, which nobody deploys: this
+ratio is a detail line; the headline is the gain over the deploy target's defaults.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from optuna.trial import FrozenTrial
 
-from autotune.measure.registry import THROUGHPUT
-from autotune.records.stored import TrialRecord
+from autotune.study.results.gain import throughput_ratio
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,5 @@ def versus_reference(trial: FrozenTrial, reference: FrozenTrial | None) -> Ratio
     reference itself)."""
     if reference is None or reference.number == trial.number:
         return None
-    mine, theirs = TrialRecord.of(trial), TrialRecord.of(reference)
-    rate, base = mine.figure(THROUGHPUT), theirs.figure(THROUGHPUT)
-    if rate is None or base is None or base <= 0:
-        return None
-    rel, base_rel = mine.throughput_interval_rel(), theirs.throughput_interval_rel()
-    ci_rel = None
-    if rel is not None and base_rel is not None:
-        log_half = math.hypot(math.log1p(rel), math.log1p(base_rel))
-        ci_rel = math.expm1(log_half)
-    return Ratio(rate / base, ci_rel, base, base_rel)
+    ratio = throughput_ratio(trial, reference)
+    return None if ratio is None else Ratio(*ratio)

@@ -27,6 +27,7 @@ from autotune.report.data import (
     reference_why,
     why_no_tpot,
 )
+from autotune.report.headline import gain_lines
 from autotune.report.text import gpu_mismatch
 from autotune.study.results.select import tied
 
@@ -165,9 +166,11 @@ def recommended_section(data: ReportData) -> str:
     why = _reference_note(data) if is_reference and rec.feasible else ""
     # The recommendation's own accuracy error: the held-out confirmation, or why none.
     guarantee = "".join(f"<p>{e(line)}</p>" for line in confirmation_lines(rec))
+    gain = gain_lines(data.study, rec.trial, data.gpu_price_per_hour)
     return (
         f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{itself}{feasible_note}</h2>"
-        f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{guarantee}{why}{where}{ties}"
+        + "".join(f"<p class='gain'><strong>{e(line)}</strong></p>" for line in gain)
+        + f"<p>{e(rec.reason)}. Parameters: <code>{params}</code></p>{guarantee}{why}{where}{ties}"
         f"<div class='grid'><div>{_figures_table(rec.trial, ref)}{_paired_line(rec.trial)}"
         f"{ref_line}</div><div>{_samples_heading(data, rec.trial.number)}"
         f"{_samples_table(data)}</div></div>"

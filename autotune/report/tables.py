@@ -74,7 +74,7 @@ def _top_row(top: TopConfig, data: ReportData) -> str:
         )
         if present
     ]
-    tags += [record.candidate] if record.candidate else []
+    tags += [name] if (name := record.candidate or record.baseline) else []
     params = e(params_text(changed_params(top.trial, data.reference)))
     css = " class='rec'" if top.recommended else ""
     return (
@@ -103,7 +103,7 @@ def named_section(data: ReportData) -> str:
         record = TrialRecord.of(trial)
         tags = ["recommended"] if trial.number == rec else []
         tags += ["reference"] if record.is_reference else []
-        tags += [record.candidate] if record.candidate else []
+        tags += [name] if (name := record.candidate or record.baseline) else []
         if trial.state != TrialState.COMPLETE:
             outcome = f"{trial.state.name.lower()}: " + str(
                 failure_of(data.study, trial).get("failure_reason") or "no reason recorded"
@@ -135,7 +135,7 @@ def what_if_section(data: ReportData) -> str:
     for trial, why in data.what_ifs:
         record = TrialRecord.of(trial)
         tags = ["reference"] if record.is_reference else []
-        tags += [record.candidate] if record.candidate else []
+        tags += [name] if (name := record.candidate or record.baseline) else []
         rows.append(
             f"<tr><td>{trial_label(trial, tags)}</td>{figure_cells(trial)}"
             f"<td>{e(params_text(set_values(record.config)))}</td><td>{e(why)}</td></tr>"

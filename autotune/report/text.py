@@ -26,6 +26,7 @@ from autotune.report.data import (
     what_ifs_title,
     why_no_tpot,
 )
+from autotune.report.headline import baseline_json, gain_lines
 from autotune.report.ratio import versus_reference
 from autotune.study.results.counting import trial_counts
 from autotune.study.results.provenance import provenance, reference_config
@@ -63,6 +64,7 @@ def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> d
         "state": trial.state.name,
         "reference": record.is_reference,
         "candidate": record.candidate,
+        "baseline": record.baseline,
         "feasible": is_feasible(trial),
         "constraints": dict(record.constraints or {}),
         "figures": {name: record.figure(name) for name in HEADLINE},
@@ -82,7 +84,7 @@ def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | Non
     return differs(TrialRecord.of(trial).gpus, TrialRecord.of(reference).gpus)
 
 
-def best_json(study: optuna.Study) -> dict[str, Any]:
+def best_json(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "study": study.study_name,
         "objectives": dict(
@@ -110,6 +112,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
             "pareto_front": [],
             "ties": [],
             "what_ifs": [_what_if(t, why) for t, why in exc.what_ifs],
+            **baseline_json(study, None, gpu_price_per_hour),
         }
     ratio = versus_reference(rec.trial, ref)  # the "x the reference" figure, with its interval
     return {
@@ -117,6 +120,7 @@ def best_json(study: optuna.Study) -> dict[str, Any]:
         "feasible_found": rec.feasible,
         "recommended": trial_summary(rec.trial, ref),
         "versus_reference": ratio.to_dict() if ratio is not None else None,
+        **baseline_json(study, rec.trial, gpu_price_per_hour),
         "reason": rec.reason,
         "pareto_front": [trial_summary(t, ref) for t in rec.front],
         "ties": [t.number for t in rec.ties],
@@ -197,8 +201,8 @@ def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
         record = TrialRecord.of(trial)
         marker = "*" if trial.number == marked else ""
         ref = " (ref)" if record.is_reference else ""
-        if record.candidate:
-            ref = f" ({record.candidate})"
+        if record.candidate or record.baseline:
+            ref = f" ({record.candidate or record.baseline})"
         table.add_row(
             f"{trial.number}{marker}{ref}",
             _throughput_cell(trial),
@@ -212,7 +216,7 @@ def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
     return table
 
 
-def best_text(study: optuna.Study) -> str:
+def best_text(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=140, highlight=False)
     target = deploy_target(study)
@@ -277,7 +281,7 @@ def best_text(study: optuna.Study) -> str:
                     or record.raced_reason
                     or trial.state.name.lower()
                 )
-                label = TrialRecord.of(trial).candidate or "reference"
+                label = record.candidate or record.baseline or "reference"
                 console.print(f"  trial {trial.number} ({label}): {why}", markup=False)
     counts = trial_counts(study)
     # Unwrapped: the same line as the run's summary and the report's, for a script to find.
@@ -292,11 +296,13 @@ def best_text(study: optuna.Study) -> str:
     if rec is None:
         return buffer.getvalue().rstrip()
     console.print(f"recommended: trial {rec.trial.number} — {rec.reason}")
+    for line in gain_lines(study, rec.trial, gpu_price_per_hour):
+        console.print(f"  {line}", markup=False)
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
     reference = reference_config(study.get_trials(deepcopy=False))
     console.print(f"  what ran: {provenance(TrialRecord.of(rec.trial), reference)}", markup=False)
     if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
-        console.print(f"  throughput: {ratio.words()}", markup=False)
+        console.print(f"  versus the accuracy reference: {ratio.words()}", markup=False)
     for line in confirmation_lines(rec):
         console.print(f"  {line}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:

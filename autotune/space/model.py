@@ -77,6 +77,20 @@ CPU_THREADS_HELP = (
     "the study process (autotune.engines.threads). Recorded in each trial's environment."
 )
 
+BUDGET_HELP = (
+    "Wall-clock budget of the study's trials (start-ups included), e.g. 30m; no trial is "
+    "started that cannot finish inside it. At most 30 days (a study resumes for more)."
+)
+TRIALS_HELP = "Trials to run (the reference included); at most 100,000."
+BASELINE_HELP = (
+    "Measure the deploy target's engine as its documentation starts it, once, as the baseline "
+    "`best` states the recommendation's gain over (autotune.space.engine_defaults)."
+)
+GPU_PRICE_HELP = (
+    "USD per hour of the machine a trial ran on, for the cost per million output tokens in "
+    "`best` and the report (their --gpu-price-per-hour wins); None: no price is assumed."
+)
+
 
 class SearchSpace(_Strict):
     """A validated space file."""
@@ -90,19 +104,11 @@ class SearchSpace(_Strict):
         description="The deploy target: `best`, `export` and `verify` recommend only trials "
         "whose command for it reproduces what was measured (autotune.export.reproduce).",
     )
-    budget: float | None = Field(
-        None,
-        description="Wall-clock budget of the study's trials (start-ups included), e.g. 30m; "
-        "no trial is started that cannot finish inside it. At most 30 days (a study resumes "
-        "for more).",
-    )
+    budget: float | None = Field(None, description=BUDGET_HELP)
+    gpu_price_per_hour: float | None = Field(None, gt=0, le=1e6, description=GPU_PRICE_HELP)
+    engine_defaults_baseline: bool = Field(True, description=BASELINE_HELP)
     evalset: str = Field("smoke", description="Bundled evaluation-set name or a path.")
-    trials: int = Field(
-        20,
-        ge=1,
-        le=MAX_COUNT,
-        description="Trials to run (the reference included); at most 100,000.",
-    )
+    trials: int = Field(20, ge=1, le=MAX_COUNT, description=TRIALS_HELP)
     trial_timeout_s: float = Field(
         900,
         gt=0,

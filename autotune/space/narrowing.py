@@ -14,8 +14,9 @@ def for_endpoint(space: SearchSpace) -> SearchSpace:
     """`space` for a server that is already running: request-side parameters only.
 
     Server-side parameters stay at their reference values (they describe nothing about the
-    endpoint); start-up time and memory cannot be seen from a client, so they can be
-    neither an objective nor a constraint.
+    endpoint), and no baseline of the deploy target's defaults is measured; start-up time and
+    memory cannot be seen from a client, so they can be neither an objective nor a
+    constraint.
     """
     unmeasurable = {"startup_s", "peak_memory_mib"}
     bad = [o.metric for o in space.objectives if o.metric in unmeasurable]
@@ -26,7 +27,9 @@ def for_endpoint(space: SearchSpace) -> SearchSpace:
         )
     params = {name: spec for name, spec in space.params.items() if name in REQUEST_PARAMS}
     constraints = space.constraints.model_copy(update={"memory_budget_mib": None})
-    return space.model_copy(update={"params": params, "constraints": constraints})
+    # No engine's defaults either: autotune starts nothing there, so none would be measured.
+    update = {"params": params, "constraints": constraints, "engine_defaults_baseline": False}
+    return space.model_copy(update=update)
 
 
 def runnable_here(space: SearchSpace) -> tuple[SearchSpace, list[str]]:

@@ -138,8 +138,8 @@ def suggest(
         for name in SAMPLING_PARAMS:
             values[name] = None
     clear_unused_launch_params(values)
-    if values["backend"] not in SERVER_BACKENDS:
-        values["max_batch_size"] = None
+    if values["backend"] not in SERVER_BACKENDS or values.get("engine_defaults"):
+        values["max_batch_size"] = None  # in-process, or the engine's own cap
     elif values["max_batch_size"] is None or not applies(space, "max_batch_size", values):
         values["max_batch_size"] = space.server_max_batch_size()
     return TrialConfig(**values)

@@ -197,6 +197,8 @@ def _proposal(trial: FrozenTrial) -> dict[str, Any]:
         "levers": {name: config.get(name) for name in (*LAUNCH_LEVERS, *REQUEST_LEVERS)},
         "step": attrs.get("step"),
         "candidate": attrs.get("candidate"),
+        # The deploy target's defaults (autotune.space.engine_defaults): its label, or None.
+        "baseline": attrs.get("baseline"),
         "state": trial.state.name,
         "raced_by": attrs.get("raced_by"),
         "duplicate_of": attrs.get("duplicate_of"),
@@ -233,6 +235,7 @@ def _launches(trials: list[FrozenTrial]) -> list[dict[str, Any]]:
             chosen_by = (
                 "reference" if attrs.get("is_reference")
                 else f"candidate {attrs['candidate']}" if attrs.get("candidate")
+                else str(attrs["baseline"]) if attrs.get("baseline")
                 else "study"
             )  # fmt: skip
             levers = {name: config.get(name) for name in LAUNCH_LEVERS}

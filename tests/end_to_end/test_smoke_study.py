@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -241,3 +242,53 @@ def test_export_swift_and_lmdeploy(smoke_study: tuple[Path, optuna.Study]) -> No
     assert "--backend pytorch" in lmdeploy.stdout
     # The smoke trials run float32, which LMDeploy cannot: the output must say so.
     assert "float32" in lmdeploy.stdout
+
+
+def test_the_swift_deploy_defaults_are_the_baseline(
+    smoke_study: tuple[Path, optuna.Study],
+) -> None:
+    """The smoke study measures `swift deploy` as its documentation starts it (no flag of
+    autotune's) at the space's largest concurrency, and `best`, its JSON and the report state
+    the recommendation's gain over it; with a price, the cost per million output tokens."""
+    from autotune.report.data import collect
+    from autotune.report.html import render
+
+    workdir, study = smoke_study
+    baselines = [t for t in study.trials if t.user_attrs.get("baseline")]
+    assert len(baselines) == 1
+    base = baselines[0]
+    assert base.state == TrialState.COMPLETE, base.user_attrs.get("failure_reason")
+    assert base.user_attrs["baseline"] == "swift deploy's defaults"
+    config = base.user_attrs["config"]
+    assert config["engine_defaults"] is True and config["max_batch_size"] is None
+    assert (config["batch_size"], config["image_max_side"], config["do_sample"]) == (8, None, False)
+    command = autotune("export", "--trial", str(base.number), "--format", "swift", cwd=workdir)
+    assert command.returncode == 0, command.stderr
+    line = next(x for x in command.stdout.splitlines() if x.startswith("swift deploy"))
+    # Only what names the model and where it listens: no dtype, batch cap or attention flag.
+    assert not {"--max_batch_size", "--torch_dtype", "--attn_impl", "--infer_backend"} & set(
+        line.split()
+    )
+
+    as_json = json.loads(
+        autotune("best", "--json", "--gpu-price-per-hour", "2.5", cwd=workdir).stdout
+    )
+    assert as_json["baseline"] == {"trial": base.number, "label": "swift deploy's defaults"}
+    rate = as_json["recommended"]["figures"]["throughput_output_tokens_per_s"]
+    cost = as_json["cost"]
+    assert cost["gpu_price_per_hour"] == 2.5
+    assert cost["recommended_usd_per_million_tokens"] == pytest.approx(2.5 / (rate * 3600) * 1e6)
+    base_rate = base.user_attrs["throughput_output_tokens_per_s"]
+    assert cost["baseline_usd_per_million_tokens"] == pytest.approx(2.5 / (base_rate * 3600) * 1e6)
+    text = autotune("best", cwd=workdir).stdout
+    gain = as_json["versus_baseline"]
+    if as_json["recommended"]["trial"] == base.number:
+        assert gain is None and "the baseline itself (swift deploy's defaults)" in text
+        return
+    assert gain["times"] == pytest.approx(rate / base_rate)
+    words = re.search(r"gain: (\d+\.\d\d)× \((±\d+%|no interval)\) swift deploy's defaults", text)
+    assert words is not None, text
+    assert float(words.group(1)) == pytest.approx(gain["times"], abs=0.006)
+    assert "cost:" not in text  # no price given, none assumed
+    report = render(collect(study, gpu_price_per_hour=2.5))
+    assert html.escape(words.group(0)) in report and "per million output tokens" in report

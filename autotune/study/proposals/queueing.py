@@ -1,22 +1,20 @@
-"""What a run queues before its trials: the reference first, then the named candidates, once.
+"""Queueing the reference, the named candidates and the baseline, once each.
 
-Every trial is judged against the reference, so a study without a completed reference measures
-it before any other trial. Optuna hands out waiting trials oldest first: a reference queued
-again after an interrupted run would sit behind the named candidates that run had queued, and
-each would wait for it and fail. Those are ended "not run" and queued again behind it, as
-Optuna's RetryFailedTrialCallback queues a copy of a failed trial.
+Every trial is judged against the reference, so a study without a completed reference
+measures it first. A reference queued again after an interrupted run would sit behind the
+candidates that run had queued: those are ended "not run" and queued again behind it, as
+Optuna's RetryFailedTrialCallback queues a copy of a failed trial. Several processes may queue
+at once: each checks the storage after it has queued and ends a waiting copy of anything already
+queued, running or measured (autotune.study.store.recovery.end_failed), one of each.
 
-Several processes may queue at once (two `autotune run` on one study). Each checks the storage
-after it has queued: a waiting copy of a reference or a candidate already queued, running or
-measured is ended "not run" (autotune.study.store.recovery.end_failed, which never touches a
-trial another process has started), so the study holds one of each.
-
-The first named candidate is the study's first deployable launch (after the reference), and
-the one-lever steps (autotune.study.proposals.steps) start from its figure; the other named
-candidates would only delay the steps that find the best. So with steps on, a run queues the
-reference and the first candidate; the others are queued once a step has beaten the first
-(then raced like any trial), or no request-time step on the running launch is left, and in any
-case before a launch step leaves that launch (candidates_now, later_candidates_due).
+The first named candidate is the first deployable launch and the steps start from its figure;
+the others would only delay the steps that find the best. So with steps on, the others are
+queued once a step has beaten the first, or no request-time step on its launch is left, and
+before a launch step leaves that launch (candidates_now, later_candidates_due). The baseline,
+the deploy target with its own defaults (autotune.space.engine_defaults), is queued like a
+candidate: without steps behind the first; with them when the study leaves the incumbent's
+launch anyway, or as the run's last trial (queue_baseline_when_due), so `best` states the gain
+over what a user would run without autotune.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
+from autotune.space.engine_defaults import baseline_config, defaults_label
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.steps import Step
@@ -35,6 +34,7 @@ from autotune.study.store.failures import failure_of
 from autotune.study.store.recovery import end_failed, owner
 
 REFERENCE = "reference"
+BASELINE = "baseline"
 # What a trial ended "not run" had been queued as (its is_reference and candidate are cleared,
 # so that no reader takes it for a reference or a candidate that failed).
 QUEUED_AS = "queued_as"
@@ -45,10 +45,13 @@ _HELD = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState
 
 
 def queue_key(trial: FrozenTrial) -> str | None:
-    """'reference', 'candidate:<name>', or None for a trial the sampler proposes."""
+    """'reference', 'candidate:<name>', 'baseline', or None for a trial the sampler
+    proposes."""
     record = TrialRecord.of(trial)
     if record.is_reference:
         return REFERENCE
+    if record.baseline:
+        return BASELINE
     return f"candidate:{record.candidate}" if record.candidate else None
 
 
@@ -72,6 +75,7 @@ def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
         QUEUED_AS: queue_key(trial),
         "is_reference": None,
         "candidate": None,
+        "baseline": None,
         "failure_kind": SURPLUS,
         "failure_reason": reason,
     }
@@ -136,13 +140,22 @@ def queue_reference_and_candidates(
     space = plan.space
     left = [c for c in space.candidates if f"candidate:{c.name}" not in held]
     left = left if candidates is None else left[:candidates]
-    for candidate in left[: max(0, room)]:
-        study.enqueue_trial(
-            fixed_params(space, space.candidate_config(candidate.name)),
-            user_attrs={"candidate": candidate.name},
-        )
+    names: list[str | None] = [c.name for c in left]
+    # With the steps on, the baseline has its own moment (queue_baseline_when_due).
+    if candidates is None and not space.sampler.steps and BASELINE not in held:
+        # Behind the first candidate, ahead of the later ones (None: the baseline).
+        first_held = any(f"candidate:{c.name}" in held for c in space.candidates)
+        if baseline_config(space) is not None:
+            names.insert(0 if first_held else min(1, len(names)), None)
+    for name in names[: max(0, room)]:
+        if name is None:
+            _queue_baseline(study, plan)
+        else:
+            study.enqueue_trial(
+                fixed_params(space, space.candidate_config(name)), user_attrs={"candidate": name}
+            )
     notes += _retire_copies(study, plan.group)
-    waiting = len(left) - max(0, room)
+    waiting = sum(1 for name in names[max(0, room) :] if name is not None)
     if waiting > 0:
         notes.append(
             f"{waiting} of {len(space.candidates)} named candidates not queued: this run has "
@@ -151,13 +164,42 @@ def queue_reference_and_candidates(
     return notes
 
 
+def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
+    """Queue the deploy target's defaults under their label (autotune.space.engine_defaults)."""
+    # No fixed parameters: its trial asks the sampler for none (autotune.study.run.objective).
+    if baseline_config(plan.space) is not None:
+        study.enqueue_trial({}, user_attrs={"baseline": defaults_label(plan.space.deploy)})
+
+
+def queue_baseline_when_due(
+    study: optuna.Study, plan: StudyPlan, step: Step | None, *, last: bool
+) -> None:
+    """With the steps on, the deploy target's defaults once the first candidate has a figure
+    and the next proposal (`step`, the scheduler's) leaves the running launch anyway, so their
+    launch costs one start-up and no relaunch of the incumbent's; or as the run's last trial
+    (`last`: its trials or its budget hold one more), so a short run still states the gain
+    over them."""
+    if not plan.space.sampler.steps or baseline_config(plan.space) is None:
+        return
+    trials = study.get_trials(deepcopy=False)
+    leaving = step is None or step.new_launch
+    first = any(TrialRecord.of(t).candidate and t.state.is_finished() for t in trials)
+    if not last and not (leaving and first):
+        return
+    if not any(queue_key(t) == BASELINE and _holds(study, t) for t in trials):
+        _queue_baseline(study, plan)
+
+
 def next_queued_launch(study: optuna.Study, plan: StudyPlan) -> TrialConfig | None:
     """The configuration of the trial Optuna hands out next when it is a named candidate
     (the oldest waiting trial); None when that is the sampler's to propose, or nothing."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     if not waiting:
         return None
-    name = TrialRecord.of(min(waiting, key=lambda t: t.number)).candidate
+    record = TrialRecord.of(min(waiting, key=lambda t: t.number))
+    if record.baseline:
+        return baseline_config(plan.space)
+    name = record.candidate
     if not name or plan.space.find_candidate(str(name)) is None:
         return None
     return plan.space.candidate_config(str(name))

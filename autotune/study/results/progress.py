@@ -35,6 +35,7 @@ from autotune.study.results.counting import (
     counts_towards_target,
     trial_counts,
 )
+from autotune.study.results.gain import baseline_trial, gain_over_baseline
 from autotune.study.results.provenance import provenance, reference_config
 from autotune.study.results.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.results.timeshare import PARTS, part_seconds, study_time_share
@@ -121,7 +122,8 @@ def time_line(trial: FrozenTrial) -> str:
 
 
 def best_so_far(study: optuna.Study) -> str:
-    """'best: trial N (figures)' for the recommended feasible trial, or '' when none yet."""
+    """'best: trial N (figures)' for the recommended feasible trial, or '' when none yet; its
+    gain over the deploy target's defaults once they are measured."""
     try:
         rec = recommend(study)
     except NoDeployableTrial:
@@ -131,10 +133,12 @@ def best_so_far(study: optuna.Study) -> str:
     if not rec.feasible:
         return "no feasible trial yet"
     a = TrialRecord.of(rec.trial)
+    gain = gain_over_baseline(rec.trial, baseline_trial(study))
     return (
         f"best: trial {rec.trial.number} "
         f"({_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')} tok/s, "
-        f"p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms)"
+        f"p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms"
+        f"{', ' + gain.words() if gain is not None else ''})"
     )
 
 

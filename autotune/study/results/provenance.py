@@ -21,12 +21,14 @@ def _word(value: Any) -> str:
 
 
 def source_words(record: TrialRecord) -> str:
-    """'reference', 'candidate NAME', 'step LEVER -> VALUE from trial N', 'repeat of trial N'
-    or 'sampler'."""
+    """'reference', 'candidate NAME', the baseline's label ("swift deploy's defaults"),
+    'step LEVER -> VALUE from trial N', 'repeat of trial N' or 'sampler'."""
     if record.is_reference:
         return "reference"
     if record.candidate:
         return f"candidate {record.candidate}"
+    if record.baseline:
+        return str(record.baseline)
     if record.duplicate_of is not None:
         return f"repeat of trial {record.duplicate_of}"
     step = record.step

@@ -20,6 +20,7 @@ from autotune.study.plan import StudyPlan
 from autotune.study.proposals.queueing import (
     candidates_now,
     later_candidates_due,
+    queue_baseline_when_due,
     queue_reference_and_candidates,
 )
 from autotune.study.proposals.steering import Steering
@@ -81,6 +82,7 @@ class _AfterTrial:
             room = self.target - counted_trials(study, include_running=True)
             for note in queue_reference_and_candidates(study, self.plan, room=room):
                 self.progress.note(note)
+        queue_baseline_when_due(study, self.plan, self.steering.step, last=self._last(study))
         record = TrialRecord.of(trial)
         self.repeats = self.repeats + 1 if record.duplicate_of is not None else 0
         kind = record.failure_kind
@@ -110,6 +112,17 @@ class _AfterTrial:
             study.stop()
         elif not self.fits(study):
             study.stop()
+
+    def _last(self, study: optuna.Study) -> bool:
+        """Whether the next trial is the run's last: one counted trial left, or a budget that
+        holds one more trial on a new launch of the deploy target but not two."""
+        if self.target - counted_trials(study, include_running=True) == 1:
+            return True
+        left = self.budget.remaining(study)
+        if left is None:
+            return False
+        one = self.budget.estimate(study, launch_backends={self.plan.space.deploy})
+        return one <= left < 2 * one
 
     def fits(self, study: optuna.Study) -> bool:
         steering = self.steering

@@ -27,6 +27,8 @@ from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.records.writer import end_trial, write_trial
+from autotune.space.engine_defaults import baseline_config
+from autotune.space.model import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.plan import StudyPlan
 from autotune.study.proposals.queueing import next_queued_launch
@@ -70,7 +72,8 @@ from autotune.study.store.recovery import Spool, owner, spool_payload
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
 _RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
-                   "candidate", "gpus", "gpu_share", "first_figure", "machine")  # fmt: skip
+                   "candidate", "baseline", "gpus", "gpu_share", "first_figure",
+                   "machine")  # fmt: skip
 
 
 def fail_trial(
@@ -107,6 +110,8 @@ class _Proposal:
     output_key: str
     is_reference: bool
     sampled: bool  # the sampler's (not the reference or a named candidate): it may repeat one
+    # The deploy target's defaults: the figure gains are measured against, so never raced.
+    baseline: bool = False
 
 
 @dataclass(frozen=True)
@@ -319,25 +324,19 @@ class Objective:
         sampler's."""
         space = self.plan.space
         record = TrialRecord.of(trial)
-        is_reference, candidate = record.is_reference, record.candidate
-        fixed = None
-        if is_reference:
-            fixed = space.reference_config()
-        elif candidate:
-            if space.find_candidate(str(candidate)) is None:
-                reason = (
-                    f"named candidate {candidate!r} was queued by an earlier run and is in "
-                    "neither this run's space nor its --enqueue file"
-                )
-                fail_trial(trial, TrialFailure(reason, kind="error"), self.artifacts)
-            fixed = space.candidate_config(str(candidate))
-        config = suggest(space, trial, fixed=fixed)
+        fixed = _fixed_config(trial, space, record, self.artifacts)
+        # The baseline asks the sampler for nothing: its launch values are no point of the
+        # search, and a trial with only some of its parameters splits TPE's groups of them.
+        config = fixed if record.baseline and fixed else suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)
         write_trial(trial, {"config": config.model_dump(), "output_key": output_key})
         self.progress.trial_started(trial.number, config)
         if (step := self.steering.step_of(trial)) is not None:
             write_trial(trial, {"step": step.describe()})
-        return _Proposal(config, output_key, is_reference, sampled=not (is_reference or candidate))
+        named = record.is_reference or record.candidate or record.baseline
+        return _Proposal(
+            config, output_key, record.is_reference, not named, baseline=bool(record.baseline)
+        )
 
     def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
         """The load test (and accuracy pass, unless the answers are known) on the launch the
@@ -354,7 +353,7 @@ class Objective:
             write_trial(trial, {"launch_id": session.launch_id, "launch_started": launched})
             # The reference is never raced: every trial is judged against it. A named
             # candidate that can no longer tie the front is raced like any trial.
-            if not proposal.is_reference:
+            if not (proposal.is_reference or proposal.baseline):
                 with timed(time_s, "study_reads"):
                     rival = incumbent(study, space, session.launch_id, plan.group)
             overlap = _launch_record(trial, self.launches, launched, then, time_s)
@@ -421,6 +420,35 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
+
+
+def _fixed_config(
+    trial: optuna.Trial, space: SearchSpace, record: TrialRecord, artifacts: ArtifactRecorder
+) -> TrialConfig | None:
+    """The configuration a trial was queued as: the reference's, the deploy target's defaults
+    or a named candidate's; None for the sampler's. A name this run's space no longer has
+    fails the trial (its configuration is unknown here)."""
+    if record.is_reference:
+        return space.reference_config()
+    reason, fixed = None, None
+    if record.baseline:
+        fixed = baseline_config(space)
+        if fixed is None:
+            reason = "the baseline was queued by an earlier run whose space deploys elsewhere"
+    elif record.candidate:
+        candidate = str(record.candidate)
+        if space.find_candidate(candidate) is None:
+            reason = (
+                f"named candidate {candidate!r} was queued by an earlier run and is in "
+                "neither this run's space nor its --enqueue file"
+            )
+        else:
+            fixed = space.candidate_config(candidate)
+    else:
+        return None
+    if reason is not None:
+        fail_trial(trial, TrialFailure(reason, kind="error"), artifacts)
+    return fixed
 
 
 def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:

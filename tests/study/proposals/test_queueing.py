@@ -18,7 +18,11 @@ from small_space import small_space
 from autotune.records.stored import TrialRecord
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
-from autotune.study.proposals.queueing import QUEUED_AS
+from autotune.study.proposals.queueing import (
+    QUEUED_AS,
+    queue_baseline_when_due,
+    queue_reference_and_candidates,
+)
 from autotune.study.results.counting import SURPLUS, trial_counts
 from autotune.study.results.progress import Progress
 from autotune.study.run.opening import prepare_study
@@ -148,3 +152,51 @@ def test_a_trial_another_run_has_started_is_never_ended_here(plan: StudyPlan) ->
     study = prepare(plan)
     assert study.trials[1].state == TrialState.RUNNING
     assert queue(study)[0] == (True, None)
+
+
+def _swift_plan(tmp_path: Path, **overrides: object) -> StudyPlan:
+    """A space deployed with and measured through `swift deploy`: it has a baseline."""
+    reference = load_space("smoke").reference_config().model_dump(exclude_none=True)
+    space = small_space(
+        tmp_path, name="b", candidates=CANDIDATES, params=PARAMS, reference=reference, **overrides
+    )
+    return plan_study(load_space(str(space)), storage_url=f"sqlite:///{tmp_path}/b.db")
+
+
+def _waiting(study: optuna.Study) -> list[tuple[bool, str | None, str | None]]:
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return [(r.is_reference, r.candidate, r.baseline) for r in (TrialRecord.of(t) for t in waiting)]
+
+
+BASELINE = (False, None, "swift deploy's defaults")
+
+
+def test_the_deploy_target_s_defaults_come_behind_the_first_candidate(tmp_path: Path) -> None:
+    study = prepare(_swift_plan(tmp_path, sampler={"steps": False}))
+    assert _waiting(study) == [(True, None, None), (False, "batch-2", None), BASELINE,
+                               (False, "side-128", None)]  # fmt: skip
+    baseline = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[2]
+    # Its configuration is the space's to build; the sampler is asked for nothing.
+    assert baseline.system_attrs["fixed_params"] == {}
+    # A second run on the same study queues it no second time.
+    study = prepare(_swift_plan(tmp_path, sampler={"steps": False}))
+    assert sum(1 for t in study.get_trials(deepcopy=False) if TrialRecord.of(t).baseline) == 1
+
+
+def test_with_steps_the_defaults_wait_for_the_study_to_leave_the_launch_or_end_the_run(
+    tmp_path: Path,
+) -> None:
+    plan = _swift_plan(tmp_path)
+    study = prepare(plan)
+    # The steps start from the first candidate's figure: nothing else is queued yet.
+    assert _waiting(study) == [(True, None, None), (False, "batch-2", None)]
+    # No candidate has a figure yet: no step to leave a launch from, and trials are left.
+    queue_baseline_when_due(study, plan, None, last=False)
+    assert len(_waiting(study)) == 2
+    queue_baseline_when_due(study, plan, None, last=True)
+    assert _waiting(study)[-1] == BASELINE  # the run's last trial
+    queue_baseline_when_due(study, plan, None, last=True)
+    assert _waiting(study).count(BASELINE) == 1
+    # The later candidates come behind it; it is not queued with them a second time.
+    queue_reference_and_candidates(study, plan, room=10)
+    assert _waiting(study)[-2:] == [BASELINE, (False, "side-128", None)]
