@@ -152,15 +152,16 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     paces = {"recorded": RECORDED_PACE, "fast": FAST_PACE, "slow": SLOW_PACE}
     started = {name: _serve(pace) for name, pace in paces.items()}
     try:
-        # Four measured requests (the cap on seconds is not reached), two items to answer.
+        # Sixteen requests at most (the cap on seconds is not reached), two items to answer:
+        # four, all in flight at once, ended before the fast server's load window opened.
         space = quick_space(
             "smoke",
             tmp,
             evalset=small_evalset(tmp, n_text=1, n_shapes=1),
             screening_items=0,
             warmup_requests=1,
-            requests=2,
-            max_requests=4,
+            requests=8,
+            max_requests=16,
             max_measure_s=8,
             max_warmup_s=1,
         )
@@ -184,7 +185,9 @@ def _verify(servers: dict[str, str], which: str, *extra: str) -> tuple[int, str]
 
 
 def _check(report: dict, metric: str) -> dict:
-    return next(c for c in report["checks"] if c["metric"] == metric)
+    checks = [c for c in report["checks"] if c["metric"] == metric]
+    assert checks, f"verify checked no {metric}: {report.get('failure')}"
+    return checks[0]
 
 
 # A server's pace shows only while the machine lets it: beside two CPU hogs and a busy test
@@ -199,6 +202,10 @@ def _verify_at_pace(servers: dict[str, str], which: str, *extra: str) -> tuple[i
     wrong = {"below": "above", "above": "below"}[side]
     for _ in range(PACE_TRIES):
         code, text = _verify(servers, which, *extra)
+        if "--json" in extra and json.loads(text).get("failure"):
+            # A relaunch whose load failed (four requests of the fast server can end inside one
+            # scheduling hiccup, before its window opens) has no median to judge: again.
+            continue
         said = _check(json.loads(text), P50)["miss"] if "--json" in extra else _side_said(text)
         # One-sided, a better median is no miss: its pace shows as no miss on the worse side.
         if said == side or ("--one-sided" in extra and side == "below" and said != wrong):
