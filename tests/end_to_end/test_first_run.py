@@ -159,7 +159,10 @@ def test_every_trial_was_measured_through_swift_deploy_and_each_line_says_what_r
         if line.startswith("[")
     ]
     assert len(lines) >= 6, lines
-    sources = ("(reference)", "(candidate batch-8", "(step ", "(sampler: ", "(same configuration")
+    sources = (
+        "(reference)", "(candidate batch-8", "(step ", "(sampler: ", "(same configuration",
+        "(swift deploy's defaults",
+    )  # fmt: skip
     for line in lines:
         assert any(f"] trial {n} {s}" in line for n in range(20) for s in sources), line
     first = "] trial 1 (candidate batch-8-side-256: image_max_side=256 batch_size=8)"

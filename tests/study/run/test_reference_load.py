@@ -59,7 +59,8 @@ def test_the_first_deployable_figure_is_looser_and_every_later_one_is_not(
 ) -> None:
     monkeypatch.syspath_prepend(str(REPO / "bench" / "cpu"))
     replay = importlib.import_module("replay")
-    run = replay.run_one("study", 0, 420.0)
+    # 10 minutes: in 7 the baseline (LMDeploy's defaults) takes the last launch, before a step.
+    run = replay.run_one("study", 0, 600.0)
     reference, candidate, *later = run["proposals"]
     assert reference["candidate"] is None and not reference["first_figure"]
     # The reference's window stops at its cap (or its +-10%), never the space's 150 s.
@@ -70,7 +71,7 @@ def test_the_first_deployable_figure_is_looser_and_every_later_one_is_not(
     assert candidate["stop"] == "converged"
     assert 0.03 < candidate["ci_within_rel"] <= FIRST_FIGURE_TARGET_CI_REL
     assert later and not any(p["first_figure"] for p in later)
-    winner = later[0]
+    winner = next(p for p in later if p["step"])
     assert winner["step"] and winner["state"] == "COMPLETE" and winner["stop"] == "converged"
     assert winner["ci_within_rel"] <= 0.03
 
