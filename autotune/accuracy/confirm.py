@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
+from autotune.accuracy.reach import items_to_pass
+from autotune.accuracy.sequential import stage_sizes
 from autotune.accuracy.staged import FloorRequest
 
 if TYPE_CHECKING:
@@ -53,19 +54,13 @@ def holdout_items(*, max_drop: float, confidence: float, discordance: float) -> 
     """Items a candidate that loses nothing, answering unlike the reference on `discordance`
     of items, needs to be confirmed 9 times in 10 at the study's first level."""
     alpha_1 = level(1 - confidence, 1)
-    _, p90, _ = items_needed_to_pass(
-        max_drop=max_drop, confidence=1 - alpha_1, discordance=discordance, cap=12_000
-    )
-    return math.ceil(p90)
+    return math.ceil(items_to_pass(max_drop, 1 - alpha_1, discordance)[1])
 
 
-@cache
 def search_items(*, max_drop: float, confidence: float, discordance: float) -> int:
-    """Items the search floor needs to pass that same candidate 9 times in 10."""
-    _, p90, _ = items_needed_to_pass(
-        max_drop=max_drop, confidence=confidence, discordance=discordance, cap=12_000
-    )
-    return math.ceil(p90)
+    """Items the search floor needs to pass that same candidate 9 times in 10 (the
+    simulation `autotune evalset needs` and a study's warning read, cached there)."""
+    return math.ceil(items_to_pass(max_drop, confidence, discordance)[1])
 
 
 def holdout_size(floor: AccuracyConstraint, pool_items: int | None = None) -> int:

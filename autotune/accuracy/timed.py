@@ -30,7 +30,7 @@ import optuna
 from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotune.accuracy.confirm import FIRST_LOOK_ITEMS, Holdout, holdout_size, level
+from autotune.accuracy.confirm import Holdout, holdout_size, level
 from autotune.accuracy.reuse import FIRST_STAGE_ITEMS
 from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.evalset.dataset import EvalSet
@@ -124,9 +124,9 @@ class TimedAccuracy:
         the confirmation's look at or past `confirm_needed`, and those looks."""
         if not self.held_out or self.confirm_needed <= 0:
             return [], []
-        looks = stage_sizes(len(self.held_out), first=FIRST_LOOK_ITEMS, batch=batch)
-        last = next(size for size in looks if size >= min(self.confirm_needed, len(self.held_out)))
-        return list(self.held_out[:last]), [size for size in looks if size <= last]
+        ids = floor_items(self.held_out, needed=self.confirm_needed, batch=batch)
+        looks = _stages(len(self.held_out), self.confirm_needed, batch, screening=0)
+        return ids, [size for size in looks if size <= len(ids)]
 
 
 def _stages(pool: int, needed: int | None, batch: int, screening: int) -> list[int]:
