@@ -12,6 +12,7 @@ qwen-vl-utils, then sees the very pixels this engine saw (tests/export/test_swif
 from __future__ import annotations
 
 import resource
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 from autotune.records import Prompt, Reply
 
+# A batch made ready for the model: its images on the grid, and the processor's tensors.
+Prepared = tuple[list[Any], Any]
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -112,6 +115,9 @@ class TransformersEngine:
         self.geometry = ImageGeometry()
         self.eos_ids: set[int] = set()
         self.vision_cache: VisionCache | None = None
+        # A fast tokenizer used from two threads at once (`prepare` ahead, a reply's decoding)
+        # can fail with "Already borrowed": its padding settings are mutable state.
+        self.tokenizer_lock = threading.Lock()
         # Every load-test timestamp; chosen in the worker's main thread once torch is loaded.
         self.clock: EngineClock = engine_clock("cuda", 1)
 
@@ -195,18 +201,42 @@ class TransformersEngine:
         *,
         forced_tokens: int | None = None,
         answer_tokens: list[int] | None = None,
+        prepared: Prepared | None = None,
     ) -> list[Reply]:
         """Answer one static batch; with `forced_tokens` every answer is exactly that long,
-        and with `answer_tokens` too each answer is cut to its own length (it ends there)."""
+        and with `answer_tokens` too each answer is cut to its own length (it ends there).
+        `prepared`: this batch's `prepare`, done ahead (its time is then not the batch's)."""
         start = self.clock.now()
+        images, inputs = prepared if prepared is not None else self.prepare(batch, config)
+        if self.vision_cache is not None:
+            self.vision_cache.next_keys = [image_key(image) for image in images]
+        clock = _StepClock(self.clock.now)
+        if config.do_sample:
+            torch.manual_seed(config.seed)
+        with torch.inference_mode():
+            self.model.generate(
+                **inputs.to(self.device),
+                generation_config=self._generation_config(config, forced_tokens),
+                streamer=clock,
+            )
+        end = self.clock.now()
+        limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
+        tokenizer = self.processor.tokenizer
+        with self.tokenizer_lock:
+            return [
+                _reply(request, clock.answer(index, self.eos_ids, limit), tokenizer, start, end)
+                for index, (request, limit) in enumerate(zip(batch, limits, strict=True))
+            ]
+
+    def prepare(self, batch: list[Prompt], config: TrialConfig) -> Prepared:
+        """One batch's images on the processor's grid and its tensors, on the CPU: the part
+        of a batch a thread can do while the model answers the one before."""
         images = [
             mark_image(
                 self.geometry.fit(resize_to_max_side(r.image, config.image_max_side)), r.mark
             )
             for r in batch
         ]
-        if self.vision_cache is not None:
-            self.vision_cache.next_keys = [image_key(image) for image in images]
         # Render the template to text, then call the processor: the same two steps on every
         # transformers 5.x (keyword routing inside apply_chat_template changed between them).
         texts = [
@@ -223,29 +253,15 @@ class TransformersEngine:
             for r in batch
         ]
         # The images are on the grid already: the processor must not resample them again.
-        inputs = self.processor(
-            text=texts,
-            images=images,
-            padding=True,
-            return_tensors="pt",
-            images_kwargs={"do_resize": False},
-        ).to(self.device)
-        clock = _StepClock(self.clock.now)
-        if config.do_sample:
-            torch.manual_seed(config.seed)
-        with torch.inference_mode():
-            self.model.generate(
-                **inputs,
-                generation_config=self._generation_config(config, forced_tokens),
-                streamer=clock,
+        with self.tokenizer_lock:
+            inputs = self.processor(
+                text=texts,
+                images=images,
+                padding=True,
+                return_tensors="pt",
+                images_kwargs={"do_resize": False},
             )
-        end = self.clock.now()
-        limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
-        tokenizer = self.processor.tokenizer
-        return [
-            _reply(request, clock.answer(index, self.eos_ids, limit), tokenizer, start, end)
-            for index, (request, limit) in enumerate(zip(batch, limits, strict=True))
-        ]
+        return images, inputs
 
     def peak_memory_mib(self) -> tuple[float, str]:
         if self.device == "cuda":

@@ -83,9 +83,15 @@ class Budget:
         """The median warm-up + accuracy of a trial: what follows its load test. Each from
         the trials that ran it: trials stopped by racing or screening run no accuracy pass,
         and once most trials are raced a median over all would reserve nothing for the next
-        contender's. `accuracy`: False when the next trial reuses earlier answers."""
+        contender's. `accuracy`: False when the next trial reuses earlier answers. Never the
+        reference's, as in `estimate`: its in-process pass took several times a served one's,
+        and reserving it cut the first candidate's load to its minimum."""
         records = [TrialRecord.of(t) for t in _finished(study)]
-        measured = [r.time_s for r in records if r.time_s is not None and r.duplicate_of is None]
+        measured = [
+            r.time_s
+            for r in records
+            if r.time_s is not None and r.duplicate_of is None and not r.is_reference
+        ]
         total = 0.0
         parts = [[times.warmup for times in measured]]
         if accuracy:
