@@ -38,9 +38,14 @@ class FloorRequest(BaseModel):
         if self.reference_scores is None:
             values = [scores[i] for i in self.order if i in scores]
             return look(
-                values, margin=self.margin, confidence=self.confidence, low=0.0, high=1.0,
-                expected=None, with_interval=with_interval,
-            )  # fmt: skip
+                values,
+                margin=self.margin,
+                confidence=self.confidence,
+                low=0.0,
+                high=1.0,
+                expected=None,
+                with_interval=with_interval,
+            )
         diffs = paired_diffs(self.order, scores, self.reference_scores)
         # A relative floor knows what a passing candidate looks like: one that loses nothing.
         return look(

@@ -220,7 +220,8 @@ def verify(
     from autotune.checkpoints.adapters import parse_adapters
     from autotune.study.results.groups import ranked_view
     from autotune.study.store.storage import load_study
-    from autotune.verify import verify_text, verify_trial
+    from autotune.verify import verify_trial
+    from autotune.verify_text import verify_text
 
     if client is not None:
         from autotune.outside.check import check_client

@@ -53,7 +53,7 @@ def open_session(
 ) -> EngineSession:
     """Launch the engine that serves `launch` and wait until it is ready (TrialFailure if not).
 
-    `gpus`: the devices the launch holds (autotune.study.run.gpu_pool); the engine sees only
+    `gpus`: the devices the launch holds (autotune.engines.gpu_pool); the engine sees only
     those. None leaves it what this process sees. `adapters`: LoRA adapters to serve, the
     first one measured. `quantized_paths`: the model's checkpoints in a quantised layout, by
     weight_quant value, for engines that load one (LMDeploy's FP8).
@@ -73,10 +73,16 @@ def open_session(
     fmt = session_format(launch, server_format)
     if fmt is not None:
         return _server_session(
-            space, launch, fmt, model_path=model_path, evalset=evalset,
-            image_geometry=image_geometry, gpus=gpus, adapters=adapters,
+            space,
+            launch,
+            fmt,
+            model_path=model_path,
+            evalset=evalset,
+            image_geometry=image_geometry,
+            gpus=gpus,
+            adapters=adapters,
             quantized_paths=quantized_paths,
-        ).start(on_phase=on_phase)  # fmt: skip
+        ).start(on_phase=on_phase)
     from autotune.engines.inprocess.session import WorkerSession
     from autotune.engines.threads import choose_threads
 
@@ -112,10 +118,16 @@ def begin_session(
     if endpoint is not None or fmt is None:
         return None
     return _server_session(
-        space, launch, fmt, model_path=model_path, evalset=evalset,
-        image_geometry=image_geometry, gpus=gpus, adapters=adapters,
+        space,
+        launch,
+        fmt,
+        model_path=model_path,
+        evalset=evalset,
+        image_geometry=image_geometry,
+        gpus=gpus,
+        adapters=adapters,
         quantized_paths=quantized_paths,
-    ).begin()  # fmt: skip
+    ).begin()
 
 
 def _server_session(
@@ -132,6 +144,7 @@ def _server_session(
 ) -> ServerSession:
     """The server session for `launch` in format `fmt`, not yet started."""
     from autotune.engines.server import ServerSession, chat_prompts, renderer
+    from autotune.engines.server_launch import ServerLaunch
 
     render = renderer(
         fmt,
@@ -141,16 +154,19 @@ def _server_session(
         adapters=adapters,
         quantized_paths=quantized_paths,
     )
-    return ServerSession(
-        render,
+    server_launch = ServerLaunch(
+        render=render,
         launch=launch,
         fmt=fmt,
         device=space.device,
-        prompts=chat_prompts(evalset),
         startup_timeout_s=space.workload.startup_timeout_s,
-        trial_timeout_s=space.trial_timeout_s,
         gpus=gpus,
         adapters=list(adapters),
+    )
+    return ServerSession(
+        server_launch,
+        prompts=chat_prompts(evalset),
+        trial_timeout_s=space.trial_timeout_s,
         judge=functools.partial(look_at_answers, evalset),
     )
 

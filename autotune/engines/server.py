@@ -4,42 +4,29 @@ One launch is one server process: the command rendered from the launch-time para
 (autotune.export; host 127.0.0.1, a free port), started in its own process group, polled on
 GET /v1/models, and kept up for every trial that shares those parameters. Each trial sends its
 own request fields (image size, decoding, max tokens, concurrency) over HTTP with
-autotune.client, and the server is stopped whatever happens (failure, time-out, Ctrl-C). What
-a user later pastes is the very command that was measured.
+autotune.client, and the server is stopped whatever happens (failure, time-out, Ctrl-C:
+autotune.engines.server_launch). What a user later pastes is the very command that was
+measured.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from autotune.checkpoints.adapters import CANNOT_SERVE, Adapter, served_model
+from autotune.checkpoints.adapters import Adapter, served_model
 from autotune.client import ChatError
-from autotune.engines import server_process
 from autotune.engines.event_loop import run_to_end
-from autotune.engines.gpus import Gpu, gpu_indices, pinned_env
-from autotune.engines.identity import check_engine, engine_version, install_hint
-from autotune.engines.memory import MemorySampler
+from autotune.engines.identity import check_engine, engine_version
 from autotune.engines.passes import ForcedFields, run_passes
 from autotune.engines.phases import Judge
-from autotune.engines.scratch import make_scratch
-from autotune.engines.server_process import (
-    _PORT_TAKEN,
-    HOST,
-    LAUNCH_ATTEMPTS,
-    Ready,
-    ReadyWatch,
-    ServerProcess,
-    resolve_program,
-)
+from autotune.engines.server_launch import Render, ServerLaunch, as_oom
+from autotune.engines.server_process import HOST, resolve_program
 from autotune.engines.session import (
     EstimateCallback,
     MeasurePlan,
@@ -47,14 +34,12 @@ from autotune.engines.session import (
     Served,
     new_launch_id,
 )
-from autotune.errors import AutotuneError, TrialFailure
+from autotune.errors import TrialFailure
 from autotune.evalset.dataset import EvalSet
 from autotune.export import Export, forced_length, render_export
 from autotune.measure.cpu_load import LoadSeen, process_tree
 from autotune.params import TrialConfig
 from autotune.records import PassesResult, Prompt, SessionResult
-
-Render = Callable[[TrialConfig, int | None], Export]
 
 # How a server trial is timed: by the client, on the wall clock, so whatever slows the server
 # down (its HTTP work, other processes on its cores) is in its figures, as for its users.
@@ -156,28 +141,6 @@ def timed_fields(fmt: str, fields: dict[str, Any]) -> ForcedFields:
     return answer_fields
 
 
-# What a server's log says when the GPU (or the host) ran out of memory.
-_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cuda error: out of memory")
-
-
-def as_oom(failure: TrialFailure) -> TrialFailure:
-    """A crash whose log says the memory ran out is an `oom` failure: the study learns from
-    those (autotune.study.run.objective) instead of treating them as a broken command."""
-    if failure.kind in ("crash", "request") and any(
-        marker in failure.log_tail.lower() for marker in _OOM_MARKERS
-    ):
-        return TrialFailure(failure.reason, kind="oom", log_tail=failure.log_tail)
-    return failure
-
-
-def _server_env(export: Export, device: str, pinned: dict[str, str]) -> dict[str, str]:
-    # PYTHONUNBUFFERED: log lines as they happen. `pinned`: the GPUs the launch was given.
-    env = {**os.environ, **export.env, "PYTHONUNBUFFERED": "1", **pinned}
-    if device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU space stays on the CPU on a GPU host too
-    return env
-
-
 def renderer(
     fmt: str,
     *,
@@ -205,144 +168,36 @@ def renderer(
     return render
 
 
-def check_renders(render: Render, config: TrialConfig, fmt: str) -> Export:
-    """The command for `config` before anything is launched; TrialFailure when it has none."""
-    try:
-        dry = render(config, None)
-    except AutotuneError as exc:
-        raise TrialFailure(str(exc), kind="unsupported") from None
-    if not dry.argv:
-        raise TrialFailure(f"format {fmt!r} has no server command", kind="unsupported")
-    program = resolve_program(dry.argv)[0]
-    if shutil.which(program) is None:
-        raise TrialFailure(
-            f"'{dry.argv[0]}' is not installed here; {install_hint(fmt)}", kind="unsupported"
-        )
-    return dry
-
-
-def _served_launch(session: ServerSession, config: TrialConfig, plan: MeasurePlan) -> Served:
-    """ServerSession.served: the running launch's address and `config`'s request fields."""
-    server, ready, export = session.server, session.ready, session.export
-    assert server is not None and ready is not None and export is not None
-    return Served(
-        ready.base_url,
-        served_model(session.adapters, ready.models),
-        dict(session.render(config, server.requested_port).request),
-        load_fields(export.format, plan),
-        session.prompts,
-    )
-
-
 class ServerSession:
-    """One server launch, measured trial after trial (see the module docstring)."""
+    """One server launch, measured trial after trial (see the module docstring); the server
+    process itself, from its start to its stop, is its ServerLaunch."""
 
     def __init__(
         self,
-        render: Render,
+        server_launch: ServerLaunch,
         *,
-        launch: TrialConfig,
-        fmt: str,
-        device: str,
         prompts: list[Prompt],
-        startup_timeout_s: float,
         trial_timeout_s: float,
-        gpus: list[Gpu] | None = None,
-        adapters: list[Adapter] | None = None,
         judge: Judge | None = None,
     ) -> None:
-        self.render = render
-        self.adapters = adapters or []
-        self.gpus = gpus
-        self.launch = launch
-        self.fmt = fmt
-        self.device = device
+        self.server_launch = server_launch
+        self.render, self.adapters = server_launch.render, server_launch.adapters
         self.prompts = prompts
         self.judge = judge
-        self.startup_timeout_s = startup_timeout_s
         self.trial_timeout_s = trial_timeout_s
-        self.launch_id, self.launch_key = new_launch_id(), launch.launch_key()
+        self.launch_id, self.launch_key = new_launch_id(), server_launch.launch.launch_key()
         self.startup_s = 0.0
-        # Made at launch: one refused before (not installed, no command) leaves nothing behind.
-        self._workdir: Path | None = None
-        self.server: ServerProcess | None = None
-        self.sampler: MemorySampler | None = None
-        self.ready: Ready | None = None
-        self.export: Export | None = None
-        self.engine_actual = ""
-        self._watch: ReadyWatch | None = None  # a `begin` not yet waited for
 
     def begin(self) -> ServerSession:
-        """Start the server without waiting: a watcher times its start-up to when it first
-        answers (autotune.study.run.launches.LaunchStarter); `start` waits, `close` stops it."""
-        _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
-        try:
-            self._watch = ReadyWatch(self._spawn(attempt=1), self.startup_timeout_s)
-        except BaseException:
-            self.close()
-            raise
+        """Start the server without waiting (ServerLaunch.begin); `start` waits for it."""
+        self.server_launch.begin()
         return self
 
     def start(self, *, on_phase: PhaseCallback | None = None) -> ServerSession:
-        """Start the server (or finish `begin`) until it is ready; a lost port race retries."""
-        if self._watch is None:  # `begin` refused what it could not serve already
-            _refuse_unservable(self.render, self.launch, self.fmt, self.adapters)
-        if on_phase is not None:
-            on_phase("starting server" if self._watch is None else "waiting for the server")
-        try:
-            self._launch()
-            assert self.server is not None and self.export is not None
-            engine = check_engine(self.export.format, self.export.argv, self.server.log_text())
-            if engine.fell_back:
-                raise TrialFailure(
-                    f"engine fallback: asked for {engine.requested}, the server runs "
-                    f"{engine.actual}; the trial would record the wrong engine",
-                    kind="engine_fallback",
-                    log_tail=self.server.log_tail(),
-                )
-            self.engine_actual = engine.actual
-        except TrialFailure as failure:
-            self.close()
-            raise as_oom(failure) from None
-        except BaseException:  # Ctrl-C included: the server goes down with us
-            self.close()
-            raise
+        """Start the server (or finish `begin`) until it is ready (ServerLaunch.start)."""
+        self.server_launch.start(on_phase=on_phase)
+        self.startup_s = self.server_launch.startup_s
         return self
-
-    def _spawn(self, *, attempt: int) -> ServerProcess:
-        """Start the server command on a free port (its log: server-ATTEMPT.log)."""
-        if self._workdir is None:
-            self._workdir = make_scratch("autotune-server-")
-        port = server_process.free_port()  # looked up here: tests replace it
-        export = self.render(self.launch, port)
-        server = ServerProcess(
-            export.argv,
-            env=_server_env(export, self.device, pinned_env(self.gpus) if self.gpus else {}),
-            port=port,
-            log_path=self._workdir / f"server-{attempt}.log",
-        )
-        self.server, self.export = server, export
-        server.start()
-        self.sampler = MemorySampler(
-            server.pid, use_gpu=self.device != "cpu", devices=gpu_indices(self.gpus)
-        ).start()
-        return server
-
-    def _launch(self) -> None:
-        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-            watch, self._watch = self._watch, None
-            server = watch.server if watch else self._spawn(attempt=attempt)
-            try:
-                self.ready = watch.result() if watch else server.wait_ready(self.startup_timeout_s)
-                self.startup_s = self.ready.startup_s
-                return
-            except TrialFailure as exc:
-                taken = exc.kind == "crash" and any(
-                    marker in exc.log_tail.lower() for marker in _PORT_TAKEN
-                )
-                self._stop_server()
-                if not (taken and attempt < LAUNCH_ATTEMPTS):
-                    raise
 
     def measure(
         self,
@@ -352,7 +207,8 @@ class ServerSession:
         on_phase: PhaseCallback | None = None,
         on_estimate: EstimateCallback | None = None,
     ) -> SessionResult:
-        server, ready, export, sampler = self.server, self.ready, self.export, self.sampler
+        up = self.server_launch
+        server, ready, export, sampler = up.server, up.ready, up.export, up.sampler
         assert server is not None and ready and export is not None and sampler is not None
         # Rendered with the port the launch asked for (a server may have moved off it).
         trial_export = self.render(config, server.requested_port)
@@ -401,7 +257,7 @@ class ServerSession:
             "server_pid": str(server.pid),
             "served_model": served_model(self.adapters, ready.models),
             "export_exact": str(trial_export.exact).lower(),
-            "engine": self.engine_actual,
+            "engine": up.engine_actual,
             "engine_requested": check_engine(export.format, export.argv, "").requested,
             "engine_fallback": "none",
             "engine_version": engine_version(export.format),
@@ -415,36 +271,23 @@ class ServerSession:
         )
 
     def alive(self) -> bool:
-        return self.server is not None and self.server.process.poll() is None
+        return self.server_launch.alive()
 
-    served = _served_launch
-
-    def _stop_server(self) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
-            self.sampler = None
-        if self.server is not None:
-            self.server.stop()
+    def served(self, config: TrialConfig, plan: MeasurePlan) -> Served:
+        """The running launch's address and `config`'s request fields."""
+        up = self.server_launch
+        server, ready, export = up.server, up.ready, up.export
+        assert server is not None and ready is not None and export is not None
+        return Served(
+            ready.base_url,
+            served_model(self.adapters, ready.models),
+            dict(self.render(config, server.requested_port).request),
+            load_fields(export.format, plan),
+            self.prompts,
+        )
 
     def close(self) -> None:
-        self._stop_server()
-        if self._watch is not None:  # the server is down: its watcher ends at its next poll
-            self._watch.thread.join(timeout=5.0)
-            self._watch = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-
-def _refuse_unservable(
-    render: Render, launch: TrialConfig, fmt: str, adapters: Sequence[Adapter]
-) -> None:
-    """Refuse a launch this server cannot run before anything starts."""
-    check_renders(render, launch, fmt)
-    if adapters and fmt in CANNOT_SERVE:
-        raise TrialFailure(
-            f"{CANNOT_SERVE[fmt]}; this launch would not serve the adapter", kind="unsupported"
-        )
+        self.server_launch.close()
 
 
 def _versions_and_load(load: LoadSeen) -> dict[str, str]:
@@ -456,4 +299,4 @@ def _versions_and_load(load: LoadSeen) -> dict[str, str]:
     return versions | load.figures()
 
 
-__all__ = ["HOST", "ServerSession", "chat_prompts", "check_renders", "drive_passes", "renderer"]
+__all__ = ["HOST", "ServerSession", "chat_prompts", "drive_passes", "renderer"]

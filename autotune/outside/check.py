@@ -28,7 +28,8 @@ from autotune.outside import guidellm
 from autotune.outside.requests import common_fields, study_requests
 from autotune.records.stored import TrialRecord
 from autotune.study.results.select import chosen_trial
-from autotune.verify import VerifyResult, stored_space, verify_text, verify_trial
+from autotune.verify import VerifyResult, stored_space, verify_trial
+from autotune.verify_text import verify_text
 
 CLIENTS = (guidellm.NAME,)
 
@@ -97,10 +98,15 @@ def cross_check(
         workdir = make_scratch("autotune-outside-")
         try:
             run.figures = guidellm.run(
-                served, requests, fields=common_fields(served, requests), warmup=run.warmup,
-                concurrency=config.batch_size, rate_per_s=run.rate_per_s, workdir=workdir,
+                served,
+                requests,
+                fields=common_fields(served, requests),
+                warmup=run.warmup,
+                concurrency=config.batch_size,
+                rate_per_s=run.rate_per_s,
+                workdir=workdir,
                 timeout_s=timeout_s,
-            )  # fmt: skip
+            )
         except (guidellm.OutsideFailure, OSError) as failure:
             run.failure = str(failure)
         finally:

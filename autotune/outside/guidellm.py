@@ -174,13 +174,26 @@ def run(
         for row in dataset_rows(requests):
             handle.write(json.dumps(row) + "\n")
     spec = scenario(
-        served, fields=fields, dataset=dataset, report=report, requests=len(requests),
-        warmup=warmup, concurrency=concurrency, rate_per_s=rate_per_s,
-    )  # fmt: skip
+        served,
+        fields=fields,
+        dataset=dataset,
+        report=report,
+        requests=len(requests),
+        warmup=warmup,
+        concurrency=concurrency,
+        rate_per_s=rate_per_s,
+    )
     scenario_path = workdir / "scenario.json"
     scenario_path.write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    argv = [sys.executable, "-m", MODULE, "run", "--scenario", str(scenario_path),
-            "--disable-progress"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        MODULE,
+        "run",
+        "--scenario",
+        str(scenario_path),
+        "--disable-progress",
+    ]
     with ManagedProcess(argv, log_path=workdir / "guidellm.log", cwd=str(workdir)) as process:
         deadline = time.monotonic() + timeout_s
         while process.poll() is None and time.monotonic() < deadline:

@@ -30,9 +30,9 @@ from autotune.params import (
     SERVER_BACKENDS,
     DeployTarget,
     TrialConfig,
-    clear_unused_launch_params,
     no_effect_message,
 )
+from autotune.space.candidates import NamedCandidates
 from autotune.space.settings import (
     MAX_COUNT,
     MAX_TRIAL_TIMEOUT_S,
@@ -58,8 +58,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # Space and study names become file names (studies/<name>.db) and database rows: no path
 # separators, no leading dot or dash (hidden files, options), nothing that needs quoting.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-# The reference's key among the cached configurations: no candidate name is empty.
-_REFERENCE = ""
 NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or a digit"
 
 
@@ -146,29 +144,12 @@ class SearchSpace(_Strict):
     )
 
     source: Path | None = Field(None, exclude=True, description="File the space came from.")
-    # (what it was made from, name -> candidate, name -> configuration): _candidates_by_name.
-    _candidate_cache: (
-        tuple[tuple[int, ...], dict[str, Candidate], dict[str, TrialConfig]] | None
-    ) = PrivateAttr(None)
+    # (what they were made from, the candidates): _named_candidates.
+    _named: tuple[tuple[int, ...], NamedCandidates] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _check_params(self) -> SearchSpace:
-        for name, spec in self.params.items():
-            if name not in PARAM_NAMES:
-                raise ValueError(
-                    f"params.{name}: unknown parameter; {did_you_mean(name, PARAM_NAMES)}"
-                    f"known: {', '.join(PARAM_NAMES)}"
-                )
-            _check_values(name, spec)
-            for other, values in spec.when.items():
-                if other not in PARAM_NAMES or PARAM_NAMES.index(other) >= PARAM_NAMES.index(name):
-                    earlier = ", ".join(PARAM_NAMES[: PARAM_NAMES.index(name)])
-                    raise ValueError(
-                        f"params.{name}.when: '{other}' must be a parameter decided earlier "
-                        f"({earlier})"
-                    )
-                for value in values:
-                    _validate_value(other, value, f"params.{name}.when.{other}")
+        _check_param_specs(self.params)
         try:
             reference = self.reference_config()
         except ValidationError as exc:
@@ -178,18 +159,17 @@ class SearchSpace(_Strict):
         # Linear in the candidates: an --enqueue file may hold tens of thousands.
         seen: set[str] = set()
         configs = [reference]
-        made = self._candidates_by_name()[1]  # kept: every later lookup would make them again
-        made[_REFERENCE] = reference
+        named = self._named_candidates()  # kept: every later lookup would make them again
         for index, candidate in enumerate(self.candidates):
             if candidate.name in seen:
                 raise ValueError(f"candidates[{index}]: name '{candidate.name}' is used twice")
             seen.add(candidate.name)
             try:
-                config = self._config_of(candidate, reference)
+                config = named.make(candidate)
             except ValidationError as exc:
                 raise ValueError(f"candidates[{index}].config: {_first_error(exc)}") from None
             configs.append(config)
-            made[candidate.name] = config
+            named.configs[candidate.name] = config
             for problem in config_problems(config.model_dump(), device=self.device):
                 raise ValueError(f"candidates[{index}].config: {problem}")
             # Never dropped: the trial would carry the candidate's name for another config.
@@ -219,42 +199,23 @@ class SearchSpace(_Strict):
 
     def find_candidate(self, name: str) -> Candidate | None:
         """The candidate named `name` (None if there is none), found in constant time."""
-        return self._candidates_by_name()[0].get(name)
+        return self._named_candidates().by_name.get(name)
 
     def candidate_config(self, name: str) -> TrialConfig:
         """A named candidate: its values over the reference's (sampling knobs only if set)."""
-        by_name, configs = self._candidates_by_name()
-        config = configs.get(name)
-        if config is None:
-            candidate = by_name.get(name)
-            if candidate is None:
-                raise KeyError(f"no candidate named {name!r}")
-            if _REFERENCE not in configs:
-                configs[_REFERENCE] = self.reference_config()
-            config = configs[name] = self._config_of(candidate, configs[_REFERENCE])
-        return config
+        return self._named_candidates().config(name)
 
-    def _candidates_by_name(self) -> tuple[dict[str, Candidate], dict[str, TrialConfig]]:
-        """name -> candidate, and the configurations made so far. Kept for the candidates,
-        reference and params it was made from (a copy with other ones makes its own): an
-        --enqueue file of 20,000 candidates made each configuration several times, every
-        lookup a scan of the list."""
+    def _named_candidates(self) -> NamedCandidates:
+        """The candidates by name and their configurations made so far, kept for the
+        candidates, reference and params they were made from (a copy with other ones makes
+        its own)."""
         key = (id(self.candidates), id(self.reference), id(self.params), len(self.candidates))
-        cached = self._candidate_cache
-        if cached is None or cached[0] != key:
-            cached = (key, {c.name: c for c in self.candidates}, {})
-            self._candidate_cache = cached
-        return cached[1], cached[2]
-
-    def _config_of(self, candidate: Candidate, reference: TrialConfig) -> TrialConfig:
-        values = reference.model_dump()
-        if not candidate.config.get("do_sample", values["do_sample"]):
-            values.update(temperature=None, top_k=None, top_p=None)
-        values.update(candidate.config)
-        if values["backend"] in SERVER_BACKENDS and values.get("max_batch_size") is None:
-            values["max_batch_size"] = self.server_max_batch_size()
-        clear_unused_launch_params(values)
-        return TrialConfig(**values)
+        if self._named is None or self._named[0] != key:
+            made = NamedCandidates(
+                self.candidates, self.reference_config(), self.server_max_batch_size()
+            )
+            self._named = (key, made)
+        return self._named[1]
 
     def server_max_batch_size(self) -> int:
         """A server's batch cap when max_batch_size is not searched: the largest batch_size the
@@ -284,6 +245,26 @@ class SearchSpace(_Strict):
             if candidate.exists() or value.startswith("."):
                 return str(candidate)
         return value
+
+
+def _check_param_specs(params: dict[str, ParamSpec]) -> None:
+    """Each searched parameter is known, its values are its field's, and its `when` names
+    parameters decided before it (Optuna suggests them in PARAM_NAMES' order)."""
+    for name, spec in params.items():
+        if name not in PARAM_NAMES:
+            raise ValueError(
+                f"params.{name}: unknown parameter; {did_you_mean(name, PARAM_NAMES)}"
+                f"known: {', '.join(PARAM_NAMES)}"
+            )
+        _check_values(name, spec)
+        for other, values in spec.when.items():
+            if other not in PARAM_NAMES or PARAM_NAMES.index(other) >= PARAM_NAMES.index(name):
+                earlier = ", ".join(PARAM_NAMES[: PARAM_NAMES.index(name)])
+                raise ValueError(
+                    f"params.{name}.when: '{other}' must be a parameter decided earlier ({earlier})"
+                )
+            for value in values:
+                _validate_value(other, value, f"params.{name}.when.{other}")
 
 
 def _check_load_fits_the_timeout(space: SearchSpace) -> None:

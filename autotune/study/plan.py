@@ -44,7 +44,7 @@ class StudyPlan:
     notes: list[str] = field(default_factory=list)
     dummy_weights: bool = False
     image_geometry: dict[str, int] = field(default_factory=dict)
-    # The GPUs the run's launches are handed out from (autotune.study.run.gpu_pool); none on the
+    # The GPUs the run's launches are handed out from (autotune.engines.gpu_pool); none on the
     # CPU or for an endpoint. `workers`: how many trials run at once, one per GPU with --gpus.
     gpus: list[Gpu] = field(default_factory=list)
     workers: int = 1

@@ -103,8 +103,6 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
 
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 200
-# Classes still over the limit, each at most as long as it is now: the debt may only shrink.
-CLASSES_OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def _package_modules() -> list[Path]:
@@ -120,7 +118,9 @@ def test_no_module_of_the_package_is_over_500_lines() -> None:
     assert not long, f"split these modules along their seams: {long}"
 
 
-def test_no_class_is_over_200_lines_beyond_the_listed_debt() -> None:
+def test_no_class_is_over_200_lines() -> None:
+    """Issue 55: the last classes over the limit were split along their seams; none may grow
+    back over it (no list of exceptions)."""
     sizes = {}
     for path in _package_modules():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -128,10 +128,36 @@ def test_no_class_is_over_200_lines_beyond_the_listed_debt() -> None:
                 name = f"{path.relative_to(REPO)}::{node.name}"
                 sizes[name] = node.end_lineno - node.lineno + 1
     over = {name: size for name, size in sizes.items() if size > MAX_CLASS_LINES}
-    grown = {n: s for n, s in over.items() if s > CLASSES_OVER_THE_LIMIT.get(n, MAX_CLASS_LINES)}
-    assert not grown, f"classes over {MAX_CLASS_LINES} lines: {grown}"
-    paid = [name for name in CLASSES_OVER_THE_LIMIT if name not in over]
-    assert not paid, f"now within the limit, take them off CLASSES_OVER_THE_LIMIT: {paid}"
+    assert not over, f"classes over {MAX_CLASS_LINES} lines: split them along their seams: {over}"
+    assert "autotune/study/run/objective.py::Objective" in sizes  # the rule reads the classes
+
+
+# Lines the formatter is told to leave alone: folded, they kept a module or a class under its
+# limit without making it any shorter to read.
+FOLDS = ("fmt: skip", "fmt: off")
+
+
+def _folded_lines(path: Path, root: Path = REPO) -> list[str]:
+    """'file:line' of each line in `path` that turns the formatter off."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [
+        f"{path.relative_to(root)}:{number}"
+        for number, line in enumerate(lines, 1)
+        if any(fold in line for fold in FOLDS)
+    ]
+
+
+def test_the_package_is_laid_out_by_the_formatter_alone() -> None:
+    """Issue 55: `# fmt: skip` folded calls onto fewer lines to keep rooms under their limits;
+    the limits hold by real splits, so the package reads as `ruff format` lays it out."""
+    folded = [line for path in _package_modules() for line in _folded_lines(path)]
+    assert not folded, folded
+
+
+def test_a_folded_line_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "folded.py"
+    module.write_text("x = (1,\n     2)  # fmt: skip\n# fmt: off\ny = 3\n", encoding="utf-8")
+    assert _folded_lines(module, tmp_path) == ["folded.py:2", "folded.py:3"]
 
 
 def _module_attribute_writes(path: Path) -> list[str]:

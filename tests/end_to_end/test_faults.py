@@ -407,8 +407,8 @@ def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(
     instead of ignoring it (as it ignores FAIL), and --trials does not count it."""
     from autotune.errors import TrialFailure
     from autotune.study.results.counting import counted_trials
-    from autotune.study.run.artifacts import ArtifactRecorder
     from autotune.study.run.objective import OOM_VIOLATION, fail_trial
+    from autotune.study.store.artifacts import ArtifactRecorder
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     trial = study.ask({"batch_size": optuna.distributions.CategoricalDistribution([64, 256])})

@@ -42,6 +42,7 @@ from small_space import quick_space
 from autotune.engines import measure_plan
 from autotune.engines import server_process as server_runner
 from autotune.engines.server import ServerSession
+from autotune.engines.server_launch import ServerLaunch
 from autotune.errors import TrialFailure
 from autotune.export import Export
 from autotune.measure.lengths import AnswerLengths
@@ -66,14 +67,15 @@ def measure_command(
     on_phase: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
     """One launch of `render`'s command, one trial measured on it, as a study trial runs."""
-    session = ServerSession(
-        lambda _config, port: render(port or 0),
+    server_launch = ServerLaunch(
+        render=lambda _config, port: render(port or 0),
         launch=config,
         fmt=render(0).format,
         device=space.device,
-        prompts=prompts,
         startup_timeout_s=space.workload.startup_timeout_s,
-        trial_timeout_s=space.trial_timeout_s,
+    )
+    session = ServerSession(
+        server_launch, prompts=prompts, trial_timeout_s=space.trial_timeout_s
     ).start(on_phase=on_phase)
     try:
         ids = [p.item_id for p in prompts] if measure_accuracy else None

@@ -11,7 +11,7 @@ while it starts and measures, the next launch's server may start beside it, when
 its engine sizes its KV cache from the memory left free (LMDeploy), so the first deployable
 launch's start-up is not paid on top of the reference's time, its accuracy pass included (the
 next trial's record says how much of that pass the start-up hid). Each launch holds
-its GPUs (as many as its tensor_parallel) from the host's pool (autotune.study.run.gpu_pool)
+its GPUs (as many as its tensor_parallel) from the host's pool (autotune.engines.gpu_pool)
 until it stops, so the engines of parallel workers never share a device.
 """
 
@@ -23,12 +23,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.backends import BACKENDS
 from autotune.engines import EngineSession, PendingSession, PhaseCallback
+from autotune.engines.gpu_pool import GpuLease, GpuPool
 from autotune.engines.gpus import Gpu
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.study.plan import StudyPlan
-from autotune.study.run.gpu_pool import GpuLease, GpuPool
 from autotune.study.run.runtime import REAL, Runtime
 
 

@@ -169,9 +169,16 @@ def optimize(
     after = _AfterTrial(plan, target, progress, launches, steering, budget, spool)
     gate = InterruptGate()
     objective = Objective(
-        plan, progress, launches, steering, budget, spool, target=target, gate=gate,
+        plan,
+        progress,
+        launches,
+        steering,
+        budget,
+        spool,
+        target=target,
+        gate=gate,
         runtime=runtime,
-    )  # fmt: skip
+    )
     try:
         with warnings.catch_warnings(), gate.during_optimize():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -1,9 +1,10 @@
 """One Optuna trial: propose, measure on the right launch, judge, record.
 
 Each trial runs its request-time settings on the launch the scheduler provides
-(autotune.study.run.launches), records its figures as user attributes, its constraint values, how
-its time was spent and whether its export reproduces on the deploy target. A failed trial is a
-FAIL with its reason, and the study goes on.
+(autotune.study.run.measuring, planned for its role by autotune.study.run.trial_plan), records
+its figures as user attributes, its constraint values, how its time was spent and whether its
+export reproduces on the deploy target. A failed trial is a FAIL with its reason, and the
+study goes on.
 """
 
 from __future__ import annotations
@@ -15,46 +16,31 @@ from typing import Any, NoReturn
 import optuna
 from optuna.trial import TrialState
 
-from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import accuracy_key
-from autotune.engines import measure_plan
 from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
-from autotune.params import TrialConfig
-from autotune.records import SessionResult
-from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
+from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial, write_trial
-from autotune.space.engine_defaults import baseline_config
-from autotune.space.model import SearchSpace
 from autotune.space.sampling import suggest
 from autotune.study.plan import StudyPlan
-from autotune.study.proposals.queueing import next_queued_launch
 from autotune.study.proposals.steering import Steering
 from autotune.study.results.counting import FAILURE_WORDS, is_surplus
-from autotune.study.results.live import LiveEstimate
 from autotune.study.results.progress import SURPLUS, Progress
 from autotune.study.results.select import CONSTRAINT_NAMES, DEPLOYABLE
 from autotune.study.results.timeshare import timed
-from autotune.study.run.artifacts import ArtifactRecorder
 from autotune.study.run.budget import Budget
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
-from autotune.study.run.racing import Incumbent, incumbent, measure_racing, raced_attrs
-from autotune.study.run.reference_load import (
-    ReferenceAnswers,
-    ReferenceStages,
-    only_a_baseline,
-    plan_for_role,
-)
+from autotune.study.run.measuring import MeasuredRun, MeasureStep
+from autotune.study.run.racing import raced_attrs
+from autotune.study.run.reference_load import ReferenceStages
 from autotune.study.run.runtime import REAL, Runtime
+from autotune.study.run.trial_plan import Proposal, queued_config
 from autotune.study.run.twins import (
-    AnswersPlan,
     TrialAnswers,
-    accuracy_args,
-    await_reference,
     copy_raced_twin,
     copy_twin,
     identical_trial,
@@ -66,14 +52,26 @@ from autotune.study.run.verdicts import (
     judge_paired,
     record_constraints,
 )
+from autotune.study.store.artifacts import ArtifactRecorder
 from autotune.study.store.recovery import Spool, owner, spool_payload
 
 # The memory constraint of a trial that ran out of memory: far beyond any measured one.
 OOM_VIOLATION = 1e9
 # Attributes set before the measurement, kept with it in the spool.
-_RECORDED_EARLY = ("config", "output_key", "owner", "launch_id", "launch_started", "is_reference",
-                   "candidate", "baseline", "gpus", "gpu_share", "first_figure",
-                   "machine")  # fmt: skip
+_RECORDED_EARLY = (
+    "config",
+    "output_key",
+    "owner",
+    "launch_id",
+    "launch_started",
+    "is_reference",
+    "candidate",
+    "baseline",
+    "gpus",
+    "gpu_share",
+    "first_figure",
+    "machine",
+)
 
 
 def fail_trial(
@@ -105,33 +103,6 @@ def fail_trial(
 
 
 @dataclass(frozen=True)
-class _Proposal:
-    config: TrialConfig
-    output_key: str
-    is_reference: bool
-    sampled: bool  # the sampler's (not the reference or a named candidate): it may repeat one
-    # The deploy target's defaults: the figure gains are measured against, so never raced.
-    baseline: bool = False
-
-
-@dataclass(frozen=True)
-class _Run:
-    config: TrialConfig
-    result: SessionResult  # turned into the trial's figures by to_measurement; every answer
-    startup_s: float
-    launch_id: str
-    answers: AnswersPlan  # where its answers came from (autotune.study.run.twins)
-    computed: int  # the answers it computed itself
-    reference: ReferenceAnswers | None  # None when this is the reference, or it failed
-    rival: Incumbent | None = None  # the trial it raced (autotune.study.run.racing)
-    # What ran beside its launch's start-up, or beside its measuring (environment entries).
-    overlap: dict[str, str] = dataclasses.field(default_factory=dict)
-    confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
-    # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
-    reused_confirmation: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class _Verdict:
     measurement: Measurement
     attrs: dict[str, Any]  # what the trial records, beside its constraints
@@ -140,14 +111,18 @@ class _Verdict:
     raced: str | None = None  # why racing stopped it (it ends PRUNED, with no values)
 
 
-def raced_verdict(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
+def raced_verdict(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _Verdict:
     """A trial racing stopped: its partial figures and the incumbent it lost to; no accuracy,
     no constraints, no values (autotune.study.run.racing)."""
     assert run.rival is not None
     m = to_measurement(
-        plan.space, run.config, run.result, startup_s=run.startup_s, evalset=plan.evalset,
+        plan.space,
+        run.config,
+        run.result,
+        startup_s=run.startup_s,
+        evalset=plan.evalset,
         measure_accuracy=False,
-    )  # fmt: skip
+    )
     time_s.update(m.time_s)
     attrs, reason = raced_attrs(m, run.rival, run.launch_id, run.result.stop_rule_trail)
     return _Verdict(m, attrs, {}, [], raced=reason)
@@ -156,7 +131,7 @@ def raced_verdict(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verd
 def judged(
     trial: optuna.Trial,
     plan: StudyPlan,
-    run: _Run,
+    run: MeasuredRun,
     time_s: dict[str, float],
     artifacts: ArtifactRecorder,
 ) -> _Verdict:
@@ -169,7 +144,7 @@ def judged(
         fail_trial(trial, failure, artifacts)
 
 
-def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
+def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _Verdict:
     """The figures, the paired comparison with the reference, the constraint values and
     whether the export reproduces the trial: everything the trial records from here on."""
     space = plan.space
@@ -251,13 +226,14 @@ class Objective:
         self.plan = plan
         self.target = target
         self.progress = progress
-        self.launches = launches
         self.steering = steering
-        self.budget = budget
         self.spool = spool
         self.artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
         # Every trial's answers, and the reference's a stage at a time (study/run/twins.py).
         self.answers = TrialAnswers(plan, ReferenceStages(plan, launches, progress))
+        self.measuring = MeasureStep(
+            plan, progress, launches, budget, self.answers, self.gate, runtime.clock
+        )
         # The trial in progress (the last one, once study.optimize has returned or raised).
         self.current: optuna.Trial | None = None
 
@@ -319,12 +295,15 @@ class Objective:
             )
         return self._record(trial, verdict, time_s)
 
-    def _propose(self, trial: optuna.Trial) -> _Proposal:
+    def _propose(self, trial: optuna.Trial) -> Proposal:
         """The configuration to measure: the reference's, a named candidate's, or the
         sampler's."""
         space = self.plan.space
         record = TrialRecord.of(trial)
-        fixed = _fixed_config(trial, space, record, self.artifacts)
+        try:
+            fixed = queued_config(space, record)
+        except TrialFailure as failure:  # a name this run's space no longer has
+            fail_trial(trial, failure, self.artifacts)
         # The baseline asks the sampler for nothing: its launch values are no point of the
         # search, and a trial with only some of its parameters splits TPE's groups of them.
         config = fixed if record.baseline and fixed else suggest(space, trial, fixed=fixed)
@@ -334,62 +313,26 @@ class Objective:
         if (step := self.steering.step_of(trial)) is not None:
             write_trial(trial, {"step": step.describe()})
         named = record.is_reference or record.candidate or record.baseline
-        return _Proposal(
+        return Proposal(
             config, output_key, record.is_reference, not named, baseline=bool(record.baseline)
         )
 
-    def _measure(self, trial: optuna.Trial, proposal: _Proposal, time_s: dict[str, float]) -> _Run:
+    def _measure(
+        self, trial: optuna.Trial, proposal: Proposal, time_s: dict[str, float]
+    ) -> MeasuredRun:
         """The load test (and accuracy pass, unless the answers are known) on the launch the
-        scheduler gives; a failure fails this trial alone."""
-        plan, space, config, study = self.plan, self.plan.space, proposal.config, trial.study
+        scheduler gives (autotune.study.run.measuring); a failure fails this trial alone."""
         with timed(time_s, "study_reads"):  # the reference's answers, reusable answers
             answers = self.answers.plan_for(
-                study, config, proposal.output_key, is_reference=proposal.is_reference
+                trial.study,
+                proposal.config,
+                proposal.output_key,
+                is_reference=proposal.is_reference,
             )
-        rival = None
         try:
-            then = _next_beside(plan, trial, proposal)
-            session, launched = self.launches.session_for(config, self.progress.phase, then=then)
-            write_trial(trial, {"launch_id": session.launch_id, "launch_started": launched})
-            # The reference is never raced: every trial is judged against it. A named
-            # candidate that can no longer tie the front is raced like any trial.
-            if not (proposal.is_reference or proposal.baseline):
-                with timed(time_s, "study_reads"):
-                    rival = incumbent(study, space, session.launch_id, plan.group)
-            overlap = _launch_record(trial, self.launches, launched, then, time_s)
-            measure = measure_plan(
-                space, config, **accuracy_args(plan, answers), race=rival.bound if rival else None,
-                max_seconds=self.budget.measure_seconds(
-                    study, used_s=self.clock() - self.started, accuracy=answers.spends_accuracy
-                ),
-            )  # fmt: skip
-            with timed(time_s, "study_reads"):  # the reference's and the first figure's
-                measure = plan_for_role(trial, measure, plan, config, proposal.is_reference, rival)
-            live = LiveEstimate(trial, self.progress.estimate)
-            # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
-            phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)
-            try:
-                with timed(time_s, "engine_call"):  # a racing stop beside load is checked
-                    result, rival = measure_racing(
-                        session, space, config, measure, rival, phase, estimate
-                    )
-            finally:
-                live.close()  # nothing is written to the trial once it is told
-            self.gate.check()
-            if launched and self.launches.beside_next:  # the pass the next start-up hid
-                ended = self.clock()
-                self.launches.accuracy_beside(ended - result.accuracy_s, ended)
-            if not proposal.is_reference:
-                await_reference(study, space, plan.group)
-            with timed(time_s, "engine_call"):  # its floor past the reference's answers
-                settled = self.answers.settle(study, trial.number, session, config, answers, result)
+            return self.measuring.measure(trial, proposal, answers, time_s, started=self.started)
         except TrialFailure as failure:
             fail_trial(trial, failure, self.artifacts, started="launch_id" in trial.user_attrs)
-        return _Run(
-            config, settled.result, session.startup_s, session.launch_id, answers,
-            settled.computed, settled.reference, rival, overlap, settled.confirm,
-            settled.reused_confirmation,
-        )  # fmt: skip
 
     def _record(
         self, trial: optuna.Trial, verdict: _Verdict, time_s: dict[str, float]
@@ -420,72 +363,3 @@ class Objective:
                 f"screening: the floor shows a drop past its margin on {len(m.predictions)} items"
             )
         return verdict.values
-
-
-def _fixed_config(
-    trial: optuna.Trial, space: SearchSpace, record: TrialRecord, artifacts: ArtifactRecorder
-) -> TrialConfig | None:
-    """The configuration a trial was queued as: the reference's, the deploy target's defaults
-    or a named candidate's; None for the sampler's. A name this run's space no longer has
-    fails the trial (its configuration is unknown here)."""
-    if record.is_reference:
-        return space.reference_config()
-    reason, fixed = None, None
-    if record.baseline:
-        fixed = baseline_config(space)
-        if fixed is None:
-            reason = "the baseline was queued by an earlier run whose space deploys elsewhere"
-    elif record.candidate:
-        candidate = str(record.candidate)
-        if space.find_candidate(candidate) is None:
-            reason = (
-                f"named candidate {candidate!r} was queued by an earlier run and is in "
-                "neither this run's space nor its --enqueue file"
-            )
-        else:
-            fixed = space.candidate_config(candidate)
-    else:
-        return None
-    if reason is not None:
-        fail_trial(trial, TrialFailure(reason, kind="error"), artifacts)
-    return fixed
-
-
-def _next_beside(plan: StudyPlan, trial: optuna.Trial, proposal: _Proposal) -> TrialConfig | None:
-    """The launch to start beside this trial's: the next queued one, beside a reference that
-    only feeds the "x" figure (its speed is a what-if; the next one may be deployed)."""
-    if not proposal.is_reference or not only_a_baseline(
-        plan.space, proposal.config, endpoint=plan.endpoint
-    ):
-        return None
-    return next_queued_launch(trial.study, plan)
-
-
-def _launch_record(
-    trial: optuna.Trial,
-    launches: LaunchScheduler,
-    launched: bool,
-    then: TrialConfig | None,
-    time_s: dict[str, float],
-) -> dict[str, str]:
-    """The trial's GPUs and the start-up it waited for; what both records say (environment
-    entries) when a launch started beside another: the reference was measured beside a
-    starting server, whose start-up hid the reference's accuracy pass (how much of it: the
-    next trial's entry)."""
-    if launches.gpus:
-        gpus = [gpu.to_dict() for gpu in launches.gpus]
-        write_trial(trial, {"gpus": gpus, "gpu_share": launches.gpu_share})
-    if not launched:
-        return {}
-    # What the trial waited for: less when it started beside another.
-    time_s["startup"] = launches.startup_wait_s
-    time_s["gpu_wait"] = launches.gpu_wait_s
-    if then is not None and launches.beside_next:
-        return {MEASURED_BESIDE: f"the next launch ({then.backend}) starting up"}
-    if not launches.started_beside:
-        return {}
-    said = "started while the reference started and measured"
-    if (hidden := launches.accuracy_overlap_s) is not None:
-        inside, total = hidden
-        said += f"; {inside:.1f} s of the reference's {total:.1f} s accuracy pass ran in it"
-    return {STARTUP_BESIDE: said}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.engines import EngineSession, measure_plan
 from autotune.engines.measurement import Measurement
@@ -88,31 +89,60 @@ class Incumbent:
         )
 
 
+@dataclass(frozen=True)
+class Race:
+    """What a trial on a launch races: `rival`, the incumbent (None: nothing to race), and
+    whether the trial would give its comparison group its `first_figure` to race."""
+
+    rival: Incumbent | None
+    first_figure: bool
+
+
+def race_for(
+    study: optuna.Study,
+    space: SearchSpace,
+    launch_id: str,
+    group: str | None = None,
+    *,
+    raced: bool = True,
+) -> Race:
+    """The race of a trial on launch `launch_id` of comparison group `group`, from one read of
+    the study's front. No rival when racing is off, the study ranks by something else first,
+    the trial is not `raced` (the reference, the baseline), or no feasible trial of the group
+    with a throughput interval has finished; the first figure when racing is on and nothing
+    feasible and deployable of the group has finished.
+
+    The rival is the top of the feasible front (the best throughput), not the recommendation:
+    a trial tied with the top may be recommended for its latency
+    (autotune.study.results.select), so only a trial whose interval lies below the top's is out
+    of the running. On the top's own launch the two load tests' own intervals are compared, as
+    `select.tied` compares them; on another, the top's recorded interval and the trial's, both
+    widened by the spread between launches."""
+    if not _raced(study, space):
+        return Race(None, first_figure=False)
+    try:
+        found = front_top(in_group(study, group))
+    except StudyError:  # a deploy target not registered here: nothing will ever be raced
+        return Race(None, first_figure=False)
+    if found is None:  # nothing feasible and deployable has finished yet
+        return Race(None, first_figure=True)
+    return Race(_incumbent(found.top, space, launch_id) if raced else None, first_figure=False)
+
+
 def incumbent(
     study: optuna.Study, space: SearchSpace, launch_id: str, group: str | None = None
 ) -> Incumbent | None:
     """The trial a sampled trial on launch `launch_id` of comparison group `group` races, or
-    None: racing is off, the study ranks by something else first, or no feasible trial of the
-    group with a throughput interval has finished.
+    None (race_for says when)."""
+    return race_for(study, space, launch_id, group).rival
 
-    It is the top of the feasible front (the best throughput), not the recommendation: a
-    trial tied with the top may be recommended for its latency (autotune.study.results.select), so
-    only a trial whose interval lies below the top's is out of the running. On the top's own
-    launch the two load tests' own intervals are compared, as `select.tied` compares them;
-    on another, the top's recorded interval and the trial's, both widened by the spread
-    between launches."""
-    if not _raced(study, space):
-        return None
-    try:
-        found = front_top(in_group(study, group))
-    except StudyError:  # a deploy target not registered here: no incumbent to race
-        return None
-    if found is None:  # nothing feasible and deployable has finished yet
-        return None
-    top = found.top
+
+def _incumbent(top: FrozenTrial, space: SearchSpace, launch_id: str) -> Incumbent | None:
+    """`top` as the incumbent a trial on launch `launch_id` races; None when it is too short
+    for an interval (it ties with every trial)."""
     same_launch = TrialRecord.of(top).launch_id == launch_id
     interval = throughput_interval(top, same_launch=same_launch)
-    if interval is None:  # too short for an interval: it ties with every trial
+    if interval is None:
         return None
     record = TrialRecord.of(top)
     return Incumbent(
@@ -133,18 +163,6 @@ def wall_clock_wait(environment: Environment) -> float:
     on_core = (environment.clock or "").startswith("on-core")
     share = environment.engine_wait_share
     return 0.0 if on_core or share is None or not math.isfinite(share) else share
-
-
-def awaits_first_figure(study: optuna.Study, space: SearchSpace, group: str | None = None) -> bool:
-    """Whether a trial now would give comparison group `group` its first figure to race:
-    racing is on, the study ranks by throughput first, and nothing feasible and deployable of
-    the group has finished."""
-    if not _raced(study, space):
-        return False
-    try:
-        return front_top(in_group(study, group)) is None
-    except StudyError:  # a deploy target not registered here: nothing will ever be raced
-        return False
 
 
 def _raced(study: optuna.Study, space: SearchSpace) -> bool:

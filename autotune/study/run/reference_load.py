@@ -1,12 +1,8 @@
-"""The start measured only as much as its roles need: the reference's load test, its answers
-(a stage at a time, as far as the candidates' floors need: ReferenceStages), the first figure.
+"""The reference's answers, a stage at a time as far as the candidates' floors need
+(ReferenceStages), and the answers cache that keeps them (cache_key, answers_folder).
 
-A reference the deploy target cannot run (transformers beside LMDeploy) is never recommended:
-its speed only feeds the "x the reference" figure. Its load test therefore stops at +-10%
-or after a short window, and the figure carries the interval it reached. The next launch
-starts beside it (autotune.study.run.launches), so a slow start-up hides behind the
-reference's own. The study's first deployable figure only has to be good enough to race, so
-it stops at +-FIRST_FIGURE_TARGET_CI_REL and its record says `first_figure`.
+How long the reference's load test runs, and the first deployable figure's, is the trial's
+plan (autotune.study.run.trial_plan).
 """
 
 from __future__ import annotations
@@ -40,65 +36,13 @@ from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records.reference import ReferenceExtension, study_extensions
 from autotune.records.stored import TrialRecord
-from autotune.records.writer import write_study, write_trial
+from autotune.records.writer import write_study
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import reference_trial
 from autotune.study.run.launches import LaunchScheduler
-from autotune.study.run.racing import Incumbent, awaits_first_figure
 from autotune.study.store.storage import STUDIES_DIR, local_file
-
-REFERENCE_TARGET_CI_REL = 0.10
-REFERENCE_MAX_WARMUP_S = 45.0
-REFERENCE_MAX_MEASURE_S = 30.0
-FIRST_FIGURE_TARGET_CI_REL = 0.06
-
-
-def only_a_baseline(space: SearchSpace, config: TrialConfig, *, endpoint: str | None) -> bool:
-    """Whether the reference `config` can never be recommended: the deploy target runs
-    another engine (an endpoint study's reference is that server's own)."""
-    backend = BACKENDS.get(space.deploy) if endpoint is None else None
-    return backend is not None and config.backend not in backend.deploys
-
-
-def reference_plan(plan: MeasurePlan) -> MeasurePlan:
-    """`plan` with the reference's looser stop rule and shorter caps (never longer)."""
-    return plan.model_copy(
-        update={
-            "target_ci_rel": max(plan.target_ci_rel, REFERENCE_TARGET_CI_REL),
-            "max_measure_s": min(plan.max_measure_s, REFERENCE_MAX_MEASURE_S),
-            "max_load_s": min(plan.max_load_s, REFERENCE_MAX_WARMUP_S + REFERENCE_MAX_MEASURE_S),
-        }
-    )
-
-
-def first_figure_plan(plan: MeasurePlan) -> MeasurePlan:
-    """`plan` for the study's first deployable figure, the incumbent its first steps race."""
-    return plan.model_copy(
-        update={"target_ci_rel": max(plan.target_ci_rel, FIRST_FIGURE_TARGET_CI_REL)}
-    )
-
-
-def plan_for_role(
-    trial: optuna.Trial,
-    measure: MeasurePlan,
-    plan: StudyPlan,
-    config: TrialConfig,
-    is_reference: bool,
-    rival: Incumbent | None,
-) -> MeasurePlan:
-    """`measure` as the trial's role needs it: the reference that is only a baseline stops
-    early; the study's first deployable figure (no `rival` to race yet) stops at the looser
-    target and its record says so; every other trial keeps the space's plan."""
-    space = plan.space
-    if is_reference:
-        baseline = only_a_baseline(space, config, endpoint=plan.endpoint)
-        return reference_plan(measure) if baseline else measure
-    if rival is not None or not awaits_first_figure(trial.study, space, plan.group):
-        return measure
-    write_trial(trial, {"first_figure": True})
-    return first_figure_plan(measure)
 
 
 def answers_folder(storage_url: str) -> Path:
@@ -199,9 +143,9 @@ class ReferenceStages:
         if trial is None:
             return None
         record = TrialRecord.of(trial)
-        predictions, scores, passed = (
-            dict(record.predictions), dict(record.item_scores), dict(record.item_passed)
-        )  # fmt: skip
+        predictions = dict(record.predictions)
+        scores = dict(record.item_scores)
+        passed = dict(record.item_passed)
         parts, problems = study_extensions(study)
         for problem in problems:
             self.note_once(f"reference: an extension is left out (unreadable: {problem})")

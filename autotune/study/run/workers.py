@@ -3,7 +3,7 @@
 The coordinator prepares the study once (repairs, the reference and the candidates queued),
 then starts one `autotune run` worker per GPU on the same storage and trial target. Each
 worker runs Optuna's own optimize loop; its launches take their GPUs from the host's pool
-(autotune.study.run.gpu_pool), so a tensor-parallel launch gets a disjoint set. Workers run in
+(autotune.engines.gpu_pool), so a tensor-parallel launch gets a disjoint set. Workers run in
 their own process group: Ctrl-C reaches the coordinator, which hands it on to each worker
 once, so every worker marks its trial interrupted and stops its engine. A worker that dies
 (killed, crashed) has its running trial failed at once with the reason; its GPU locks go

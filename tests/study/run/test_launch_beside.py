@@ -17,6 +17,7 @@ from fake_server import PROMPTS, fake, leftovers, space, token
 
 from autotune.engines import measure_plan
 from autotune.engines.server import ServerSession
+from autotune.engines.server_launch import ServerLaunch
 from autotune.evalset.dataset import load_evalset
 from autotune.params import TrialConfig
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
@@ -159,10 +160,10 @@ def test_a_server_begun_beside_other_work_is_timed_to_when_it_answered() -> None
 
     quick = space()
     config = TrialConfig(batch_size=1, max_new_tokens=8)
-    session = ServerSession(
-        recorded, launch=config, fmt="swift", device="cpu", prompts=PROMPTS,
-        startup_timeout_s=60.0, trial_timeout_s=60.0,
-    )  # fmt: skip
+    server_launch = ServerLaunch(
+        render=recorded, launch=config, fmt="swift", device="cpu", startup_timeout_s=60.0
+    )
+    session = ServerSession(server_launch, prompts=PROMPTS, trial_timeout_s=60.0)
     begun = time.perf_counter()
     session.begin()
     try:
@@ -183,10 +184,14 @@ def test_a_server_begun_beside_other_work_is_timed_to_when_it_answered() -> None
 def test_a_server_begun_and_closed_while_starting_leaves_nothing_running() -> None:
     tag = token()
     render = fake(tag, "--startup-delay", "60")
-    session = ServerSession(
-        lambda _config, port: render(port or 0), launch=TrialConfig(), fmt="swift",
-        device="cpu", prompts=PROMPTS, startup_timeout_s=120.0, trial_timeout_s=60.0,
-    )  # fmt: skip
+    server_launch = ServerLaunch(
+        render=lambda _config, port: render(port or 0),
+        launch=TrialConfig(),
+        fmt="swift",
+        device="cpu",
+        startup_timeout_s=120.0,
+    )
+    session = ServerSession(server_launch, prompts=PROMPTS, trial_timeout_s=60.0)
     session.begin()
     while not leftovers(tag):  # the server process is up, still starting
         time.sleep(0.05)

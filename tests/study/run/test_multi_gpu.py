@@ -160,7 +160,7 @@ POOL_CLIENT = """
 import json, sys, time
 from pathlib import Path
 from autotune.engines.gpus import detect_gpus
-from autotune.study.run.gpu_pool import GpuPool
+from autotune.engines.gpu_pool import GpuPool
 count, out = int(sys.argv[1]), Path(sys.argv[2])
 pool = GpuPool(detect_gpus(), folder=Path(sys.argv[3]))
 for _ in range(3):
@@ -207,7 +207,7 @@ def test_a_dead_holder_frees_its_gpus(tmp_path: Path) -> None:
             "-c",
             "import sys, time; from pathlib import Path; "
             "from autotune.engines.gpus import detect_gpus; "
-            "from autotune.study.run.gpu_pool import GpuPool; "
+            "from autotune.engines.gpu_pool import GpuPool; "
             "lease = GpuPool(detect_gpus(), folder=Path(sys.argv[1])).acquire(1); "
             "print('held', flush=True); time.sleep(600)",
             str(locks),
@@ -225,7 +225,7 @@ def test_a_dead_holder_frees_its_gpus(tmp_path: Path) -> None:
             "-c",
             "import sys; from pathlib import Path; "
             "from autotune.engines.gpus import detect_gpus; "
-            "from autotune.study.run.gpu_pool import GpuPool; "
+            "from autotune.engines.gpu_pool import GpuPool; "
             "print(GpuPool(detect_gpus(), folder=Path(sys.argv[1])).acquire(1).gpus[0].index)",
             str(locks),
         ],

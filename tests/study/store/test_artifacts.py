@@ -11,7 +11,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 
 from autotune.accuracy.scoring import AccuracyReport
-from autotune.study.run.artifacts import ArtifactRecorder
+from autotune.study.store.artifacts import ArtifactRecorder
 
 
 def test_sample_outputs_category_table_and_log_tail(tmp_path: Path) -> None:
