@@ -39,7 +39,7 @@ from autotune.engines.session import MeasurePlan, accuracy_batch_size, measure_p
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records.reference import ReferenceExtension, study_extensions
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study, write_trial
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
@@ -97,7 +97,7 @@ def plan_for_role(
         return reference_plan(measure) if baseline else measure
     if rival is not None or not awaits_first_figure(trial.study, space, plan.group):
         return measure
-    write_trial(trial, {"first_figure": True})
+    write_trial(trial, TrialRecord.part(first_figure=True))
     return first_figure_plan(measure)
 
 
@@ -343,4 +343,4 @@ class ReferenceStages:
             seconds=seconds,
             batch_size=self.batch,
         )
-        write_study(study, {extension.key(): extension.model_dump()})
+        write_study(study, StudyRecord.part(**{extension.key(): extension.model_dump()}))
