@@ -280,7 +280,7 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             study = _create(plan, storage, sampler, basis)
     check_resumable(study, plan, basis)
     if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
-        write_study(study, StudyRecord.part(**{COMPARISON_BASIS: basis}))
+        write_study(study, StudyRecord.part(comparison_basis=basis))
     if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
         write_study(study, study_attrs(plan))
         # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
@@ -317,7 +317,7 @@ def _create(
         study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
         await_setup(study)
         return study
-    write_study(study, StudyRecord.part(**{COMPARISON_BASIS: basis}))
+    write_study(study, StudyRecord.part(comparison_basis=basis))
     return study
 
 
