@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
@@ -127,14 +129,35 @@ def with_timeout(space: SearchSpace, timeout_s: float | None) -> SearchSpace:
     return space.model_copy(update={"trial_timeout_s": timeout_s})
 
 
+@dataclass(frozen=True)
+class EvalResult:
+    """What `autotune eval` measured of one configuration; `--json` prints it as it reads."""
+
+    model: str
+    evalset: str
+    items: int
+    config: dict[str, Any]
+    accuracy: float | None  # None: dummy weights (random answers), not measured
+    accuracy_by_category: dict[str, float]
+    predictions: dict[str, str]
+    figures: dict[str, float]
+    dummy_weights: bool
+    adapters: list[dict[str, Any]]
+    memory_source: str
+    environment: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def evaluate(
     plan: StudyPlan,
     overrides: dict[str, Any],
     *,
     endpoint: str | None = None,
     on_phase: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Measure the space's reference (with overrides) once; the result as a JSON-able dict.
+) -> EvalResult:
+    """Measure the space's reference (with overrides) once; the result, JSON-able.
     `on_phase` is shown each phase and, in the accuracy pass, the items answered so far."""
     config = configured(plan.space.reference_config(), overrides, device=plan.space.device)
     plan = with_checkpoint_for(plan, config)
@@ -152,20 +175,20 @@ def evaluate(
         count_answers=True,
     )
     accuracy = m.accuracy
-    return {
-        "model": plan.model,
-        "evalset": plan.evalset.name,
-        "items": len(plan.evalset.items),
-        "config": config.model_dump(),
-        "accuracy": accuracy.accuracy if accuracy else None,
-        "accuracy_by_category": accuracy.by_category if accuracy else {},
-        "predictions": m.predictions,
-        "figures": m.figures,
-        "dummy_weights": plan.dummy_weights,
-        "adapters": [adapter.to_dict() for adapter in plan.adapters],
-        "memory_source": m.memory_source,
-        "environment": m.environment,
-    }
+    return EvalResult(
+        model=plan.model,
+        evalset=plan.evalset.name,
+        items=len(plan.evalset.items),
+        config=config.model_dump(),
+        accuracy=accuracy.accuracy if accuracy else None,
+        accuracy_by_category=accuracy.by_category if accuracy else {},
+        predictions=m.predictions,
+        figures=m.figures,
+        dummy_weights=plan.dummy_weights,
+        adapters=[adapter.to_dict() for adapter in plan.adapters],
+        memory_source=m.memory_source,
+        environment=m.environment,
+    )
 
 
 class EvalProgress:

@@ -142,17 +142,21 @@ def speed_check(
     return judged(metric, rec, mes, None, high, f"recorded +{allowance} or less")
 
 
-def interval(figures: dict[str, Any]) -> tuple[float, float] | None:
-    """The throughput's 95% interval from a trial's (or a measurement's) figures."""
-    value, rel = _number(figures.get(THROUGHPUT)), _number(figures.get("throughput_ci_rel"))
+# A trial's or a measurement's figures, read by name (None: not recorded).
+Figures = Callable[[str], Any]
+
+
+def interval(figure: Figures) -> tuple[float, float] | None:
+    """The throughput's 95% interval from a trial's (or a measurement's) figures, by name."""
+    value, rel = _number(figure(THROUGHPUT)), _number(figure("throughput_ci_rel"))
     if value is None or rel is None or not math.isfinite(rel):
         return None
     return value * max(0.0, 1 - rel), value * (1 + rel)
 
 
-def with_intervals(check: Check, recorded: dict[str, Any], measured: dict[str, Any]) -> Check:
-    """`check` with both throughput intervals and whether the recorded one covers the new
-    figure."""
+def with_intervals(check: Check, recorded: Figures, measured: Figures) -> Check:
+    """`check` with both throughput intervals (from each side's figures, by name) and whether
+    the recorded one covers the new figure."""
     before, now = interval(recorded), interval(measured)
     covered = None
     if before is not None and check.measured is not None:
@@ -181,40 +185,34 @@ def compare(
     *,
     one_sided: bool = False,
 ) -> list[Check]:
-    recorded = TrialRecord.of(trial).model_dump()
+    record = TrialRecord.of(trial)
     measured: dict[str, Any] = dict(m.figures)
-    if m.accuracy is not None:
-        measured["accuracy"] = m.accuracy.accuracy
+    accuracy = None if m.accuracy is None else m.accuracy.accuracy
     max_drop = space.constraints.accuracy.max_drop
-    checks = [
-        accuracy_check(
-            recorded.get("accuracy"), measured.get("accuracy"), max_drop, one_sided=one_sided
-        )
-    ]
+    checks = [accuracy_check(record.accuracy, accuracy, max_drop, one_sided=one_sided)]
+    recorded_rel = _number(record.figure("throughput_ci_rel"))
     objectives = [o.metric for o in space.objectives]
     speed = [*CHECKED_SPEED, *(o for o in objectives if o not in CHECKED_SPEED)]
     for metric in speed:
         if metric in ("accuracy", "peak_memory_mib", "startup_s", "compile_s"):
             continue
-        rel = (
-            _number(recorded.get("throughput_ci_rel")) if _carries_interval(metric, space) else None
-        )
+        rel = recorded_rel if _carries_interval(metric, space) else None
         check = speed_check(
             metric,
-            recorded.get(metric),
+            record.figure(metric),
             measured.get(metric),
             tolerance,
             interval_rel=rel,
             one_sided=one_sided,
         )
         if metric == THROUGHPUT:
-            check = with_intervals(check, recorded, measured)
+            check = with_intervals(check, record.figure, measured.get)
         checks.append(check)
     budget = space.constraints.memory_budget_mib
     for metric in SHOWN:
         if metric in speed:
             continue
-        rec, mes = _number(recorded.get(metric)), _number(measured.get(metric))
+        rec, mes = _number(record.figure(metric)), _number(measured.get(metric))
         if metric == "peak_memory_mib" and budget is not None and mes is not None:
             checks.append(
                 Check(

@@ -76,14 +76,15 @@ def test_verify_says_whether_the_recorded_interval_covers_the_relaunch() -> None
     recorded = {THROUGHPUT: 1000.0, "throughput_ci_rel": 0.03}
     inside = {THROUGHPUT: 980.0, "throughput_ci_rel": 0.02}
     outside = {THROUGHPUT: 900.0, "throughput_ci_rel": 0.02}
-    check = with_intervals(speed_check(THROUGHPUT, 1000.0, 980.0, 0.05), recorded, inside)
+    check = with_intervals(speed_check(THROUGHPUT, 1000.0, 980.0, 0.05), recorded.get, inside.get)
     assert check.recorded_interval == pytest.approx((970.0, 1030.0))
     assert check.measured_interval == pytest.approx((960.4, 999.6))
     assert check.covered is True and check.passed is True
-    missed = with_intervals(speed_check(THROUGHPUT, 1000.0, 900.0, 0.05), recorded, outside)
+    missed = with_intervals(speed_check(THROUGHPUT, 1000.0, 900.0, 0.05), recorded.get, outside.get)
     assert missed.covered is False and missed.passed is False
     # A trial that recorded no interval (too short) cannot be said to cover anything.
-    bare = with_intervals(speed_check(THROUGHPUT, 1000.0, 980.0, 0.05), {THROUGHPUT: 1.0}, inside)
+    alone = {THROUGHPUT: 1.0}
+    bare = with_intervals(speed_check(THROUGHPUT, 1000.0, 980.0, 0.05), alone.get, inside.get)
     assert bare.recorded_interval is None and bare.covered is None
 
 

@@ -55,8 +55,8 @@ def test_a_relaunch_outside_the_interval_is_told_what_decided() -> None:
     checks = {
         measured: with_intervals(
             speed_check(THROUGHPUT, 1000.0, measured, 0.25, interval_rel=0.08),
-            recorded,
-            {THROUGHPUT: measured},
+            recorded.get,
+            {THROUGHPUT: measured}.get,
         )
         for measured in (1010.0, 1300.0, 590.0)
     }

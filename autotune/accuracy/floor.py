@@ -12,6 +12,8 @@ import math
 from typing import Any
 
 from autotune.accuracy.reach import SetReach, items_to_pass, set_reach
+from autotune.records.parts import FloorVerdict, Paired
+from autotune.records.stored import TrialRecord
 from autotune.space import Constraints
 
 
@@ -103,47 +105,56 @@ def _reach(n_items: int, constraints: Constraints) -> SetReach:
     )
 
 
-def infeasible_because(attrs: dict[str, Any], constraints: Constraints) -> list[str]:
-    """Why a trial (its user attributes) misses each constraint it misses, in words."""
-    values = attrs.get("constraints") or {}
+def infeasible_because(record: TrialRecord, constraints: Constraints) -> list[str]:
+    """Why a trial (its record) misses each constraint it misses, in words."""
+    values = record.constraints or {}
     reasons: list[str] = []
     floor = constraints.accuracy
     if values.get("accuracy", 0.0) > 0:
-        accuracy = attrs.get("accuracy")
-        paired = attrs.get("paired_vs_reference") or {}
-        verdict = attrs.get("accuracy_floor") or {}
-        if floor.mode == "absolute" and verdict:
+        accuracy = record.accuracy
+        paired = record.paired_vs_reference or Paired()
+        verdict = record.accuracy_floor
+        if floor.mode == "absolute" and verdict is not None:
             reasons.append(_absolute_reason(accuracy, verdict, floor.min))
         elif floor.mode == "absolute":
             reasons.append(f"accuracy {_num(accuracy)} is under the floor {floor.min:g}")
-        elif paired.get("test") == "sequential":
+        elif paired.test == "sequential":
             reasons.append(_sequential_reason(accuracy, paired, floor.max_drop))
         elif floor.test == "point":
             reasons.append(
-                f"accuracy {_num(accuracy)} is {_num(-paired.get('accuracy_diff', math.nan))} "
+                f"accuracy {_num(accuracy)} is {_num(-_diff(paired))} "
                 f"under the reference's, more than the allowed drop of {floor.max_drop:g}"
             )
         else:
-            reference = _num((accuracy or 0.0) - paired.get("accuracy_diff", math.nan))
+            reference = _num((accuracy or 0.0) - _diff(paired))
+            confidence = floor.confidence if paired.confidence is None else paired.confidence
             reasons.append(
                 f"accuracy {_num(accuracy)} vs reference {reference}; "
-                f"{interval_label(paired.get('confidence', floor.confidence), 'bootstrap')} "
+                f"{interval_label(confidence, 'bootstrap')} "
                 "of the paired difference "
-                f"[{_num(paired.get('ci_low'), '+.3f')}, {_num(paired.get('ci_high'), '+.3f')}] "
+                f"[{_num(paired.ci_low, '+.3f')}, {_num(paired.ci_high, '+.3f')}] "
                 f"does not exclude a drop of {floor.max_drop:g} with "
-                f"{paired.get('n_items', '?')} items"
+                f"{_count(paired)} items"
             )
     if values.get("memory", 0.0) > 0:
         reasons.append(
-            f"peak memory {_num(attrs.get('peak_memory_mib'), ',.0f')} MiB is over the budget "
-            f"of {constraints.memory_budget_mib:,.0f} MiB"
+            f"peak memory {_num(record.figure('peak_memory_mib'), ',.0f')} MiB is over the "
+            f"budget of {constraints.memory_budget_mib:,.0f} MiB"
         )
     if values.get("latency", 0.0) > 0:
         reasons.append(
-            f"p95 latency {_num(attrs.get('e2e_latency_p95_ms'), ',.0f')} ms is over the SLO "
-            f"of {constraints.latency_slo_ms:,.0f} ms"
+            f"p95 latency {_num(record.figure('e2e_latency_p95_ms'), ',.0f')} ms is over the "
+            f"SLO of {constraints.latency_slo_ms:,.0f} ms"
         )
     return reasons
+
+
+def _diff(paired: Paired) -> float:
+    return math.nan if paired.accuracy_diff is None else paired.accuracy_diff
+
+
+def _count(judged: Paired | FloorVerdict) -> int | str:
+    return "?" if judged.n_items is None else judged.n_items
 
 
 def interval_label(confidence: float, test: str | None = "sequential") -> str:
@@ -158,18 +169,19 @@ def interval_label(confidence: float, test: str | None = "sequential") -> str:
     return f"{confidence:.0%} two-sided interval"
 
 
-def _sequence(verdict: dict[str, Any], spec: str) -> str:
+def _sequence(verdict: Paired | FloorVerdict, spec: str) -> str:
     """'confidence sequence (each end a one-sided 90% bound, both ends together 80%)
     [-0.300, -0.100]' from a recorded verdict."""
-    low, high = _num(verdict.get("ci_low"), spec), _num(verdict.get("ci_high"), spec)
-    return f"{interval_label(verdict.get('confidence', 0.0))} [{low}, {high}]"
+    low, high = _num(verdict.ci_low, spec), _num(verdict.ci_high, spec)
+    confidence = 0.0 if verdict.confidence is None else verdict.confidence
+    return f"{interval_label(confidence)} [{low}, {high}]"
 
 
-def _sequential_reason(accuracy: Any, paired: dict[str, Any], max_drop: float) -> str:
-    reference = _num((accuracy or 0.0) - paired.get("accuracy_diff", math.nan))
-    n = paired.get("n_items", "?")
+def _sequential_reason(accuracy: float | None, paired: Paired, max_drop: float) -> str:
+    reference = _num((accuracy or 0.0) - _diff(paired))
+    n = _count(paired)
     sequence = _sequence(paired, "+.3f")
-    if paired.get("decision") == "undecided":
+    if paired.decision == "undecided":
         return (
             f"undecided after {n} items: accuracy {_num(accuracy)} vs reference {reference}; "
             f"the {sequence} neither excludes nor shows a drop of {max_drop:g} (a larger set "
@@ -181,10 +193,10 @@ def _sequential_reason(accuracy: Any, paired: dict[str, Any], max_drop: float) -
     )
 
 
-def _absolute_reason(accuracy: Any, verdict: dict[str, Any], minimum: float) -> str:
-    n = verdict.get("n_items", "?")
+def _absolute_reason(accuracy: float | None, verdict: FloorVerdict, minimum: float) -> str:
+    n = _count(verdict)
     sequence = _sequence(verdict, ".3f")
-    if verdict.get("decision") == "undecided":
+    if verdict.decision == "undecided":
         return (
             f"undecided after {n} items: accuracy {_num(accuracy)}; the {sequence} neither "
             f"excludes nor shows an accuracy under the floor {minimum:g}"

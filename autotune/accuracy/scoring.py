@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from autotune.evalset.dataset import EvalSet
 from autotune.evalset.metrics import get_metric
+from autotune.records.stored import TrialRecord
 
 
 @dataclass
@@ -17,14 +17,14 @@ class AccuracyReport:
     item_scores: dict[str, float]
     item_passed: dict[str, bool]
 
-    def user_attrs(self) -> dict[str, Any]:
-        return {
-            "accuracy": self.accuracy,
-            "accuracy_by_category": self.by_category,
-            "item_scores": self.item_scores,
-            "item_passed": self.item_passed,
-            "items_scored": len(self.item_scores),
-        }
+    def user_attrs(self) -> TrialRecord:
+        return TrialRecord.part(
+            accuracy=self.accuracy,
+            accuracy_by_category=self.by_category,
+            item_scores=self.item_scores,
+            item_passed=self.item_passed,
+            items_scored=len(self.item_scores),
+        )
 
 
 def score_predictions(evalset: EvalSet, predictions: dict[str, str]) -> AccuracyReport:

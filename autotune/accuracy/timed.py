@@ -41,11 +41,10 @@ from autotune.space import AccuracyConstraint
 # the other wrong): greedy decoding on another engine's kernels, as the default space's are.
 TIMED_DISCORDANCE = 0.05
 TIMED_NOTE = "accuracy timed, not judged: dummy weights"
-# What a trial records of its timed pass: the items it answered, their tokens in all, and
-# each answer's tokens (the engine's usage count).
+# What a trial records of its timed pass: the items it answered and their tokens in all (each
+# answer's tokens are a field of its record: TrialRecord.accuracy_timed_tokens).
 TIMED_ITEMS = "accuracy_timed_items"
 TIMED_ANSWER_TOKENS = "accuracy_timed_answer_tokens"
-TIMED_TOKENS = "accuracy_timed_tokens"
 TOKENIZER_FILE = "tokenizer.json"
 
 

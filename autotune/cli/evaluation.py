@@ -86,16 +86,16 @@ def eval_command(
             1,
         )
     if as_json:
-        click.echo(json_text(result))
+        click.echo(json_text(result.to_json()))
         return
-    click.echo(f"{result['model']} on {result['evalset']} ({result['items']} items)")
-    if result["accuracy"] is None:
+    click.echo(f"{result.model} on {result.evalset} ({result.items} items)")
+    if result.accuracy is None:
         click.echo("accuracy: not measured (dummy weights: random answers)")
     else:
-        click.echo(f"accuracy: {result['accuracy']:.3f}")
-    for name, value in result["accuracy_by_category"].items():
+        click.echo(f"accuracy: {result.accuracy:.3f}")
+    for name, value in result.accuracy_by_category.items():
         click.echo(f"  {name}: {value:.3f}")
-    for name, value in result["figures"].items():
+    for name, value in result.figures.items():
         click.echo(f"{name}: {value:.4g}")
 
 

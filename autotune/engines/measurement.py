@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from autotune import SCHEMA_VERSION, __version__
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
-from autotune.accuracy.timed import TIMED_ANSWER_TOKENS, TIMED_ITEMS, TIMED_TOKENS
+from autotune.accuracy.timed import TIMED_ANSWER_TOKENS, TIMED_ITEMS
 from autotune.checkpoints.adapters import Adapter
 from autotune.engines.session import MeasurePlan, Served
 from autotune.evalset.dataset import EvalSet
@@ -25,7 +24,8 @@ from autotune.measure.equal_work import (
 from autotune.measure.summary import summarize
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import Environment
+from autotune.records.parts import Environment, with_entries
+from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 
 
@@ -49,26 +49,29 @@ class Measurement:
     # A timed pass's tokens per answer (dummy weights: autotune.accuracy.timed).
     timed_tokens: dict[str, int] = field(default_factory=dict)
 
-    def user_attrs(self) -> dict[str, Any]:
+    def user_attrs(self) -> TrialRecord:
         """What a trial stores: figures with units in their names, plus provenance."""
-        attrs: dict[str, Any] = dict(self.figures)
-        attrs["config"] = self.config.model_dump()
-        attrs["memory_source"] = self.memory_source
-        attrs["environment"] = self.environment
-        attrs["measure_stop_reason"] = self.stop_reason
-        attrs["time_s"] = self.time_s
-        attrs["repeated_requests"] = self.repeated_requests
-        attrs["autotune_version"] = __version__
-        attrs["schema_version"] = SCHEMA_VERSION
+        part = TrialRecord.part(**self.figures).joined(
+            TrialRecord.part(
+                config=self.config.model_dump(),
+                memory_source=self.memory_source,
+                environment=self.environment,
+                measure_stop_reason=self.stop_reason,
+                time_s=self.time_s,
+                repeated_requests=self.repeated_requests,
+                autotune_version=__version__,
+                schema_version=SCHEMA_VERSION,
+            )
+        )
         if self.accuracy is not None:
-            attrs.update(self.accuracy.user_attrs())
+            part = part.joined(self.accuracy.user_attrs())
         if self.predictions:
-            attrs["predictions"] = self.predictions
+            part = part.joined(TrialRecord.part(predictions=self.predictions))
         if self.unequal_work is not None:
-            attrs[UNEQUAL_WORK] = self.unequal_work
+            part = part.joined(TrialRecord.part(**{UNEQUAL_WORK: self.unequal_work}))
         if self.timed_tokens:
-            attrs[TIMED_TOKENS] = self.timed_tokens
-        return attrs
+            part = part.joined(TrialRecord.part(accuracy_timed_tokens=self.timed_tokens))
+        return part
 
 
 # Told the launch's address and requests, the plan and the measurement while the launch is
@@ -208,5 +211,5 @@ def measure_once(
     finally:
         session.close()
     m.time_s["startup"] = session.startup_s
-    m.environment = {**m.environment, "launch_id": session.launch_id}
+    m.environment = with_entries(m.environment, launch_id=session.launch_id)
     return m

@@ -35,6 +35,7 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     _stored: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _read: bool = PrivateAttr(default=False)  # read from a stored mapping (`of`)
 
     @classmethod
     def of(cls, mapping: Mapping[str, Any] | None) -> Self:
@@ -45,12 +46,17 @@ class _Part(BaseModel):
             # A field of the wrong kind (a hand edit) reads as unknown; the rest still reads.
             bad = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
             part = cls.model_validate({k: v for k, v in data.items() if k not in bad})
-        part._stored = data
+        part._stored, part._read = data, True
         return part
 
     def stored(self) -> dict[str, Any]:
         """The mapping as the trial stored it (a copy)."""
         return dict(self._stored)
+
+    def written(self) -> dict[str, Any]:
+        """What a trial stores of it (autotune.records.writer): the mapping it was read from,
+        as it was, or the fields one built here was given."""
+        return self.stored() if self._read else self.model_dump(exclude_unset=True)
 
     def __eq__(self, other: object) -> bool:
         # A part is its fields: the mapping it was read from does not tell two apart
@@ -183,6 +189,31 @@ class FloorVerdict(_Judged):
     mean_diff: float | None = None  # the accuracy (minus nothing: an absolute floor)
 
 
+class Confirmed(_StrictPart):
+    """A trial's verdict on the held-out items (autotune.accuracy.confirm.Confirmation writes
+    it, as the record's `confirmation`): "confirmed" or "not confirmed", the study's
+    confirmation it was (`index`) and its error, the items it answered of the held-out slice."""
+
+    decision: str | None = None
+    index: int | None = None
+    error: float | None = None
+    n_items: int | None = None
+    holdout_items: int | None = None
+    holdout_digest: str | None = None
+    mean_diff: float | None = None
+    ci_low: float | None = None
+
+    def shown(self) -> dict[str, Any]:
+        """What `best --json` shows of a confirmed trial's verdict."""
+        return {
+            "items": self.n_items,
+            "holdout_items": self.holdout_items,
+            "holdout_digest": self.holdout_digest,
+            "confirmation": self.index,
+            "error": self.error,
+        }
+
+
 class Stepped(_StrictPart):
     """The one-lever step from an incumbent a trial was proposed as
     (autotune.study.proposals.steps.Step.describe writes it)."""
@@ -211,6 +242,31 @@ class RaceCheck(_StrictPart):
     incumbent_measured_s: float | None = None
     recorded_tokens_per_s: float | None = None  # the incumbent's recorded figure
     recorded_wait_share: float | None = None
+
+
+class Failure(_Part):
+    """Why a trial failed: its kind ("oom", "lost", ...) and reason, None where not recorded
+    (autotune.study.store.failures reads it from the trial or its study)."""
+
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    @classmethod
+    def recorded(cls, attrs: Mapping[str, Any]) -> Failure:
+        """The failure `attrs` record, each in words (an empty one: none recorded)."""
+        keys = ("failure_kind", "failure_reason")
+        return cls.of({key: str(attrs[key]) for key in keys if attrs.get(key)})
+
+    def __bool__(self) -> bool:
+        return bool(self.failure_kind or self.failure_reason)
+
+
+def with_entries(environment: Mapping[str, Any], **entries: Any) -> dict[str, Any]:
+    """An environment's mapping with `entries` (Environment's fields) added or replaced."""
+    unknown = set(entries) - set(Environment.model_fields)
+    if unknown:
+        raise TypeError(f"an environment has no field {sorted(unknown)[0]!r}")
+    return {**environment, **entries}
 
 
 def same_configuration(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

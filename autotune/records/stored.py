@@ -23,11 +23,18 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import optuna
 from optuna.trial import FrozenTrial
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from autotune import SCHEMA_VERSION
 from autotune.errors import StudyError
@@ -41,6 +48,7 @@ from autotune.records.parts import (
     RaceCheck,
     Stepped,
     TimeSplit,
+    _Part,
     stored_part,
 )
 from autotune.records.shape import value_problem
@@ -65,6 +73,32 @@ class _Stored(BaseModel):
 
     schema_version: int = 1
     autotune_version: str | None = None
+
+    # A part to write (`part`): its fields as given, in that order.
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def part(cls, **fields: Any) -> Self:
+        """Some of the record's fields, to write (autotune.records.writer stores each), its
+        parts typed (autotune.records.parts). Unchecked here: the writer checks them as part
+        of the whole record, so a bad value fails in its trial, by field."""
+        record = cls.model_construct(**fields)
+        record._given = dict(fields)
+        return record
+
+    def joined(self, *others: Self) -> Self:
+        """This part with the fields of `others` added, a later one's winning."""
+        given = dict(self._given)
+        for other in others:
+            given.update(other._given)
+        return self.part(**given)
+
+    def written(self) -> dict[str, Any]:
+        """What a part built by `part` stores, key by key: a typed part as its mapping."""
+        return {
+            key: value.written() if isinstance(value, _Part) else value
+            for key, value in self._given.items()
+        }
 
     @model_validator(mode="before")
     @classmethod
@@ -204,6 +238,10 @@ class TrialRecord(_Stored):
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
         return cls.from_attrs(trial.user_attrs, number=trial.number)
+
+    def untimed(self) -> TrialRecord:
+        """This part without its time split: a trial writes its own, whole, as it ends."""
+        return self.part(**{k: v for k, v in self._given.items() if k != "time_s"})
 
     @property
     def times(self) -> TimeSplit:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.records.parts import Confirmed
 from autotune.records.stored import TrialRecord
 from autotune.study.results.select import Recommendation
 
@@ -12,19 +13,11 @@ from autotune.study.results.select import Recommendation
 def confirmation_json(rec: Recommendation) -> dict[str, Any]:
     """The recommendation's error bound, the verdict and items that confirmed it, the study's
     held-out slice, and the faster trials the floor passed that were not confirmed."""
-    verdict = rec.confirmation or {}
+    verdict = rec.confirmation or Confirmed()
     return {
         "error_bound": rec.error_bound,
         "reference_itself": TrialRecord.of(rec.trial).is_reference,
-        "confirmed_by": None
-        if verdict.get("decision") != "confirmed"
-        else {
-            "items": verdict.get("n_items"),
-            "holdout_items": verdict.get("holdout_items"),
-            "holdout_digest": verdict.get("holdout_digest"),
-            "confirmation": verdict.get("index"),
-            "error": verdict.get("error"),
-        },
+        "confirmed_by": None if verdict.decision != "confirmed" else verdict.shown(),
         "holdout": rec.holdout,
         "not_confirmed": [{"trial": t.number, "reason": why} for t, why in rec.passed_over],
     }
@@ -40,7 +33,7 @@ def confirmation_lines(rec: Recommendation) -> list[str]:
             "constraints.accuracy.confirmation is off): each floor verdict has its error, the "
             "recommendation none of its own"
         ]
-    verdict = rec.confirmation or {}
+    verdict = rec.confirmation or Confirmed()
     if rec.error_bound is None:
         lines = [
             "accuracy: NOT confirmed on the held-out items, so no error bound: no trial the floor "
@@ -50,9 +43,9 @@ def confirmation_lines(rec: Recommendation) -> list[str]:
         lines = ["accuracy: the reference itself, which loses nothing to itself"]
     else:
         lines = [
-            f"accuracy: confirmed on {verdict.get('n_items')} of the {verdict.get('holdout_items')}"
-            f" held-out items (slice {verdict.get('holdout_digest')}, confirmation "
-            f"{verdict.get('index')} of the study, at error {verdict.get('error', 0):.3g}): it "
+            f"accuracy: confirmed on {verdict.n_items} of the {verdict.holdout_items}"
+            f" held-out items (slice {verdict.holdout_digest}, confirmation "
+            f"{verdict.index} of the study, at error {verdict.error or 0:.3g}): it "
             f"loses max_drop or more with probability at most {rec.error_bound:.2g}, whatever "
             "the number of trials"
         ]

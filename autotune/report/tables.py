@@ -106,7 +106,7 @@ def named_section(data: ReportData) -> str:
         tags += [name] if (name := record.candidate or record.baseline) else []
         if trial.state != TrialState.COMPLETE:
             outcome = f"{trial.state.name.lower()}: " + str(
-                failure_of(data.study, trial).get("failure_reason") or "no reason recorded"
+                failure_of(data.study, trial).failure_reason or "no reason recorded"
             )
         elif trial.number in data.infeasible:
             outcome = "infeasible: " + "; ".join(data.infeasible[trial.number])
@@ -184,7 +184,7 @@ def repeats_note(data: ReportData) -> str:
 
 
 def _reason(trial: FrozenTrial, data: ReportData) -> str:
-    reason = failure_of(data.study, trial).get("failure_reason")
+    reason = failure_of(data.study, trial).failure_reason
     if reason:
         return str(reason)
     raced = TrialRecord.of(trial).raced_reason
@@ -195,7 +195,7 @@ def _reason(trial: FrozenTrial, data: ReportData) -> str:
 
 
 def _state(trial: FrozenTrial, data: ReportData) -> str:
-    kind = failure_of(data.study, trial).get("failure_kind")
+    kind = failure_of(data.study, trial).failure_kind
     # An out-of-memory trial is PRUNED for the sampler's sake; it failed all the same.
     if kind:
         return f"FAIL ({kind})"

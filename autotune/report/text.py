@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -57,24 +57,58 @@ HEADLINE = (
 )
 
 
-def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> dict[str, Any]:
+class TrialSummary(TypedDict):
+    """A trial as `best --json` shows it."""
+
+    trial: int
+    state: str
+    reference: bool
+    candidate: str | None
+    baseline: str | None
+    feasible: bool
+    constraints: dict[str, float]
+    figures: dict[str, float | None]
+    throughput_interval_tokens_per_s: tuple[float, float] | None
+    config: dict[str, Any] | None
+    launch_id: str | None
+    time_s: dict[str, Any] | None
+    gpus: list[dict[str, Any]] | None
+    gpu_unlike_reference: str | None
+
+
+def trial_summary(trial: FrozenTrial, reference: FrozenTrial | None = None) -> TrialSummary:
     record = TrialRecord.of(trial)
-    return {
-        "trial": trial.number,
-        "state": trial.state.name,
-        "reference": record.is_reference,
-        "candidate": record.candidate,
-        "baseline": record.baseline,
-        "feasible": is_feasible(trial),
-        "constraints": dict(record.constraints or {}),
-        "figures": {name: record.figure(name) for name in HEADLINE},
-        "throughput_interval_tokens_per_s": throughput_interval(trial),
-        "config": record.config or None,
-        "launch_id": record.launch_id,
-        "time_s": record.time_s.stored() if record.time_s is not None else None,
-        "gpus": record.gpus or None,
-        "gpu_unlike_reference": gpu_mismatch(trial, reference),
-    }
+    return TrialSummary(
+        trial=trial.number,
+        state=trial.state.name,
+        reference=record.is_reference,
+        candidate=record.candidate,
+        baseline=record.baseline,
+        feasible=is_feasible(trial),
+        constraints=dict(record.constraints or {}),
+        figures={name: record.figure(name) for name in HEADLINE},
+        throughput_interval_tokens_per_s=throughput_interval(trial),
+        config=record.config or None,
+        launch_id=record.launch_id,
+        time_s=record.time_s.stored() if record.time_s is not None else None,
+        gpus=record.gpus or None,
+        gpu_unlike_reference=gpu_mismatch(trial, reference),
+    )
+
+
+class StudySummary(TypedDict):
+    """What `best --json` shows of the study, before its recommendation."""
+
+    study: str
+    objectives: dict[str, str]
+    trials: dict[str, object]
+    dummy_weights: bool
+    accuracy_timed_not_judged: bool
+    deploy_target: str | None
+    time: dict[str, object]
+    infeasible: dict[str, list[str]]
+    floor_warning: str | None
+    impossible_repeats: list[str]
 
 
 def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | None:
@@ -85,21 +119,21 @@ def gpu_mismatch(trial: FrozenTrial, reference: FrozenTrial | None) -> str | Non
 
 
 def best_json(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "study": study.study_name,
-        "objectives": dict(
+    data = StudySummary(
+        study=study.study_name,
+        objectives=dict(
             zip(objective_names(study), [d.name.lower() for d in study.directions], strict=True)
         ),
-        "trials": trial_counts(study).to_dict(),
-        "dummy_weights": StudyRecord.of(study).dummy_weights,
+        trials=trial_counts(study).to_dict(),
+        dummy_weights=StudyRecord.of(study).dummy_weights,
         # The accuracy pass ran for its time alone (autotune.accuracy.timed): no verdict.
-        "accuracy_timed_not_judged": timed_study(study),
-        "deploy_target": deploy_target(study),
-        "time": study_time_share(study).to_dict(),
-        "infeasible": {str(n): reasons for n, reasons in _infeasible(study).items()},
-        "floor_warning": StudyRecord.of(study).floor_warning,
-        "impossible_repeats": impossible_repeats(study.get_trials(deepcopy=False)),
-    }
+        accuracy_timed_not_judged=timed_study(study),
+        deploy_target=deploy_target(study),
+        time=study_time_share(study).to_dict(),
+        infeasible={str(n): reasons for n, reasons in _infeasible(study).items()},
+        floor_warning=StudyRecord.of(study).floor_warning,
+        impossible_repeats=impossible_repeats(study.get_trials(deepcopy=False)),
+    )
     ref = reference_trial(study)
     try:
         rec = recommend(study)
@@ -277,7 +311,7 @@ def best_text(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -
             if trial.state != TrialState.COMPLETE:
                 record = TrialRecord.of(trial)  # a candidate may be raced like any trial
                 why = (
-                    failure_of(study, trial).get("failure_reason")
+                    failure_of(study, trial).failure_reason
                     or record.raced_reason
                     or trial.state.name.lower()
                 )
@@ -328,8 +362,8 @@ def failures_text(study: optuna.Study) -> str:
     lines = [f"study '{study.study_name}': no trial completed"]
     for trial in study.get_trials(deepcopy=False):
         failed = failure_of(study, trial)
-        reason = failed.get("failure_reason") or trial.state.name.lower()
+        reason = failed.failure_reason or trial.state.name.lower()
         # A launch that did not start is PRUNED for the sampler's sake; it failed all the same.
-        state = "FAIL" if failed.get("failure_kind") else trial.state.name
+        state = "FAIL" if failed.failure_kind else trial.state.name
         lines.append(f"  trial {trial.number} {state}: {reason}")
     return "\n".join(lines)

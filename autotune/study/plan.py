@@ -20,6 +20,7 @@ from autotune.errors import ModelError, SpaceError, StudyError, TrialFailure
 from autotune.evalset.dataset import EvalSet, load_evalset
 from autotune.params import TrialConfig
 from autotune.records.machine import Machine
+from autotune.records.stored import StudyRecord
 from autotune.space import SearchSpace
 from autotune.space.model import check_name
 from autotune.space.narrowing import for_endpoint, for_gpus, runnable_here
@@ -331,30 +332,30 @@ def gpu_count() -> int:
         return 0
 
 
-def study_attrs(plan: StudyPlan) -> dict[str, Any]:
+def study_attrs(plan: StudyPlan) -> StudyRecord:
     """What a study records about itself when it is created."""
     space = plan.space
-    return {
-        "space_name": space.name,
-        "space_file": str(space.source) if space.source else None,
-        "space": space.model_dump(mode="json"),
-        "model": plan.model,
-        "model_path": plan.model_path,
-        "evalset": str(plan.evalset.path),
-        "objective_metrics": [o.metric for o in space.objectives],
-        "endpoint": plan.endpoint,
+    return StudyRecord.part(
+        space_name=space.name,
+        space_file=str(space.source) if space.source else None,
+        space=space.model_dump(mode="json"),
+        model=plan.model,
+        model_path=plan.model_path,
+        evalset=str(plan.evalset.path),
+        objective_metrics=[o.metric for o in space.objectives],
+        endpoint=plan.endpoint,
         # An endpoint study recommends request settings for that server, not a command.
-        "deploy_target": None if plan.endpoint else space.deploy,
-        "image_geometry": plan.image_geometry,
-        "notes": plan.notes,
-        "dummy_weights": plan.dummy_weights,
-        "adapters": [adapter.to_dict() for adapter in plan.adapters],
+        deploy_target=None if plan.endpoint else space.deploy,
+        image_geometry=plan.image_geometry,
+        notes=plan.notes,
+        dummy_weights=plan.dummy_weights,
+        adapters=[adapter.to_dict() for adapter in plan.adapters],
         # What `export` prints for a quantised layout (ids, not this machine's folders).
-        "quantized_checkpoints": dict(space.quantized_checkpoints),
-        "quantized_paths": plan.quantized_paths,
-        "autotune_version": __version__,
-        "schema_version": SCHEMA_VERSION,
-    }
+        quantized_checkpoints=dict(space.quantized_checkpoints),
+        quantized_paths=plan.quantized_paths,
+        autotune_version=__version__,
+        schema_version=SCHEMA_VERSION,
+    )
 
 
 def with_checkpoint_for(plan: StudyPlan, config: TrialConfig) -> StudyPlan:

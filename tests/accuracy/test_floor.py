@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.accuracy.floor import floor_warning, infeasible_because, items_needed
+from autotune.records.stored import TrialRecord
 from autotune.space import Constraints
 
 
@@ -72,7 +73,7 @@ def test_sequential_reasons_say_what_the_sequence_showed(decision: str, words: s
             "decision": decision,
         },
     }
-    (reason,) = infeasible_because(attrs, constraints)
+    (reason,) = infeasible_because(TrialRecord.from_attrs(attrs, number=0), constraints)
     assert words in reason
 
 
@@ -95,7 +96,7 @@ def test_reasons_name_the_figure_the_limit_and_the_interval() -> None:
             "n_items": 32,
         },
     }
-    reasons = infeasible_because(attrs, constraints)
+    reasons = infeasible_because(TrialRecord.from_attrs(attrs, number=0), constraints)
     assert reasons == [
         "accuracy 0.188 vs reference 0.188; 90% two-sided interval of the paired difference "
         "[-0.094, +0.094] does not "
@@ -103,7 +104,7 @@ def test_reasons_name_the_figure_the_limit_and_the_interval() -> None:
         "peak memory 5,000 MiB is over the budget of 4,096 MiB",
     ]
     feasible = {**attrs, "constraints": {"accuracy": -0.01, "memory": -1.0, "latency": 0.0}}
-    assert infeasible_because(feasible, constraints) == []
+    assert infeasible_because(TrialRecord.from_attrs(feasible, number=0), constraints) == []
 
 
 @pytest.mark.parametrize("mode", ["absolute", "point"])
@@ -115,5 +116,5 @@ def test_other_floors_explain_themselves_too(mode: str) -> None:
         "constraints": {"accuracy": 0.2},
         "paired_vs_reference": {"accuracy_diff": -0.25},
     }
-    (reason,) = infeasible_because(attrs, constraints)
+    (reason,) = infeasible_because(TrialRecord.from_attrs(attrs, number=0), constraints)
     assert ("under the floor 0.5" if mode == "absolute" else "0.250 under the reference") in reason

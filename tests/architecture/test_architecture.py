@@ -335,3 +335,94 @@ def test_a_leaf_read_by_string_is_found(tmp_path: Path) -> None:
         "reads.py:6 stored()['runner']",
         "reads.py:7 stored()['total']",
     ]
+
+
+def _record_field_names() -> frozenset[str]:
+    """The distinctive names of the fields a trial and a study store (their records and the
+    parts of a trial's: autotune.records), aliases included.
+
+    Distinctive: a compound name (`failure_kind`, `paired_vs_reference`, `n_items`). A single
+    word (`name`, `config`, `accuracy`, `kind`) is also the key of evaluation items, spaces,
+    reports and engine flags, so it would be found everywhere for reasons that are no record.
+    Left out too: the versions every file autotune writes carries (`schema_version`,
+    `autotune_version`, also the YAML export's), the stop rule's trail entries a race check
+    copies (`tokens_per_s`, `ci_rel`, `wait_share`: autotune.measure.convergence), and
+    `holdout_items`, which `autotune evalset needs --json` prints by discordance. So are
+    the two open parts, whose entries are named by the code that measures them, as data: a
+    trial's environment (engines add entries of their own; autotune.measure.cpu_load, below
+    the records, names its load figures) and its time split (summed part by part, by name:
+    autotune.study.results.timeshare, `TimeSplit.finite`).
+    """
+    from autotune.records import machine, parts, stored
+
+    models = [stored.TrialRecord, stored.StudyRecord, machine.Machine]
+    models += [parts.Owner, parts.Paired]
+    models += [parts.FloorVerdict, parts.Stepped, parts.RaceCheck, parts.Confirmed]
+    names = {
+        name
+        for model in models
+        for field, info in model.model_fields.items()
+        for name in (field, info.alias)
+        if name and "_" in name
+    }
+    generic = {"schema_version", "autotune_version", "tokens_per_s", "ci_rel", "wait_share"}
+    generic |= {"holdout_items"}
+    return frozenset(names - generic)
+
+
+def _string_keyed_record_fields(path: Path, fields: frozenset[str], root: Path = REPO) -> list[str]:
+    """Record fields named by a string key in `path`, whatever holds them: a dict literal's
+    key, a `dict(...)` keyword, `x["key"]` and `x.get("key")` ('file:line key')."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        keys: list[ast.expr | None] = []
+        if isinstance(node, ast.Dict):
+            keys = list(node.keys)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+        ):
+            keys = [ast.Constant(k.arg, lineno=node.lineno) for k in node.keywords if k.arg]
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            keys = node.args[:1] if node.func.attr == "get" else []
+        found += [
+            f"{path.relative_to(root)}:{key.lineno} {key.value}"
+            for key in keys
+            if isinstance(key, ast.Constant) and key.value in fields
+        ]
+    return found
+
+
+def test_no_module_outside_the_records_names_a_record_field_by_string() -> None:
+    """Issue 55: a record is built and read through its typed models (autotune.records), so a
+    renamed or misspelt field is one edit there, not a silent None; this finds string keys
+    that name a record field, whatever the mapping holding them is called."""
+    fields = _record_field_names()
+    found = [
+        site
+        for path in _package_modules()
+        if "records" not in path.relative_to(REPO / "autotune").parts
+        for site in _string_keyed_record_fields(path, fields)
+    ]
+    assert found == [], found
+
+
+def test_a_record_field_named_by_string_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "keyed.py"
+    module.write_text(
+        "def f(attrs, m):\n    a = {'failure_kind': 1, 'kind': 2}\n"
+        "    b = dict(paired_vs_reference=1, name=2)\n    c = m['n_items']\n"
+        "    m.get('time_s')\n    m['launch_id'] = 1\n    d = m.failure_kind\n"
+        "    e = m.get('accuracy')\n",
+        encoding="utf-8",
+    )
+    assert _string_keyed_record_fields(module, _record_field_names(), tmp_path) == [
+        "keyed.py:2 failure_kind",
+        "keyed.py:3 paired_vs_reference",
+        "keyed.py:4 n_items",
+        "keyed.py:5 time_s",
+        "keyed.py:6 launch_id",
+    ]

@@ -81,7 +81,7 @@ def every_failure_has_a_reason(study: optuna.Study) -> None:
 
     for trial in study.trials:
         if trial.state == TrialState.FAIL:
-            assert failure_of(study, trial).get("failure_reason"), trial.number
+            assert failure_of(study, trial).failure_reason, trial.number
 
 
 def load(db: Path) -> optuna.Study:

@@ -16,13 +16,16 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from autotune.accuracy.paired import PairedComparison
 from autotune.accuracy.sequential import FloorLook
 from autotune.records.parts import (
+    Confirmed,
     Environment,
+    Failure,
     FloorVerdict,
     Owner,
     Paired,
     RaceCheck,
     Stepped,
     TimeSplit,
+    with_entries,
 )
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.report.text import trial_summary
@@ -53,8 +56,8 @@ def test_each_part_names_what_its_writer_writes() -> None:
     assert set(Paired.model_fields) == {f.name for f in dataclasses.fields(PairedComparison)}
     assert set(FloorVerdict.model_fields) == {f.name for f in dataclasses.fields(FloorLook)}
     step = Step({}, "batch_size", 8, 0, new_launch=False, also=("dtype",))
-    assert set(Stepped.model_fields) == set(step.describe())
-    assert set(Owner.model_fields) == set(owner())
+    assert set(Stepped.model_fields) == set(step.describe().written())
+    assert set(Owner.model_fields) == set(owner().written())
     timed = (set(PARTS) - {"waiting", "hand_off"}) | set(WAITS) | set(ENGINE_PHASES)
     assert set(TimeSplit.model_fields) == timed | {"engine_call", "total"}
     assert {STARTUP_BESIDE, MEASURED_BESIDE} <= set(Environment.model_fields)
@@ -147,3 +150,56 @@ def test_best_json_shows_the_time_split_as_stored() -> None:
     summary = trial_summary(frozen({"time_s": time_s}))
     assert summary["time_s"] == time_s and list(summary["time_s"]) == list(time_s)
     assert trial_summary(frozen({"time_s": {}}))["time_s"] is None
+
+
+def test_a_part_writes_the_mapping_it_was_read_from_or_the_fields_it_was_given() -> None:
+    """Issue 55: the writer stores a part as a mapping. One read from the storage goes back as
+    it was (keys of another autotune, their order); one built here holds what it was given,
+    not every field's default (a step without other levers stores no `also`)."""
+    read = Paired.of({"test": "sequential", "n_items": 32, "from_a_newer": 1})
+    assert read.written() == {"test": "sequential", "n_items": 32, "from_a_newer": 1}
+    assert list(read.written()) == ["test", "n_items", "from_a_newer"]
+    step = Step({}, "batch_size", 8, 0, new_launch=False).describe()
+    assert step.written() == {"lever": "batch_size", "value": 8, "from_trial": 0}
+    assert owner().written().keys() == {"host", "pid", "started"}
+
+
+def test_a_failure_reads_in_words_and_an_empty_one_is_none_recorded() -> None:
+    assert Failure.recorded({"failure_kind": "oom", "failure_reason": 7}) == Failure(
+        failure_kind="oom", failure_reason="7"
+    )
+    assert not Failure.recorded({"failure_kind": "", "config": {}})
+    assert Failure(failure_reason="gone")
+
+
+def test_an_environment_takes_only_entries_it_names() -> None:
+    stored = {"runner": "server", "engine_version": "0.9"}
+    added = with_entries(stored, launch_id="a-1", **{STARTUP_BESIDE: "started beside"})
+    assert list(added) == ["runner", "engine_version", "launch_id", STARTUP_BESIDE]
+    assert stored == {"runner": "server", "engine_version": "0.9"}
+    with pytest.raises(TypeError, match="no field 'launch'"):
+        with_entries(stored, launch="a-1")
+
+
+def test_a_confirmation_reads_typed_and_shows_what_best_json_shows() -> None:
+    verdict = Confirmed.of(
+        {
+            "decision": "confirmed",
+            "index": 2,
+            "error": 0.05,
+            "n_items": 40,
+            "holdout_items": 60,
+            "holdout_digest": "ab12",
+            "mean_diff": 0.0,
+            "ci_low": -0.01,
+        }
+    )
+    assert verdict.decision == "confirmed" and verdict.n_items == 40
+    assert verdict.shown() == {
+        "items": 40,
+        "holdout_items": 60,
+        "holdout_digest": "ab12",
+        "confirmation": 2,
+        "error": 0.05,
+    }
+    assert Confirmed.of({"n_items": "40"}).n_items is None  # strict, as figures are

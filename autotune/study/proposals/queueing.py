@@ -63,22 +63,22 @@ def _holds(study: optuna.Study, trial: FrozenTrial) -> bool:
         return trial.state != TrialState.PRUNED or queue_key(trial) != REFERENCE
     if trial.state != TrialState.FAIL or queue_key(trial) == REFERENCE:
         return False
-    kind = failure_of(study, trial).get("failure_kind")
+    kind = failure_of(study, trial).failure_kind
     return kind not in NOT_MEASURED
 
 
 def _retire(study: optuna.Study, trial: FrozenTrial, reason: str) -> bool:
     """End the waiting `trial` "not run" with `reason`; False when another process started it
     first (it runs there)."""
-    attrs = {
-        "owner": owner(),  # a run killed right here leaves an orphan the next run fails
-        QUEUED_AS: queue_key(trial),
-        "is_reference": None,
-        "candidate": None,
-        "baseline": None,
-        "failure_kind": SURPLUS,
-        "failure_reason": reason,
-    }
+    attrs = TrialRecord.part(
+        owner=owner(),  # a run killed right here leaves an orphan the next run fails
+        **{QUEUED_AS: queue_key(trial)},
+        is_reference=None,
+        candidate=None,
+        baseline=None,
+        failure_kind=SURPLUS,
+        failure_reason=reason,
+    )
     return end_failed(study, trial, attrs, claim=True)
 
 
@@ -101,7 +101,9 @@ def _reference_first(study: optuna.Study, plan: StudyPlan) -> list[str]:
     )
     notes = [f"trial {t.number} not run: {reason}" for t in ahead if _retire(study, t, reason)]
     if queued is None:
-        study.enqueue_trial(reference_params(plan.space), user_attrs={"is_reference": True})
+        study.enqueue_trial(
+            reference_params(plan.space), user_attrs=TrialRecord.part(is_reference=True).written()
+        )
     return notes
 
 
@@ -152,7 +154,8 @@ def queue_reference_and_candidates(
             _queue_baseline(study, plan)
         else:
             study.enqueue_trial(
-                fixed_params(space, space.candidate_config(name)), user_attrs={"candidate": name}
+                fixed_params(space, space.candidate_config(name)),
+                user_attrs=TrialRecord.part(candidate=name).written(),
             )
     notes += _retire_copies(study, plan.group)
     waiting = sum(1 for name in names[max(0, room) :] if name is not None)
@@ -168,7 +171,8 @@ def _queue_baseline(study: optuna.Study, plan: StudyPlan) -> None:
     """Queue the deploy target's defaults under their label (autotune.space.engine_defaults)."""
     # No fixed parameters: its trial asks the sampler for none (autotune.study.run.objective).
     if baseline_config(plan.space) is not None:
-        study.enqueue_trial({}, user_attrs={"baseline": defaults_label(plan.space.deploy)})
+        labelled = TrialRecord.part(baseline=defaults_label(plan.space.deploy))
+        study.enqueue_trial({}, user_attrs=labelled.written())
 
 
 def queue_baseline_when_due(

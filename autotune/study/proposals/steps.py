@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
 from autotune.params import LAUNCH_PARAMS, PARAM_NAMES, REQUEST_LEVERS, base_param
+from autotune.records.parts import Stepped
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.space.sampling import contains, searched
@@ -63,10 +64,12 @@ class Step:
     # sampler draws them, so the step changes them too, and says so.
     also: tuple[str, ...] = ()
 
-    def describe(self) -> dict[str, Any]:
-        """What the trial records as `step`."""
-        described = {"lever": self.lever, "value": self.value, "from_trial": self.from_trial}
-        return described | ({"also": list(self.also)} if self.also else {})
+    def describe(self) -> Stepped:
+        """What the trial records as `step` (its other levers only where it changed some)."""
+        also = {"also": list(self.also)} if self.also else {}
+        return Stepped.model_construct(
+            lever=self.lever, value=self.value, from_trial=self.from_trial, **also
+        )
 
 
 def next_step(space: SearchSpace, study: optuna.Study, *, launch_steps_left: bool) -> Step | None:

@@ -174,8 +174,8 @@ def trial_counts(study: optuna.Study, trials: list[FrozenTrial] | None = None) -
             failures.append(
                 Failure(
                     trial.number,
-                    failed.get("failure_kind", "error"),
-                    failed.get("failure_reason", "no reason recorded"),
+                    failed.failure_kind or "error",
+                    failed.failure_reason or "no reason recorded",
                 )
             )
         elif trial.state == TrialState.PRUNED:

@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 
+from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_trial
 
 # What the running estimate keeps of a stop-rule trail entry.
@@ -69,7 +70,7 @@ class LiveEstimate:
     def _write(self) -> None:
         while (entry := self._queue.get()) is not None and not self._closed.is_set():
             try:
-                write_trial(self.trial, {"running_estimate": entry})
+                write_trial(self.trial, TrialRecord.part(running_estimate=entry))
                 if self.single_objective:
                     self._report(entry)
             except Exception:  # a locked or unreachable storage: this figure is not kept

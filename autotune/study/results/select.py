@@ -22,6 +22,7 @@ from autotune.errors import StudyError
 from autotune.export.reproduce import Reproduction, reproduction
 from autotune.measure.equal_work import UNEQUAL_WORK
 from autotune.records.machine import trial_machine
+from autotune.records.parts import Confirmed
 from autotune.records.readable import completed_unreadable, is_stand_in, unreadable_line
 from autotune.records.repeats import measured as measured_trials
 from autotune.records.stored import StudyRecord, TrialRecord
@@ -68,7 +69,8 @@ def infeasibility(study: optuna.Study, trial: FrozenTrial) -> list[str]:
     """Why a completed trial is infeasible, in words ([] when it is feasible)."""
     if trial.state != TrialState.COMPLETE or is_feasible(trial):
         return []
-    stored = TrialRecord.of(trial).infeasible_because
+    record = TrialRecord.of(trial)
+    stored = record.infeasible_because
     if stored:
         return list(stored)
     from autotune.accuracy.floor import infeasible_because
@@ -76,7 +78,7 @@ def infeasibility(study: optuna.Study, trial: FrozenTrial) -> list[str]:
 
     space = StudyRecord.of(study).space
     constraints = Constraints.model_validate(space.get("constraints") or {})
-    return infeasible_because(trial.user_attrs, constraints) or ["no constraint values recorded"]
+    return infeasible_because(record, constraints) or ["no constraint values recorded"]
 
 
 def deploy_target(study: optuna.Study) -> str | None:
@@ -172,7 +174,7 @@ class Recommendation:
     # verdict that confirmed it, the study's held-out slice, and the faster trials the floor
     # passed that were not confirmed, each with why.
     error_bound: float | None = None
-    confirmation: dict[str, Any] | None = None
+    confirmation: Confirmed | None = None
     holdout: dict[str, Any] | None = None
     passed_over: list[tuple[FrozenTrial, str]] = field(default_factory=list)
 
@@ -337,10 +339,10 @@ def study_holdout(study: optuna.Study) -> dict[str, Any] | None:
     return held if isinstance(held, dict) and held.get("items") else None
 
 
-def confirmation_of(trial: FrozenTrial) -> dict[str, Any] | None:
+def confirmation_of(trial: FrozenTrial) -> Confirmed | None:
     """The trial's confirmation verdict (autotune.accuracy.confirm.Confirmation), if any."""
     verdict = (TrialRecord.of(trial).model_extra or {}).get(CONFIRMATION)
-    return verdict if isinstance(verdict, dict) else None
+    return Confirmed.of(verdict) if isinstance(verdict, dict) else None
 
 
 def confirmed_trial(trial: FrozenTrial) -> bool:
@@ -348,7 +350,7 @@ def confirmed_trial(trial: FrozenTrial) -> bool:
     confirmed on the held-out items, or it is the reference (which loses nothing to itself)."""
     verdict = confirmation_of(trial)
     return TrialRecord.of(trial).is_reference or (
-        verdict is not None and verdict.get("decision") == "confirmed"
+        verdict is not None and verdict.decision == "confirmed"
     )
 
 
@@ -387,9 +389,13 @@ def unconfirmed_reason(trial: FrozenTrial) -> str:
             "measured yet, or it reused answers never confirmed)"
         )
     return (
-        f"trial {trial.number} failed its confirmation on {verdict.get('n_items', '?')} of the "
-        f"{verdict.get('holdout_items', '?')} held-out items (error {verdict.get('error', 0):.3g})"
+        f"trial {trial.number} failed its confirmation on {_known(verdict.n_items)} of the "
+        f"{_known(verdict.holdout_items)} held-out items (error {verdict.error or 0:.3g})"
     )
+
+
+def _known(count: int | None) -> int | str:
+    return "?" if count is None else count
 
 
 def chosen_trial(study: optuna.Study, number: int | None) -> FrozenTrial:

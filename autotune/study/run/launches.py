@@ -17,7 +17,9 @@ until it stops, so the engines of parallel workers never share a device.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import TypeVar
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -30,6 +32,8 @@ from autotune.params import TrialConfig
 from autotune.records.stored import TrialRecord
 from autotune.study.plan import StudyPlan
 from autotune.study.run.runtime import REAL, Runtime
+
+T = TypeVar("T")
 
 
 class LaunchScheduler:
@@ -133,9 +137,8 @@ class LaunchScheduler:
         """A launch of `config` on the running launch's GPUs, beside it, for work between
         trials (the reference's later answers, autotune.study.run.reference_load); the caller
         closes it. Only while the running launch is idle: it never shares a load test."""
-        return self.starter.runtime.open_session(
-            self.plan.space, config, **self.starter.arguments(self.gpus or None), on_phase=on_phase
-        )
+        opener = self.starter.opener(self.starter.runtime.open_session, self.gpus or None)
+        return opener(self.plan.space, config, on_phase=on_phase)
 
     def _begin_beside(self, config: TrialConfig, then: TrialConfig) -> bool:
         if self.lease is not None and len(self.lease.gpus) != then.tensor_parallel:
@@ -209,8 +212,8 @@ class LaunchStarter:
                 inside = min(window[1], ready) - max(window[0], self.begun_at)
                 self.accuracy_overlap_s = (max(0.0, inside), window[1] - window[0])
             return session
-        session = self.runtime.open_session(
-            self.plan.space, config, **self.arguments(gpus), on_phase=on_phase
+        session = self.opener(self.runtime.open_session, gpus)(
+            self.plan.space, config, on_phase=on_phase
         )
         self.wait_s = session.startup_s
         return session
@@ -234,9 +237,7 @@ class LaunchStarter:
             return False
         begun = self.runtime.clock()
         try:
-            self.beside = self.runtime.begin_session(
-                self.plan.space, config, **self.arguments(gpus)
-            )
+            self.beside = self.opener(self.runtime.begin_session, gpus)(self.plan.space, config)
         except TrialFailure:
             return False
         self.begun_at = begun
@@ -247,15 +248,17 @@ class LaunchStarter:
             self.beside.close()
         self.beside = None
 
-    def arguments(self, gpus: list[Gpu] | None) -> dict[str, object]:
-        """What every launch of the study is opened with, on `gpus`."""
+    def opener(self, opens: Callable[..., T], gpus: list[Gpu] | None) -> Callable[..., T]:
+        """`opens` (the runtime's open_session or begin_session) given what every launch of
+        the study is opened with, on `gpus`."""
         plan = self.plan
-        return {
-            "model_path": plan.model_path,
-            "evalset": plan.evalset,
-            "endpoint": plan.endpoint,
-            "image_geometry": plan.image_geometry,
-            "gpus": gpus,
-            "adapters": plan.adapters,
-            "quantized_paths": plan.quantized_paths,
-        }
+        return functools.partial(
+            opens,
+            model_path=plan.model_path,
+            evalset=plan.evalset,
+            endpoint=plan.endpoint,
+            image_geometry=plan.image_geometry,
+            gpus=gpus,
+            adapters=plan.adapters,
+            quantized_paths=plan.quantized_paths,
+        )

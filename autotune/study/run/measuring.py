@@ -19,7 +19,7 @@ import optuna
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE
+from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.records.writer import write_trial
 from autotune.study.plan import StudyPlan
 from autotune.study.results.live import LiveEstimate
@@ -81,7 +81,7 @@ class MeasureStep:
         plan, space, config, study = self.plan, self.plan.space, proposal.config, trial.study
         then = launch_beside(plan, study, proposal)
         session, launched = self.launches.session_for(config, self.progress.phase, then=then)
-        write_trial(trial, {"launch_id": session.launch_id, "launch_started": launched})
+        write_trial(trial, TrialRecord.part(launch_id=session.launch_id, launch_started=launched))
         overlap = launch_record(trial, self.launches, launched, then, time_s)
         used_s = self.clock() - started
         with timed(time_s, "study_reads"):  # the race, the budget, the first figure
@@ -95,7 +95,7 @@ class MeasureStep:
                 used_s=used_s,
             )
         if step.first_figure:
-            write_trial(trial, {"first_figure": True})
+            write_trial(trial, TrialRecord.part(first_figure=True))
         live = LiveEstimate(trial, self.progress.estimate)
         # Each callback checks first for a Ctrl-C Python dropped (study/run/interrupts.py).
         phase, estimate = self.gate.checking(self.progress.phase), self.gate.checking(live.post)
@@ -142,7 +142,7 @@ def launch_record(
     next trial's entry)."""
     if launches.gpus:
         gpus = [gpu.to_dict() for gpu in launches.gpus]
-        write_trial(trial, {"gpus": gpus, "gpu_share": launches.gpu_share})
+        write_trial(trial, TrialRecord.part(gpus=gpus, gpu_share=launches.gpu_share))
     if not launched:
         return {}
     # What the trial waited for: less when it started beside another.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import optuna
 from optuna.trial import TrialState
@@ -22,6 +22,7 @@ from autotune.engines.measurement import Measurement, to_measurement
 from autotune.errors import TrialFailure
 from autotune.export.reproduce import reproduction
 from autotune.measure.convergence import RACED
+from autotune.records.parts import Environment, FloorVerdict, Paired, with_entries
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial, write_trial
 from autotune.space.sampling import suggest
@@ -87,11 +88,11 @@ def fail_trial(
     """
     write_trial(
         trial,
-        {
-            "failure_kind": failure.kind,
-            "failure_reason": failure.reason,
-            "log_tail": failure.log_tail[-4000:],
-        },
+        TrialRecord.part(
+            failure_kind=failure.kind,
+            failure_reason=failure.reason,
+            log_tail=failure.log_tail[-4000:],
+        ),
     )
     artifacts.log_tail(trial, failure.log_tail)
     if failure.kind != "oom" and started:
@@ -105,7 +106,7 @@ def fail_trial(
 @dataclass(frozen=True)
 class _Verdict:
     measurement: Measurement
-    attrs: dict[str, Any]  # what the trial records, beside its constraints
+    record: TrialRecord  # what the trial records, beside its constraints (a part, typed)
     constraints: dict[str, float]
     values: list[float]  # the objectives, in the space's order
     raced: str | None = None  # why racing stopped it (it ends PRUNED, with no values)
@@ -124,8 +125,8 @@ def raced_verdict(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -
         measure_accuracy=False,
     )
     time_s.update(m.time_s)
-    attrs, reason = raced_attrs(m, run.rival, run.launch_id, run.result.stop_rule_trail)
-    return _Verdict(m, attrs, {}, [], raced=reason)
+    record, reason = raced_attrs(m, run.rival, run.launch_id, run.result.stop_rule_trail)
+    return _Verdict(m, record, {}, [], raced=reason)
 
 
 def judged(
@@ -156,15 +157,15 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         evalset=plan.evalset,
         measure_accuracy=not plan.dummy_weights,
     )
-    m.environment = {**m.environment, "launch_id": run.launch_id, **run.overlap}
+    m.environment = with_entries(m.environment, launch_id=run.launch_id, **run.overlap)
     time_s.update(m.time_s)
-    attrs: dict[str, Any] = {}
+    record = TrialRecord.part(answers_computed=run.computed)
     if run.answers.source is not None:  # a trial's number, or the answers cache's entry
-        attrs["accuracy_reused_from"] = run.answers.source
-    attrs["answers_computed"] = run.computed
+        record = TrialRecord.part(accuracy_reused_from=run.answers.source).joined(record)
     if run.rival is not None and run.rival.check is not None:  # a racing stop, withdrawn
-        attrs["race_check"] = run.rival.check.model_dump()
-    attrs |= {k: v for k, v in m.user_attrs().items() if k != "time_s"}
+        record = record.joined(TrialRecord.part(race_check=run.rival.check))
+    measured = m.user_attrs()
+    record = record.joined(measured.untimed())
     paired = None
     same_answers = False
     if run.reference is not None and m.accuracy is not None:
@@ -172,35 +173,35 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         paired = judge_paired(
             m.accuracy, run.reference.report, space, plan.evalset, same_answers=same_answers
         )
-        attrs["paired_vs_reference"] = paired.to_dict()
+        record = record.joined(TrialRecord.part(paired_vs_reference=Paired.of(paired.to_dict())))
     reference = run.reference.report if run.reference is not None else None
     confirmed = confirmation_verdict(
         run.reused_confirmation, run.confirm, paired, m.accuracy, reference
     )
-    attrs |= confirmed
+    record = record.joined(TrialRecord.part(**confirmed))
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
-        attrs["accuracy_floor"] = dataclasses.asdict(absolute)
+        floor = FloorVerdict.of(dataclasses.asdict(absolute))
+        record = record.joined(TrialRecord.part(accuracy_floor=floor))
     constraints = constraint_values(space, m, paired, same_answers=same_answers, absolute=absolute)
     check = reproduction(
-        TrialRecord(config=attrs["config"], environment=attrs.get("environment") or {}),
+        TrialRecord(config=m.config.model_dump(), environment=Environment.of(m.environment)),
         None if plan.endpoint else space.deploy,
     )
     # A trial that did not do the forced work is no more a recommendation than one that does
     # not reproduce: the sampler learns to leave both (autotune.measure.equal_work).
     constraints[DEPLOYABLE] = 0.0 if check.deployable and m.unequal_work is None else 1.0
-    attrs |= {
-        "deployable": check.deployable,
-        "deployability": check.reason,
-        "constraints": constraints,
-        "infeasible_because": infeasible_because(
-            {**attrs, "constraints": constraints}, space.constraints
-        ),
-    }
+    record = record.joined(
+        TrialRecord.part(
+            deployable=check.deployable, deployability=check.reason, constraints=constraints
+        )
+    )
+    because = infeasible_because(record, space.constraints)
+    record = record.joined(TrialRecord.part(infeasible_because=because))
     # A screened-out trial ran no load test: it has no objective values, only its pruning.
-    figures = m.user_attrs()
+    figures = measured.written()
     values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
-    return _Verdict(m, attrs, constraints, values)
+    return _Verdict(m, record, constraints, values)
 
 
 class Objective:
@@ -244,19 +245,20 @@ class Objective:
         time_s: dict[str, float] = {"startup": 0.0}
         self.gate.open = True  # Ctrl-C from here on is this trial's to record
         try:
-            write_trial(trial, {"owner": owner(), **self.plan.machine_attrs()})
+            write_trial(trial, TrialRecord.part(owner=owner(), **self.plan.machine_attrs()))
             self.gate.raise_pending()  # a Ctrl-C that landed while Optuna created the trial
             if self.target is not None and is_surplus(trial.study, trial.number, self.target):
                 trial.study.stop()
                 reason = "the trial target was reached by trials other workers started first"
-                write_trial(trial, {"failure_kind": SURPLUS, "failure_reason": reason})
+                write_trial(trial, TrialRecord.part(failure_kind=SURPLUS, failure_reason=reason))
                 raise TrialFailure(reason, kind=SURPLUS)
             return self._run(trial, time_s)
         except KeyboardInterrupt:
             self.gate.delivered = True
             # Optuna records the trial as failed; say why, so a resumed run need not guess.
             interrupted = "interrupted (Ctrl-C) before it ended"
-            write_trial(trial, {"failure_kind": "interrupted", "failure_reason": interrupted})
+            failed = TrialRecord.part(failure_kind="interrupted", failure_reason=interrupted)
+            write_trial(trial, failed)
             raise
         finally:
             self.gate.open = False
@@ -265,7 +267,7 @@ class Objective:
                 # Judging, spooling, the storage's writes and the sample-output artifact.
                 time_s["recording"] = now - self.recording_from
             time_s["total"] = now - self.started
-            write_trial(trial, {"time_s": time_s})
+            write_trial(trial, TrialRecord.part(time_s=time_s))
 
     def _run(self, trial: optuna.Trial, time_s: dict[str, float]) -> list[float]:
         with timed(time_s, "proposal"):  # the parts of `time_s`: autotune.study.results.timeshare
@@ -308,10 +310,10 @@ class Objective:
         # search, and a trial with only some of its parameters splits TPE's groups of them.
         config = fixed if record.baseline and fixed else suggest(space, trial, fixed=fixed)
         output_key = accuracy_key(config, self.plan.evalset)
-        write_trial(trial, {"config": config.model_dump(), "output_key": output_key})
+        write_trial(trial, TrialRecord.part(config=config.model_dump(), output_key=output_key))
         self.progress.trial_started(trial.number, config)
         if (step := self.steering.step_of(trial)) is not None:
-            write_trial(trial, {"step": step.describe()})
+            write_trial(trial, TrialRecord.part(step=step.describe()))
         named = record.is_reference or record.candidate or record.baseline
         return Proposal(
             config, output_key, record.is_reference, not named, baseline=bool(record.baseline)
@@ -347,13 +349,14 @@ class Objective:
                 return
             # Only what was recorded: a null would stand for a value the trial never had.
             earlier = {k: trial.user_attrs[k] for k in _RECORDED_EARLY if k in trial.user_attrs}
-            payload = {**earlier, **verdict.attrs, "time_s": time_s}
+            timed = TrialRecord.part(time_s=time_s)
+            payload = TrialRecord.part(**earlier).joined(verdict.record, timed).written()
             state = TrialState.PRUNED if verdict.raced else TrialState.COMPLETE
             self.spool.write(
                 trial.number, spool_payload(trial, verdict.values, payload, state=state)
             )
 
-        end_trial(trial, verdict.attrs, keep=keep)
+        end_trial(trial, verdict.record, keep=keep)
         if verdict.raced is not None:
             raise optuna.TrialPruned(verdict.raced)
         record_constraints(trial, verdict.constraints)

@@ -280,7 +280,7 @@ def _open_study(plan: StudyPlan) -> tuple[optuna.Study, optuna.samplers.BaseSamp
             study = _create(plan, storage, sampler, basis)
     check_resumable(study, plan, basis)
     if COMPARISON_BASIS not in study.user_attrs:  # stored before the basis was
-        write_study(study, {COMPARISON_BASIS: basis})
+        write_study(study, StudyRecord.part(comparison_basis=basis))
     if "objective_metrics" not in StudyRecord.of(study).model_fields_set:  # a new study
         write_study(study, study_attrs(plan))
         # Named objectives: optuna-dashboard labels its axes with them instead of "Objective 0".
@@ -317,7 +317,7 @@ def _create(
         study = optuna.load_study(study_name=plan.study_name, storage=storage, sampler=sampler)
         await_setup(study)
         return study
-    write_study(study, {COMPARISON_BASIS: basis})
+    write_study(study, StudyRecord.part(comparison_basis=basis))
     return study
 
 
@@ -336,7 +336,7 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
     if warning is not None:
         progress.note(f"warning: {warning}")
         if StudyRecord.of(study).floor_warning != warning:
-            write_study(study, {"floor_warning": warning})
+            write_study(study, StudyRecord.part(floor_warning=warning))
 
 
 def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:

@@ -39,7 +39,7 @@ from autotune.measure.steady import SteadyState
 from autotune.measure.summary import load_state, with_launch_spread
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import Environment, RaceCheck
+from autotune.records.parts import Environment, RaceCheck, with_entries
 from autotune.records.stored import TrialRecord
 from autotune.space import SearchSpace
 from autotune.study.results.groups import in_group
@@ -180,16 +180,17 @@ def spread_of(space: SearchSpace) -> float:
 
 def raced_attrs(
     m: Measurement, rival: Incumbent, launch_id: str, trail: list[dict[str, Any]]
-) -> tuple[dict[str, Any], str]:
+) -> tuple[TrialRecord, str]:
     """What a trial stopped by racing records, and why it stopped: the figures measured until
     the race was lost, and the incumbent it lost to. It ends PRUNED (autotune.study.run.
     objective): the sampler learns the region is worse, and the time goes to the contenders."""
-    m.environment = {**m.environment, "launch_id": launch_id}
-    attrs = {key: value for key, value in m.user_attrs().items() if key != "time_s"}
+    m.environment = with_entries(m.environment, launch_id=launch_id)
+    record = m.user_attrs().untimed()
     reason = rival.reason(trail[-1] if trail else {})
     if rival.check is not None:  # the stop, checked against the incumbent measured again
-        attrs["race_check"] = rival.check.model_dump()
-    return {**attrs, "raced_by": rival.number, "raced_reason": reason}, reason
+        record = record.joined(TrialRecord.part(race_check=rival.check))
+    raced = TrialRecord.part(raced_by=rival.number, raced_reason=reason)
+    return record.joined(raced), reason
 
 
 def measure_racing(

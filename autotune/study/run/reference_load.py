@@ -35,7 +35,7 @@ from autotune.engines.session import MeasurePlan, accuracy_batch_size, measure_p
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records.reference import ReferenceExtension, study_extensions
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
@@ -287,4 +287,4 @@ class ReferenceStages:
             seconds=seconds,
             batch_size=self.batch,
         )
-        write_study(study, {extension.key(): extension.model_dump()})
+        write_study(study, StudyRecord.part(**{extension.key(): extension.model_dump()}))

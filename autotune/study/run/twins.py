@@ -31,6 +31,7 @@ from autotune.evalset.dataset import EvalSet
 from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
+from autotune.records.parts import Paired
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
@@ -145,10 +146,11 @@ def await_reference(
         time.sleep(TWIN_POLL_S)
 
 
-def _inherited(twin: FrozenTrial) -> dict[str, Any]:
+def _inherited(twin: FrozenTrial) -> TrialRecord:
     """The twin's figures for the repeat, and where they came from; nothing was computed."""
     attrs = {key: value for key, value in twin.user_attrs.items() if key not in _NOT_INHERITED}
-    return {**attrs, "duplicate_of": twin.number, "answers_computed": 0}
+    copied = TrialRecord.part(duplicate_of=twin.number, answers_computed=0)
+    return TrialRecord.part(**attrs).joined(copied)
 
 
 def copy_twin(
@@ -167,7 +169,7 @@ def copy_twin(
         # difference), not left without a comparison.
         own = stored_accuracy(twin)
         paired = judge(own, own, space, evalset)
-        attrs["paired_vs_reference"] = paired.to_dict()
+        attrs = attrs.joined(TrialRecord.part(paired_vs_reference=Paired.of(paired.to_dict())))
     end_trial(trial, attrs)
     record_constraints(trial, constraints)
     return list(twin.values)

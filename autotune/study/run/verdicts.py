@@ -22,7 +22,7 @@ from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study, write_trial
 from autotune.space import SearchSpace
 from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES, confirmation_of
@@ -73,7 +73,7 @@ def record_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
     "deployable" (0 or 1) is given to the sampler too, so TPE learns where configurations
     that reproduce on the deploy target lie; feasibility reads the other three only.
     """
-    write_trial(trial, {"constraints": values})
+    write_trial(trial, TrialRecord.part(constraints=values))
     for name, value in values.items():
         trial.set_constraint(name, value)
 
@@ -169,7 +169,7 @@ def keep_holdout(study: optuna.Study, space: SearchSpace, evalset: EvalSet) -> N
         return
     if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         confirmation.enabled = False
-    write_study(study, {HOLDOUT: study_holdout(space, evalset).describe()})
+    write_study(study, StudyRecord.part(**{HOLDOUT: study_holdout(space, evalset).describe()}))
 
 
 def confirmation_verdict(

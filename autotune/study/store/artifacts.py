@@ -19,6 +19,7 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from autotune.accuracy.scoring import AccuracyReport
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
+from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_trial
 from autotune.study.store.storage import artifact_dir
 
@@ -105,4 +106,4 @@ class ArtifactRecorder:
             self._upload(trial, ACCURACY_TABLE, _category_csv(m.accuracy), "text/csv")
         except OSError:
             return
-        write_trial(trial, {"sample_outputs_artifact": artifact_id})
+        write_trial(trial, TrialRecord.part(sample_outputs_artifact=artifact_id))

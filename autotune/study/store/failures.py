@@ -7,6 +7,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune import variables
+from autotune.records.parts import Failure
+from autotune.records.stored import StudyRecord
 from autotune.records.writer import write_study
 
 HEARTBEAT_GRACE_ENV = "AUTOTUNE_HEARTBEAT_GRACE_S"
@@ -27,9 +29,8 @@ LOST_ATTR_PREFIX = "lost_trial_"
 
 def record_failure(study: optuna.Study, number: int, kind: str, reason: str) -> None:
     """Why trial `number` failed, kept in the study: the trial is finished already."""
-    write_study(
-        study, {f"{LOST_ATTR_PREFIX}{number}": {"failure_kind": kind, "failure_reason": reason}}
-    )
+    failure = Failure(failure_kind=kind, failure_reason=reason)
+    write_study(study, StudyRecord.part(**{f"{LOST_ATTR_PREFIX}{number}": failure}))
 
 
 def record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -42,17 +43,12 @@ def record_stale(study: optuna.Study, trial: FrozenTrial) -> None:
     record_failure(study, trial.number, "lost", reason)
 
 
-def failure_of(study: optuna.Study, trial: FrozenTrial) -> dict[str, str]:
-    """A failed trial's failure_kind and failure_reason, wherever they were recorded."""
-    found = {
-        key: str(trial.user_attrs[key])
-        for key in ("failure_kind", "failure_reason")
-        if trial.user_attrs.get(key)
-    }
+def failure_of(study: optuna.Study, trial: FrozenTrial) -> Failure:
+    """A failed trial's failure kind and reason, wherever they were recorded (an empty
+    Failure: none was)."""
+    found = Failure.recorded(trial.user_attrs)
     if found:
         return found
     # A study attribute, written when Optuna's heartbeat had already finished the trial.
     lost = study.user_attrs.get(f"{LOST_ATTR_PREFIX}{trial.number}")
-    if not isinstance(lost, dict):
-        return {}
-    return {key: str(lost[key]) for key in ("failure_kind", "failure_reason") if lost.get(key)}
+    return Failure.recorded(lost) if isinstance(lost, dict) else Failure()

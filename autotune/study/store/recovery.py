@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import variables
 from autotune.records.parts import Owner, owner_of, same_configuration
 from autotune.records.readable import unreadable_because
-from autotune.records.stored import FailureNote, SpooledTrial
+from autotune.records.stored import FailureNote, SpooledTrial, TrialRecord
 from autotune.records.writer import write_finished_trial
 from autotune.study.store.failures import failure_of, record_failure
 from autotune.study.store.optuna_private import storage_of, trial_id
@@ -57,10 +57,10 @@ def host_name() -> str:
     return named or socket.gethostname()
 
 
-def owner() -> dict[str, Any]:
+def owner() -> Owner:
     """Who runs a trial: enough to tell, on this host, whether that process is still there."""
     me = psutil.Process()
-    return {"host": host_name(), "pid": me.pid, "started": me.create_time()}
+    return Owner(host=host_name(), pid=me.pid, started=me.create_time())
 
 
 def _owner_gone(record: Owner) -> bool:
@@ -95,7 +95,7 @@ def fail_orphaned(study: optuna.Study, *, why: dict[int, str] | None = None) -> 
 
 
 def end_failed(
-    study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any], *, claim: bool = False
+    study: optuna.Study, trial: FrozenTrial, attrs: TrialRecord, *, claim: bool = False
 ) -> bool:
     """End `trial`, which this process does not run, as FAIL with `attrs` (why it ended)
     written first: a finished trial takes no attributes. With `claim`, a waiting trial is
@@ -110,7 +110,7 @@ def end_failed(
 
 
 def _fail(study: optuna.Study, trial: FrozenTrial, kind: str, reason: str) -> None:
-    end_failed(study, trial, {"failure_kind": kind, "failure_reason": reason})
+    end_failed(study, trial, TrialRecord.part(failure_kind=kind, failure_reason=reason))
 
 
 def fail_stale(study: optuna.Study) -> list[str]:

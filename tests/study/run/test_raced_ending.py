@@ -60,7 +60,7 @@ def _raced_verdict(**figures: object) -> _Verdict:
 def test_a_raced_trial_is_spooled_and_recovered_as_raced(tmp_path: Path) -> None:
     objective, study, spool = _objective(tmp_path)
     trial = study.ask()
-    write_trial(trial, {"config": TrialConfig(batch_size=2).model_dump()})
+    write_trial(trial, TrialRecord.part(config=TrialConfig(batch_size=2).model_dump()))
     time_s = {"startup": 0.0, "measuring": 6.0}
     with pytest.raises(optuna.TrialPruned, match="stopped by racing after 6 s of load"):
         objective._record(trial, _raced_verdict(), time_s)

@@ -121,7 +121,7 @@ def test_the_same_run_resumes_and_a_study_without_a_stored_basis_records_it(
     open_study(plan)  # the same command again
     # A study stored before the basis was: resumed as before, the basis recorded then.
     old = optuna.create_study(study_name="r", storage=f"sqlite:///{tmp_path}/old.db")
-    for key, value in study_attrs(plan).items():
+    for key, value in study_attrs(plan).written().items():
         old.set_user_attr(key, value)
     resumed, _ = open_study(make_plan(space, tmp_path / "old.db"))
     assert resumed.user_attrs[COMPARISON_BASIS] == comparison_basis(plan)

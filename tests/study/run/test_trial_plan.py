@@ -14,7 +14,7 @@ from small_space import quick_space
 
 from autotune.engines.session import measure_plan
 from autotune.params import TrialConfig
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
@@ -90,7 +90,7 @@ def _planned(tmp_path: Path, **role: bool) -> tuple[StudyPlan, optuna.Study, Rol
     url = f"sqlite:///{tmp_path}/plan.db"
     plan = plan_study(space, study_name="plan", storage_url=url)
     study = optuna.create_study(study_name="plan", storage=url, directions=space.directions())
-    write_study(study, {"objective_metrics": [o.metric for o in space.objectives]})
+    write_study(study, StudyRecord.part(objective_metrics=[o.metric for o in space.objectives]))
     study.ask()
     config = space.reference_config() if role.get("is_reference") else TrialConfig(batch_size=2)
     proposal = Proposal(

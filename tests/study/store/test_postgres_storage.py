@@ -155,8 +155,8 @@ def test_a_host_that_stops_has_its_running_trial_failed_by_the_heartbeat(tmp_pat
         assert lost.state == TrialState.FAIL
         # Optuna's heartbeat failed it; its failed-trial callback recorded why.
         why = failure_of(study, lost)
-        assert why["failure_kind"] == "lost"
-        assert "stopped sending heartbeats" in why["failure_reason"]
+        assert why.failure_kind == "lost"
+        assert "stopped sending heartbeats" in str(why.failure_reason)
         out = str(tmp_path / "r.html")
         report = subprocess.run(
             [

@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.records.parts import Failure
 from autotune.study.store.failures import failure_of
 from autotune.study.store.recovery import Spool, recover, spool_payload
 
@@ -134,10 +135,10 @@ def test_the_trial_whose_results_were_spooled_gets_a_reason(tmp_path: Path) -> N
     study.tell(0, state=optuna.trial.TrialState.FAIL)
     recover(study, spool)
     (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    assert failure_of(study, failed) == {
-        "failure_kind": "recovered",
-        "failure_reason": "its results could not be stored then; recorded as trial 1",
-    }
+    assert failure_of(study, failed) == Failure(
+        failure_kind="recovered",
+        failure_reason="its results could not be stored then; recorded as trial 1",
+    )
 
 
 def test_a_trial_the_storage_ended_without_a_reason_gets_the_noted_one(tmp_path: Path) -> None:
@@ -150,5 +151,5 @@ def test_a_trial_the_storage_ended_without_a_reason_gets_the_noted_one(tmp_path:
     assert recover(study, spool) == [
         "trial 0 failed: cannot write to the study's storage: disk full"
     ]
-    assert failure_of(study, study.trials[0])["failure_kind"] == "storage"
+    assert failure_of(study, study.trials[0]).failure_kind == "storage"
     assert spool.pending("failed") == []
