@@ -314,7 +314,7 @@ class EvalsetBasis(_BasisPart):
 
 
 class ComparisonBasis(_BasisPart):
-    """What every comparison of a study rests on (autotune.study.run.opening writes it): a
+    """What every comparison of a study rests on (autotune.study.start.opening writes it): a
     resume with another set, reference, floor or searched parameters is refused. Typed, so a
     damaged basis is named as damage, not read as another evaluation set (None -> smoke)."""
 

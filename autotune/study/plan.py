@@ -120,7 +120,7 @@ def plan_study(
     served by every engine and measured; a backend that cannot serve them for this model is
     dropped with a note.
     `allow_other_machine` (--allow-other-machine) lets the run resume a study measured on
-    another machine, as a comparison group of its own (autotune.study.run.opening).
+    another machine, as a comparison group of its own (autotune.study.start.opening).
     """
     if dummy_weights and endpoint is not None:
         raise SpaceError("--dummy-weights cannot apply to --endpoint: that server has its weights")

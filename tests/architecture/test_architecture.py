@@ -9,6 +9,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -63,7 +66,7 @@ def test_no_package_of_the_study_holds_more_than_15_modules() -> None:
 
 # Issue 41: the rooms the study loop enters itself (the autotune modules loop.py imports).
 # Review at 1ea1714 counted 20 (12 in turn 4); opening, resuming and repairing a study now
-# live in autotune.study.run.opening and the queueing of candidates in one module.
+# live in autotune.study.start.opening and the queueing of candidates in one module.
 MAX_LOOP_ROOMS = 15
 
 
@@ -83,6 +86,74 @@ def test_the_study_loop_enters_fewer_rooms_than_20() -> None:
     rooms = imported_autotune_modules(REPO / "autotune" / "study" / "run" / "loop.py")
     assert len(rooms) <= MAX_LOOP_ROOMS, sorted(rooms)
     assert "autotune.study.run.objective" in rooms  # the count reads the real loop
+
+
+# Issue 55: the autotune.study modules the start of a study enters, counted along its calls
+# (run_study on a real plan until the first trial's objective is called). The opening went
+# back and forth to storage from autotune.study.run; it is now a room of its own below the
+# run-time (autotune.study.start), and the judging of trials (run.verdicts) is no longer
+# entered before a trial exists. 30 study modules before the move, 29 after.
+MAX_START_MODULES = 29
+
+
+class _FirstTrial(Exception):
+    """Raised by the profiler when the first trial begins: the start is over."""
+
+
+def modules_entered_until_the_first_trial(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """The autotune modules whose functions run from `run_study` until the first trial's
+    objective is called, in the order first entered; and those the opening alone enters
+    (prepare_study)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from small_space import small_space
+
+    from autotune.space import load_space
+    from autotune.study.plan import plan_study
+    from autotune.study.results.progress import Progress
+    from autotune.study.run.loop import run_study
+
+    space = load_space(str(small_space(tmp_path)))
+    plan = plan_study(space, study_name="start", storage_url=f"sqlite:///{tmp_path}/start.db")
+    progress = Progress(total=1, quiet=True)
+    entered: list[str] = []
+    opening: list[str] = []
+    depth = [0]
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event != "call" and event != "return":
+            return  # C calls: the bulk of the events, none of them autotune's
+        code, name = frame.f_code, frame.f_globals.get("__name__") or ""
+        if code.co_name == "prepare_study" and name.endswith(".opening"):
+            depth[0] += 1 if event == "call" else -1
+        if event != "call" or not name.startswith("autotune."):
+            return
+        if name not in entered:
+            entered.append(name)
+        if depth[0] and name not in opening:
+            opening.append(name)
+        if name == "autotune.study.run.objective" and code.co_name == "__call__":
+            raise _FirstTrial
+
+    sys.setprofile(profile)
+    try:
+        run_study(plan, trials=1, progress=progress)
+    except _FirstTrial:
+        pass
+    finally:
+        sys.setprofile(None)
+    return entered, opening
+
+
+@pytest.mark.slow  # a real study opened under a profiler: seconds
+def test_the_start_of_a_study_enters_fewer_modules(tmp_path: Path) -> None:
+    entered, opening = modules_entered_until_the_first_trial(tmp_path)
+    study = [name for name in entered if name.startswith("autotune.study.")]
+    assert "autotune.study.run.objective" in study  # the count reached the first trial
+    assert len(study) <= MAX_START_MODULES, study
+    # The opening sits below the run-time and enters none of it (the budget's rule, which
+    # the loop hands it, is asked only once the study has a reference).
+    assert not [name for name in opening if name.startswith("autotune.study.run.")], opening
+    assert "autotune.study.start.opening" in opening
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from autotune.records.machine import EARLIER_GROUP, Machine
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study
 from autotune.study.proposals.queueing import queue_reference_and_candidates
-from autotune.study.run.opening import open_study
+from autotune.study.start.opening import open_study
 
 SEED = 56
 STORED = {

@@ -23,7 +23,8 @@ from autotune.space import load_space
 from autotune.space.files import with_enqueued
 from autotune.study.plan import plan_study
 from autotune.study.results.progress import Progress
-from autotune.study.run.opening import prepare_study
+from autotune.study.run.budget import start_fits
+from autotune.study.start.opening import prepare_study
 
 CANDIDATES = [
     {"name": "small-images", "config": {"image_max_side": 128}},
@@ -127,7 +128,7 @@ def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Pa
     plan = plan_study(enqueued, storage_url=f"sqlite:///{tmp_path}/many.db")
     said = io.StringIO()
     progress = Progress(total=3, console=Console(file=said, width=200), live=False)
-    study = prepare_study(plan, 3, progress)
+    study = prepare_study(plan, 3, progress, fits=start_fits(plan, progress))
     assert study is not None
     queued = [TrialRecord.of(t) for t in study.get_trials(states=(TrialState.WAITING,))]
     # Three trials wanted: the reference and the first two candidates, no more.
@@ -136,7 +137,8 @@ def test_twenty_thousand_candidates_are_read_fast_and_queued_lazily(tmp_path: Pa
     ]  # fmt: skip
     assert "19998 of 20000 named candidates not queued" in said.getvalue()
     # A later run with room for more queues the next ones, never the same twice.
-    study = prepare_study(plan, 5, Progress(total=5, quiet=True))
+    progress = Progress(total=5, quiet=True)
+    study = prepare_study(plan, 5, progress, fits=start_fits(plan, progress))
     assert study is not None
     names = [TrialRecord.of(t).candidate for t in study.get_trials(states=(TrialState.WAITING,))]
     assert names == [None, "c0\u2028x", "c1\u2028x", "c2\u2028x", "c3\u2028x"]

@@ -1,6 +1,6 @@
 """Comparison groups: the trials of a study measured on one kind of machine.
 
-A study resumed on another machine with --allow-other-machine (autotune.study.run.opening)
+A study resumed on another machine with --allow-other-machine (autotune.study.start.opening)
 holds figures that cannot be ranked together: an H200's tokens per second say nothing about a
 configuration's rank on an H100. Each trial records its machine and group
 (autotune.records.machine); `in_group` shows the study as one group sees it, so the front, the

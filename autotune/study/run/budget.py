@@ -13,6 +13,7 @@ shortened to the time left, never below its minimum).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -138,6 +139,14 @@ def budget_allows(
         f"needs about {need:.0f} s; stopping here (raise --budget to go on)"
     )
     return False
+
+
+def start_fits(plan: StudyPlan, progress: Progress) -> Callable[[optuna.Study], bool]:
+    """The budget's check before a run queues its first trials (prepare_study's `fits`): a
+    new launch of any backend, since none is kept yet. The opening sits below the run-time
+    and takes the rule from it rather than reaching up for it."""
+    budget = Budget(plan.budget_s)
+    return lambda study: budget_allows(study, plan, budget, progress, keeps_launch=False)
 
 
 def _launch_backends(plan: StudyPlan) -> set[str]:

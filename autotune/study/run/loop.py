@@ -1,6 +1,6 @@
 """The Optuna study: the reference trial first, then the sampler's trials, each contained.
 
-`run_study` is what `autotune run` calls. It opens the study (autotune.study.run.opening),
+`run_study` is what `autotune run` calls. It opens the study (autotune.study.start.opening),
 then runs Optuna's own optimize loop; callbacks after each trial print progress, keep or free
 the running launch (autotune.study.run.launches), stop at the trial target (a repeated proposal
 does not count) and stop before a trial that would not fit in the budget
@@ -26,12 +26,12 @@ from autotune.study.proposals.queueing import (
 from autotune.study.proposals.steering import Steering
 from autotune.study.results.counting import counted_trials
 from autotune.study.results.progress import SURPLUS, Progress
-from autotune.study.run.budget import Budget, budget_allows
+from autotune.study.run.budget import Budget, budget_allows, start_fits
 from autotune.study.run.interrupts import InterruptGate
 from autotune.study.run.launches import LaunchScheduler
 from autotune.study.run.objective import Objective
-from autotune.study.run.opening import open_study, prepare_study, warn_if_set_too_small
 from autotune.study.run.runtime import REAL, Runtime
+from autotune.study.start.opening import open_study, prepare_study, warn_if_set_too_small
 from autotune.study.store.recovery import Spool
 from autotune.study.store.storage import StorageUnavailable
 
@@ -223,7 +223,7 @@ def run_study(
     """Run (or resume) the study until it holds `trials` counted trials or the budget ends."""
     target = trials if trials is not None else plan.space.trials
     progress = progress or Progress(total=target)
-    prepared = prepare_study(plan, target, progress)
+    prepared = prepare_study(plan, target, progress, fits=start_fits(plan, progress))
     if prepared is None:
         study, _ = open_study(plan)
         return study

@@ -10,7 +10,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.accuracy.confirm import (
-    HOLDOUT,
     ConfirmRequest,
     confirm,
     confirm_request,
@@ -22,8 +21,8 @@ from autotune.accuracy.scoring import AccuracyReport
 from autotune.accuracy.sequential import FloorLook
 from autotune.engines.measurement import Measurement
 from autotune.evalset.dataset import EvalSet
-from autotune.records.stored import StudyRecord, TrialRecord
-from autotune.records.writer import write_study, write_trial
+from autotune.records.stored import TrialRecord
+from autotune.records.writer import write_trial
 from autotune.space import SearchSpace
 from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES, confirmation_of
 
@@ -155,21 +154,6 @@ def confirmation_attrs(
     reference_scores = reference.item_scores
     verdict = confirm(request, accuracy.item_scores, reference_scores)
     return {CONFIRMATION: verdict.to_dict()}
-
-
-def keep_holdout(study: optuna.Study, space: SearchSpace, evalset: EvalSet) -> None:
-    """Hold out the items the study's first run held out (its size is written into `space`),
-    and record them for a new study. A study begun before confirmations existed, with trials
-    measured on the whole pool, goes on without one: its trials could never be confirmed."""
-    confirmation = space.constraints.accuracy.confirmation
-    recorded = study.user_attrs.get(HOLDOUT)
-    if isinstance(recorded, dict):
-        confirmation.items = int(recorded.get("items") or 0) or None
-        confirmation.enabled = bool(recorded.get("items"))
-        return
-    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        confirmation.enabled = False
-    write_study(study, StudyRecord.part(**{HOLDOUT: study_holdout(space, evalset).describe()}))
 
 
 def confirmation_verdict(

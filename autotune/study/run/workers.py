@@ -29,7 +29,8 @@ from autotune.engines.threads import ENGINES_AT_ONCE_ENV
 from autotune.errors import StudyError
 from autotune.study.plan import StudyPlan
 from autotune.study.results.progress import Progress
-from autotune.study.run.opening import prepare_study
+from autotune.study.run.budget import start_fits
+from autotune.study.start.opening import prepare_study
 from autotune.study.store.recovery import fail_orphaned
 from autotune.study.store.storage import load_study
 
@@ -172,7 +173,7 @@ def run_on_workers(
     plan: StudyPlan, worker_args: list[str], *, target: int, progress: Progress
 ) -> optuna.Study:
     """Prepare the study, run it on one worker per GPU, then summarise it."""
-    if prepare_study(plan, target, progress) is not None:
+    if prepare_study(plan, target, progress, fits=start_fits(plan, progress)) is not None:
         Coordinator(plan, worker_args, progress).run()
         progress.finish(load_study(plan.study_name, plan.storage_url))
     return load_study(plan.study_name, plan.storage_url)

@@ -25,7 +25,8 @@ from autotune.study.proposals.queueing import (
 )
 from autotune.study.results.counting import SURPLUS, trial_counts
 from autotune.study.results.progress import Progress
-from autotune.study.run.opening import prepare_study
+from autotune.study.run.budget import start_fits
+from autotune.study.start.opening import prepare_study
 
 CANDIDATES = [
     {"name": "batch-2", "config": {"batch_size": 2}},
@@ -45,7 +46,8 @@ def plan(tmp_path: Path) -> StudyPlan:
 
 
 def prepare(plan: StudyPlan, target: int = 6) -> optuna.Study:
-    study = prepare_study(plan, target, Progress(total=target, quiet=True))
+    progress = Progress(total=target, quiet=True)
+    study = prepare_study(plan, target, progress, fits=start_fits(plan, progress))
     assert study is not None
     return study
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optuna.trial import TrialState
 from small_space import small_space
 
 from autotune.accuracy.scoring import AccuracyReport
@@ -27,29 +26,3 @@ def test_identical_answers_record_that_as_their_decision(tmp_path: Path) -> None
     same = judge_paired(report, reference, space, evalset, same_answers=True)
     assert same.decision == IDENTICAL == "identical answers"
     assert same.to_dict()["decision"] == IDENTICAL
-
-
-def test_a_resume_holds_out_what_the_first_run_did(tmp_path: Path) -> None:
-    import optuna
-
-    from autotune.accuracy.confirm import HOLDOUT, Holdout
-    from autotune.study.run.verdicts import keep_holdout
-
-    space = load_space(str(small_space(tmp_path, evalset="smoke")))
-    evalset = load_evalset("smoke")
-    study = optuna.create_study()
-    keep_holdout(study, space, evalset)
-    first = study.user_attrs[HOLDOUT]
-    assert first == Holdout.of(evalset.decision_order(), 99).describe()
-    # A later run whose own sizing would differ (another version's simulation, say).
-    study.set_user_attr(HOLDOUT, {**first, "items": 64})
-    again = load_space(str(small_space(tmp_path, evalset="smoke")))
-    keep_holdout(study, again, evalset)
-    assert again.constraints.accuracy.confirmation.items == 64
-    # A study begun before confirmations existed goes on without one.
-    old = optuna.create_study()
-    old.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0]))
-    before = load_space(str(small_space(tmp_path, evalset="smoke")))
-    keep_holdout(old, before, evalset)
-    assert before.constraints.accuracy.confirmation.enabled is False
-    assert old.user_attrs[HOLDOUT]["items"] == 0

@@ -25,19 +25,24 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.accuracy.answers_cache import evalset_digest
+from autotune.accuracy.confirm import HOLDOUT, study_holdout
 from autotune.accuracy.floor import floor_warning, set_too_small
 from autotune.engines.leftovers import clean_up
 from autotune.errors import SpaceError, StudyError
+from autotune.evalset.dataset import EvalSet
 from autotune.params import base_param
 from autotune.records.machine import Machine
 from autotune.records.readable import unreadable_line, unreadable_trials
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.records.writer import write_study
+from autotune.space import SearchSpace
 from autotune.space.sampling import distribution
 from autotune.study.plan import StudyPlan, study_attrs
 from autotune.study.proposals.queueing import candidates_now, queue_reference_and_candidates
@@ -46,8 +51,6 @@ from autotune.study.results.counting import counted_trials
 from autotune.study.results.groups import Group, matching_group, study_groups
 from autotune.study.results.progress import Progress
 from autotune.study.results.select import reference_trial
-from autotune.study.run.budget import Budget, budget_allows
-from autotune.study.run.verdicts import keep_holdout
 from autotune.study.store.recovery import Spool, fail_orphaned, fail_stale, recover
 from autotune.study.store.storage import local_file, open_storage, remove_study_file
 
@@ -76,7 +79,7 @@ def comparison_basis(plan: StudyPlan) -> dict[str, Any]:
     return {
         "evalset": evalset_digest(plan.evalset),
         "reference": space.reference_config().model_dump(mode="json", exclude_defaults=True),
-        # The held-out slice is pinned apart (verdicts.keep_holdout), which may switch a
+        # The held-out slice is pinned apart (keep_holdout), which may switch a
         # resumed study's confirmation off: the basis leaves it out.
         "floor": space.constraints.accuracy.model_dump(
             mode="json", exclude_defaults=True, exclude={"confirmation"}
@@ -339,9 +342,28 @@ def warn_if_set_too_small(study: optuna.Study, plan: StudyPlan, progress: Progre
             write_study(study, StudyRecord.part(floor_warning=warning))
 
 
-def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.Study | None:
+def keep_holdout(study: optuna.Study, space: SearchSpace, evalset: EvalSet) -> None:
+    """Hold out the items the study's first run held out (its size is written into `space`),
+    and record them for a new study. A study begun before confirmations existed, with trials
+    measured on the whole pool, goes on without one: its trials could never be confirmed."""
+    confirmation = space.constraints.accuracy.confirmation
+    recorded = study.user_attrs.get(HOLDOUT)
+    if isinstance(recorded, dict):
+        confirmation.items = int(recorded.get("items") or 0) or None
+        confirmation.enabled = bool(recorded.get("items"))
+        return
+    if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        confirmation.enabled = False
+    write_study(study, StudyRecord.part(**{HOLDOUT: study_holdout(space, evalset).describe()}))
+
+
+def prepare_study(
+    plan: StudyPlan, target: int, progress: Progress, *, fits: Callable[[optuna.Study], bool]
+) -> optuna.Study | None:
     """Open (or resume) the study, repair what an earlier run left behind, and queue the
-    reference and the candidates. None when there is nothing to run (target or budget met)."""
+    reference and the candidates. None when there is nothing to run (target or budget met).
+    `fits`: whether the budget holds another trial (the run-time's rule, passed in by the
+    loop that keeps it: autotune.study.run.budget.start_fits)."""
     small = (
         None
         if plan.dummy_weights
@@ -368,10 +390,7 @@ def prepare_study(plan: StudyPlan, target: int, progress: Progress) -> optuna.St
         progress.note(f"study '{plan.study_name}' already has {done} counted trials")
         return None
     warn_if_set_too_small(study, plan, progress)
-    budget = Budget(plan.budget_s)
-    if reference_trial(study, plan.group) is not None and not budget_allows(
-        study, plan, budget, progress, keeps_launch=False
-    ):
+    if reference_trial(study, plan.group) is not None and not fits(study):
         return None
     first = candidates_now(plan)
     for note in queue_reference_and_candidates(study, plan, room=target - done, candidates=first):

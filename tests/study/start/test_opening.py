@@ -1,4 +1,4 @@
-"""A resume checks what its comparisons rest on (autotune.study.run.opening): the evaluation set
+"""A resume checks what its comparisons rest on (autotune.study.start.opening): the evaluation set
 (name, items, images), the reference, the accuracy floor and the searched parameters.
 
 The study is created by the code `autotune run` creates it with; each resume is the real
@@ -18,12 +18,20 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from optuna.trial import TrialState
 from small_space import autotune_cli, small_evalset, small_space
 
+from autotune.accuracy.confirm import HOLDOUT, Holdout
 from autotune.errors import StudyError
+from autotune.evalset.dataset import load_evalset
 from autotune.space import load_space
 from autotune.study.plan import StudyPlan, plan_study, study_attrs
-from autotune.study.run.opening import COMPARISON_BASIS, comparison_basis, open_study
+from autotune.study.start.opening import (
+    COMPARISON_BASIS,
+    comparison_basis,
+    keep_holdout,
+    open_study,
+)
 
 PARAMS = {"batch_size": {"choices": [1, 2]}, "image_max_side": {"choices": [None, 128]}}
 
@@ -166,3 +174,24 @@ def test_a_refused_resume_writes_nothing_to_a_journal_either(tmp_path: Path) -> 
     with pytest.raises(StudyError, match=r"another accuracy floor \(max_drop \(default\) -> 0.2"):
         open_study(make_plan(space, journal))
     assert digest(journal) == before
+
+
+def test_a_resume_holds_out_what_the_first_run_did(tmp_path: Path) -> None:
+    space = load_space(str(small_space(tmp_path, evalset="smoke")))
+    evalset = load_evalset("smoke")
+    study = optuna.create_study()
+    keep_holdout(study, space, evalset)
+    first = study.user_attrs[HOLDOUT]
+    assert first == Holdout.of(evalset.decision_order(), 99).describe()
+    # A later run whose own sizing would differ (another version's simulation, say).
+    study.set_user_attr(HOLDOUT, {**first, "items": 64})
+    again = load_space(str(small_space(tmp_path, evalset="smoke")))
+    keep_holdout(study, again, evalset)
+    assert again.constraints.accuracy.confirmation.items == 64
+    # A study begun before confirmations existed goes on without one.
+    old = optuna.create_study()
+    old.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, values=[1.0]))
+    before = load_space(str(small_space(tmp_path, evalset="smoke")))
+    keep_holdout(old, before, evalset)
+    assert before.constraints.accuracy.confirmation.enabled is False
+    assert old.user_attrs[HOLDOUT]["items"] == 0
