@@ -1,14 +1,16 @@
 """What autotune knows about one engine, in one place: the facts every layer above reads.
 
 Each engine's module (autotune/backends/<name>.py) holds one `Backend`; the registry
-(autotune.backends) lists them. The parameters it lacks, what it supports for Qwen3-VL value
-by value, availability checks, the deploy command, its renderer, its flags' spelling and
-reserved names, the engine a command really ran, the package that provides it, LoRA adapters,
-the request fields that force answer lengths and the start-up guess of the budget all come from
-here: adding an engine is one module and one registry line (autotune.backends).
+(autotune.backends) lists them. What it supports for Qwen3-VL value by value, availability
+checks, the deploy command, its renderer, its flags' spelling and reserved names, the engine a
+command really ran, the package that provides it, LoRA adapters, the request fields that force
+answer lengths and the start-up guess of the budget all come from here: adding an engine is one
+module and one registry line (autotune.backends). Which parameters a built-in engine lacks, and
+why, is declared with each parameter (autotune.params.LEVER_TABLE).
 
 A built-in engine's module spells each of its command's flags once, in a `FlagTable` (FLAGS);
-its renderer, its reserved flags and the inner-engine check all read that table.
+its renderer, its reserved flags and the inner-engine check all read that table. A flag bound
+to a parameter (`Flag(..., lever=name)`) is rendered from its value by every renderer alike.
 
 The renderer is named, not imported ("module:function"): it builds on the trial configuration
 and the export layer, which sit above this one; autotune.export resolves it when it renders.
@@ -32,8 +34,20 @@ class Flag:
 
     # As the engine spells it, without the dashes: `max-batch-size`, or `max_batch_size`.
     name: str
-    # What sets it, as the refusal of an engine_args key names it; None: engine_args may set it.
+    # What sets it, as the refusal of an engine_args key names it; None: engine_args may set it
+    # (unless it is bound to a lever, which sets it).
     set_by: str | None = None
+    # The searched parameter whose value it carries, where a renderer passes that value
+    # through as it is (autotune.export.base.lever_flags): the flag, with the value, wherever
+    # it is not the parameter's default; true is a bare switch.
+    lever: str | None = None
+
+    @property
+    def owner(self) -> str | None:
+        """What sets it: its set_by, or the parameter it is bound to; None: engine_args may."""
+        if self.set_by is None and self.lever is not None:
+            return f"the {self.lever} parameter"
+        return self.set_by
 
     @property
     def option(self) -> str:
@@ -47,14 +61,14 @@ class Flag:
 
 class FlagTable:
     """An engine's flags, one class attribute (a `Flag`) each, in the order its reserved names
-    are listed."""
+    are listed and its lever-bound flags are rendered."""
 
     def __iter__(self) -> Iterator[Flag]:
         return (value for value in vars(type(self)).values() if isinstance(value, Flag))
 
     def reserved(self) -> dict[str, str]:
         """Flag name -> what sets it, for the flags a space's engine_args may not set."""
-        return {flag.name: flag.set_by for flag in self if flag.set_by is not None}
+        return {flag.name: flag.owner for flag in self if flag.owner is not None}
 
 
 @dataclass(frozen=True)
@@ -72,14 +86,16 @@ class InnerEngine:
     fallback_to: str | None = None
 
 
-@dataclass(frozen=True)
+# Keyword-only: `lacks` keeps its place (second, as a plugin's fields are read) with a default.
+@dataclass(frozen=True, kw_only=True)
 class Backend:
     """One engine autotune can measure, and how it is served."""
 
     name: str
-    # The searched parameters this engine has no use for: never proposed for it, so a trial
-    # never records a knob that had no effect (autotune.params.BACKEND_PARAMS).
-    lacks: frozenset[str]
+    # The searched parameters this engine has no use for beyond those the lever table says
+    # it lacks (a plugin's own; autotune.params.lacks): never proposed for it, so a trial
+    # never records a knob that had no effect.
+    lacks: frozenset[str] = frozenset()
     # Seconds its first launch is guessed to take before a study has timed one
     # (autotune.study.run.budget).
     startup_guess_s: float

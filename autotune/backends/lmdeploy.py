@@ -20,14 +20,19 @@ class LMDeployFlags(FlagTable):
     backend = Flag("backend", "autotune (always the PyTorch engine: TurboMind cannot run Qwen3-VL)")
     dtype = Flag("dtype", "the dtype parameter")
     max_batch_size = Flag("max-batch-size", "the max_batch_size parameter")
-    cache_max_entry_count = Flag("cache-max-entry-count", "the kv_cache_fraction parameter")
     eager_mode = Flag("eager-mode", "the compile_mode parameter (none = eager, else CUDA graphs)")
-    tp = Flag("tp", "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)")
     quant_policy = Flag("quant-policy", "the kv_quant parameter")
     model_format = Flag(
         "model-format", "the weight_quant parameter (fp8 serves the block-FP8 checkpoint)"
     )
-    enable_prefix_caching = Flag("enable-prefix-caching", "the prefix_cache parameter")
+    # Bound to their levers: rendered in this order wherever the value is not the default.
+    enable_prefix_caching = Flag("enable-prefix-caching", lever="prefix_cache")
+    cache_max_entry_count = Flag("cache-max-entry-count", lever="kv_cache_fraction")
+    tp = Flag(
+        "tp",
+        "the tensor_parallel parameter (GPUs handed out by autotune run --gpus)",
+        lever="tensor_parallel",
+    )
     adapters = Flag("adapters", "autotune --adapter NAME=PATH")
     server_name = Flag("server-name", "autotune (--host)")
     server_port = Flag("server-port", "autotune (--port)")
@@ -40,8 +45,6 @@ FLAGS = LMDeployFlags()
 
 BACKEND = Backend(
     name="lmdeploy",
-    # Its PyTorch engine runs its own attention kernels: no attn_implementation to choose.
-    lacks=frozenset({"attn_implementation"}),
     startup_guess_s=90.0,
     server=True,
     # --cache-max-entry-count: "the percentage of free GPU memory occupied by the k/v cache".

@@ -45,18 +45,6 @@ FLAGS = SwiftFlags()
 
 BACKEND = Backend(
     name="swift",
-    # Its transformers engine is measured plain: no flag of `swift deploy` quantises on load,
-    # caches images, captures graphs, splits the model or sizes a KV cache.
-    lacks=frozenset(
-        {
-            "kv_cache_fraction",
-            "compile_mode",
-            "tensor_parallel",
-            "weight_quant",
-            "kv_quant",
-            "prefix_cache",
-        }
-    ),
     startup_guess_s=30.0,
     server=True,
     deploy_command="swift deploy",

@@ -13,8 +13,6 @@ _NO_QUANTISED_KV = (
 
 BACKEND = Backend(
     name="transformers",
-    # In-process, batch_size is the batch: no server cap, no KV-cache share, one GPU.
-    lacks=frozenset({"kv_cache_fraction", "max_batch_size", "tensor_parallel"}),
     startup_guess_s=20.0,
     unsupported={"kv_quant": dict.fromkeys(("int8", "int4", "fp8"), _NO_QUANTISED_KV)},
     cuda_only={

@@ -18,12 +18,13 @@ class VllmFlags(FlagTable):
     model = Flag("model", "the model (--model)")
     dtype = Flag("dtype", "the dtype parameter")
     max_num_seqs = Flag("max-num-seqs", "the max_batch_size parameter")
-    gpu_memory_utilization = Flag("gpu-memory-utilization", "the kv_cache_fraction parameter")
+    # Bound to their levers: rendered in this order wherever the value is not the default.
+    gpu_memory_utilization = Flag("gpu-memory-utilization", lever="kv_cache_fraction")
     enforce_eager = Flag(
         "enforce-eager", "the compile_mode parameter (none = eager, else compile + CUDA graphs)"
     )
     limit_mm_per_prompt = Flag("limit-mm-per-prompt", "autotune (one image per prompt)")
-    tensor_parallel_size = Flag("tensor-parallel-size", _TP)
+    tensor_parallel_size = Flag("tensor-parallel-size", _TP, lever="tensor_parallel")
     tp = Flag("tp", _TP)  # an alias of --tensor-parallel-size
     quantization = Flag("quantization", "the weight_quant parameter")
     kv_cache_dtype = Flag("kv-cache-dtype", "the kv_quant parameter")
@@ -51,8 +52,6 @@ FLAGS = VllmFlags()
 
 BACKEND = Backend(
     name="vllm",
-    # vLLM picks its own attention backend: no attn_implementation to choose.
-    lacks=frozenset({"attn_implementation"}),
     startup_guess_s=120.0,
     server=True,
     deploy_command="vllm serve",

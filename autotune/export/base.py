@@ -11,10 +11,10 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..backends import Flag
+from ..backends import Flag, FlagTable
 from ..checkpoints.adapters import Adapter
 from ..checkpoints.geometry import ImageGeometry
-from ..params import TrialConfig
+from ..params import LEVER_BY_NAME, TrialConfig
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,29 @@ def sampling_request(
         body.update(greedy)
     body["repetition_penalty"] = config.repetition_penalty
     return body
+
+
+def lever_flags(
+    config: TrialConfig, table: FlagTable, *, boolean_values: bool = False
+) -> list[str]:
+    """The flags of `table` bound to a lever (`Flag.lever`), in the table's order, each where
+    the configuration's value is not the lever's default: a new lever reaches every engine's
+    command through its flag alone. True is a bare switch, or `--flag true` where the engine's
+    booleans take a value (`boolean_values`); false, a default's absence, is not rendered on a
+    bare-switch engine (its flag turns on what the default leaves off).
+    """
+    flags: list[str] = []
+    for flag in table:
+        if flag.lever is None:
+            continue
+        value = getattr(config, flag.lever)
+        if value == LEVER_BY_NAME[flag.lever].default:
+            continue
+        if isinstance(value, bool) and not boolean_values:
+            flags += flag() if value else []
+        else:
+            flags += flag(str(value).lower() if isinstance(value, bool) else value)
+    return flags
 
 
 def address_flags(opts: ServeOptions, *, host: Flag, port: Flag, name: Flag) -> list[str]:

@@ -30,6 +30,7 @@ from .base import (
     defaults_note,
     engine_knob_notes,
     image_note,
+    lever_flags,
     sampling_request,
 )
 
@@ -101,12 +102,7 @@ def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes, dtype: str) 
         reason = unsupported_reason("lmdeploy", "kv_quant", config.kv_quant)
         if reason:
             n.block(f"kv_quant {config.kv_quant}: {reason}; check the answers first.")
-    if config.prefix_cache:
-        flags += F.enable_prefix_caching()
-    if config.kv_cache_fraction is not None:
-        flags += F.cache_max_entry_count(config.kv_cache_fraction)
-    if config.tensor_parallel > 1:
-        flags += F.tp(config.tensor_parallel)
+    flags += lever_flags(config, F)  # prefix cache, KV share, tensor parallelism
     if config.compile_mode == "none":
         flags += F.eager_mode()  # no CUDA graphs: what compile_mode none measured
     if opts.session_len is not None:

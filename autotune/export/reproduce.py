@@ -4,18 +4,20 @@ A recommendation must be a command that, launched as printed, gives the recorded
 same engine, the same flags, the same request fields. That holds for a trial measured through
 the target's own server command. It also holds for an in-process transformers trial exported
 to `swift deploy`, which serves the same transformers model with the same image preprocessing,
-when the trial neither compiled (no ms-swift flag applies torch.compile), sampled (another
-random stream), quantised on load nor cached vision embeddings (no ms-swift flag does either):
-tests/export/test_swift_reproduces.py launches the export and compares the answers item by item.
+when no lever was set off its default where the lever table says what that did in-process
+that the command does not do again (Lever.what_if: compiled, sampled, quantised on load, cached
+vision embeddings): tests/export/test_swift_reproduces.py launches the export and compares the
+answers item by item.
 Every other trial is a what-if, shown apart with the reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.backends import BACKENDS
-from autotune.params import SERVER_BACKENDS
+from autotune.params import LEVER_TABLE, SERVER_BACKENDS
 from autotune.records.stored import TrialRecord
 
 COMMANDS = {
@@ -58,30 +60,33 @@ def reproduction(record: TrialRecord, target: str | None) -> Reproduction:
             False,
             f"measured in-process with {config.backend}; `{COMMANDS[target]}` runs another engine",
         )
-    if config.compile_mode != "none":
-        return Reproduction(
-            False,
-            f"static cache + torch.compile ({config.compile_mode}): no swift deploy flag "
-            "applies torch.compile",
-        )
-    if config.do_sample:
-        return Reproduction(
-            False, "sampled in-process: ms-swift's sampler draws other random numbers"
-        )
-    if config.weight_quant != "none":
-        return Reproduction(
-            False,
-            f"{config.weight_quant} weights quantised in-process (FineGrainedFP8Config): no "
-            "swift deploy flag quantises on load",
-        )
-    if config.prefix_cache:
-        return Reproduction(
-            False,
-            "vision embeddings of repeated images reused in-process: ms-swift's transformers "
-            "engine has no such cache",
-        )
+    what_if = what_if_reason(config.model_dump(), target)
+    if what_if is not None:
+        return Reproduction(False, what_if)
     return Reproduction(
         True,
         "measured in-process; swift deploy serves the same transformers model with the same "
         "image preprocessing (its HTTP overhead was not part of the measurement)",
     )
+
+
+def what_ifs(config: dict[str, Any], target: str) -> list[tuple[str, str]]:
+    """(lever, why) for each lever of an in-process trial's configuration, in the table's
+    order, set off its default where the lever says what that did in-process (Lever.what_if)
+    and `target`'s command does not do again, with why the target has no such parameter where
+    it has none."""
+    found = []
+    for lever in LEVER_TABLE:
+        value = config.get(lever.name, lever.default)
+        if lever.what_if is None or value == lever.default:
+            continue
+        what = lever.what_if.format(value=value)
+        why = lever.lacked_by.get(target)
+        found.append((lever.name, what if why is None else f"{what}: {why}"))
+    return found
+
+
+def what_if_reason(config: dict[str, Any], target: str) -> str | None:
+    """The first of `what_ifs`; None: the trial is what `target`'s command serves."""
+    found = what_ifs(config, target)
+    return found[0][1] if found else None

@@ -32,8 +32,10 @@ from .base import (
     compact_json,
     defaults_note,
     image_note,
+    lever_flags,
     sampling_request,
 )
+from .reproduce import what_ifs
 
 # ms-swift's model_type and template for every Qwen3-VL dense checkpoint.
 MODEL_TYPE = "qwen3_vl"
@@ -133,7 +135,11 @@ def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes, engine: str)
                 f"attn_implementation {config.attn_implementation!r} does not apply to vLLM, "
                 "which picks its own attention kernels."
             )
-    return flags
+    return flags + lever_flags(config, F, boolean_values=True)
+
+
+# The what-ifs _gap_notes explains in its own words.
+_EXPLAINED = frozenset({"compile_mode", "weight_quant", "prefix_cache", "do_sample"})
 
 
 def _gap_notes(config: TrialConfig) -> list[str]:
@@ -162,6 +168,12 @@ def _gap_notes(config: TrialConfig) -> list[str]:
             "the trial sampled in-process; ms-swift's sampler draws other random numbers, so "
             "its answers (and their accuracy) are not the trial's."
         )
+    # Any other lever the table says this command does not reproduce, in the table's words.
+    notes += [
+        f"{why}; this server does not do the same, so its speed and answers are not the trial's."
+        for name, why in what_ifs(config.model_dump(), "swift")
+        if name not in _EXPLAINED
+    ]
     return notes
 
 

@@ -31,6 +31,7 @@ from .base import (
     defaults_note,
     engine_knob_notes,
     image_note,
+    lever_flags,
     sampling_request,
 )
 
@@ -94,12 +95,9 @@ def render(config: TrialConfig, opts: ServeOptions) -> Export:
 def _tuned_flags(config: TrialConfig, opts: ServeOptions, n: Notes) -> list[str]:
     """The launch flags autotune sets from the configuration (none for the engine's defaults)."""
     flags = F.dtype(config.dtype) + F.max_num_seqs(batch_cap(config))
-    # For vLLM the fraction is the instance's share of total GPU memory (weights included),
-    # the value the trial passed with this same flag.
-    if config.kv_cache_fraction is not None:
-        flags += F.gpu_memory_utilization(config.kv_cache_fraction)
-    if config.tensor_parallel > 1:
-        flags += F.tensor_parallel_size(config.tensor_parallel)
+    # KV share and tensor parallelism. For vLLM the fraction is the instance's share of total
+    # GPU memory (weights included), the value the trial passed with this same flag.
+    flags += lever_flags(config, F)
     if opts.session_len is not None:
         flags += F.max_model_len(opts.session_len)
     if config.compile_mode == "none":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.backends import BACKENDS
-from autotune.params import BACKEND_PARAMS
+from autotune.params import BACKEND_PARAMS, LEVER_TABLE
 
 # Servers whose requests can force an answer's exact length (a minimum number of tokens and
 # ignore_eos), so load tests do equal work (each engine's `forces_length`); autotune.export
@@ -41,8 +41,9 @@ def supported_choices(backend: str, name: str, choices: list[Any], *, device: st
     return [v for v in choices if unsupported_reason(backend, name, v, device=device) is None]
 
 
-# The parameters this module judges, and their plain value (which every backend serves).
-PLAIN: dict[str, Any] = {"weight_quant": "none", "kv_quant": "none", "prefix_cache": False}
+# The parameters this module judges (Lever.checked: quantisation and caches), and their plain
+# value, the default (which every backend serves).
+PLAIN: dict[str, Any] = {lever.name: lever.default for lever in LEVER_TABLE if lever.checked}
 
 
 def config_problems(values: dict[str, Any], *, device: str = "auto") -> list[str]:
