@@ -129,6 +129,7 @@ class _Run:
     confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
     # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
     reused_confirmation: dict[str, Any] | None = None
+    is_reference: bool = False  # its unsettled rate keeps its answers (to_measurement)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         startup_s=run.startup_s,
         evalset=plan.evalset,
         measure_accuracy=not plan.dummy_weights,
+        reference=run.is_reference,
     )
     m.environment = {**m.environment, "launch_id": run.launch_id, **run.overlap}
     time_s.update(m.time_s)
@@ -213,7 +215,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
     )
     # A trial that did not do the forced work is no more a recommendation than one that does
     # not reproduce: the sampler learns to leave both (autotune.measure.equal_work).
-    constraints[DEPLOYABLE] = 0.0 if check.deployable and m.unequal_work is None else 1.0
+    constraints[DEPLOYABLE] = 0.0 if check.deployable and m.rankable else 1.0
     attrs |= {
         "deployable": check.deployable,
         "deployability": check.reason,
@@ -223,9 +225,7 @@ def judge_run(plan: StudyPlan, run: _Run, time_s: dict[str, float]) -> _Verdict:
         ),
     }
     # A screened-out trial ran no load test: it has no objective values, only its pruning.
-    figures = m.user_attrs()
-    values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
-    return _Verdict(m, attrs, constraints, values)
+    return _Verdict(m, attrs, constraints, m.objective_values(space))
 
 
 class Objective:
@@ -312,6 +312,8 @@ class Objective:
         verdict = judged(trial, self.plan, run, time_s, self.artifacts)
         if verdict.raced is not None:
             return self._record(trial, verdict, time_s)
+        if verdict.measurement.unsettled is not None:  # the reference's: no throughput
+            self.progress.note(f"trial {trial.number}: {verdict.measurement.unsettled}")
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
                 f"trial {trial.number}: unequal work, not ranked on tokens/s: "
@@ -388,7 +390,7 @@ class Objective:
         return _Run(
             config, settled.result, session.startup_s, session.launch_id, answers,
             settled.computed, settled.reference, rival, overlap, settled.confirm,
-            settled.reused_confirmation,
+            settled.reused_confirmation, proposal.is_reference,
         )  # fmt: skip
 
     def _record(
