@@ -63,7 +63,7 @@ def test_eval_reports_the_items_answered_and_takes_its_limit(tmp_path: Path) -> 
     """The real command on the bundled model: the accuracy pass's items as they are answered,
     each line with its elapsed seconds and the limit given."""
     space = quick_space(
-        "smoke", tmp_path, evalset=small_evalset(tmp_path), max_measure_s=1.5, max_warmup_s=5
+        "smoke", tmp_path, evalset=small_evalset(tmp_path), max_measure_s=1.5, max_warmup_s=1
     )
     done = autotune_cli(
         "eval", "--space", str(space), "--timeout-s", "600", "--json", cwd=tmp_path, timeout=900

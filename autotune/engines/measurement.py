@@ -21,7 +21,6 @@ from autotune.measure.equal_work import (
     forced_length_ratio,
     unequal_work,
 )
-from autotune.measure.registry import THROUGHPUT
 from autotune.measure.summary import summarize
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
@@ -49,22 +48,6 @@ class Measurement:
     unequal_work: str | None = None
     # A timed pass's tokens per answer (dummy weights: autotune.accuracy.timed).
     timed_tokens: dict[str, int] = field(default_factory=dict)
-    # Why it has no throughput: the reference's rate never settled (measure.summary); None: it has.
-    unsettled: str | None = None
-
-    @property
-    def rankable(self) -> bool:
-        """Whether its throughput may be ranked: the forced work done, its rate measured."""
-        return self.unequal_work is None and self.unsettled is None
-
-    def objective_values(self, space: SearchSpace) -> list[float]:
-        """The objectives, in the space's order ([] when screened out: no load test). A rate
-        the reference never settled on is ranked last (0), never recorded as its figure, and
-        its trial is kept from the recommendation (not rankable)."""
-        if self.screened_out:
-            return []
-        figures = self.user_attrs().written()
-        return [float(figures.get(o.metric, 0.0)) for o in space.objectives]
 
     def user_attrs(self) -> TrialRecord:
         """What a trial stores: figures with units in their names, plus provenance."""
@@ -91,13 +74,6 @@ class Measurement:
         return part
 
 
-# What a reference whose rate never settled within its cap records instead of a throughput.
-UNSETTLED_REFERENCE = (
-    "the reference's rate never settled within its cap: its answers judge accuracy, its "
-    "throughput was not measured, so no figure is given as a multiple of it"
-)
-
-
 # Told the launch's address and requests, the plan and the measurement while the launch is
 # still up (None: an in-process worker, which no HTTP client can reach).
 WhileUp = Callable[[Served | None, MeasurePlan, Measurement], None]
@@ -111,14 +87,10 @@ def to_measurement(
     startup_s: float,
     evalset: EvalSet,
     measure_accuracy: bool,
-    reference: bool = False,
 ) -> Measurement:
-    """The figures of one session result (see autotune.engines.session). A load whose rate
-    never settled fails it (TrialFailure), unless it is the `reference`'s: the study needs
-    its answers to judge every trial, so it keeps them, with no throughput (`unsettled`)."""
+    """The figures of one session result (see autotune.engines.session)."""
     figures: dict[str, float] = {}
     unequal: str | None = None
-    unsettled: str | None = None
     if not result.screened_out:
         figures = summarize(
             result.timings,
@@ -128,10 +100,7 @@ def to_measurement(
             confidence=space.workload.ci_confidence,
             launch_spread_rel=space.workload.launch_spread_rel,
             latency_slo_ms=space.constraints.latency_slo_ms,
-            keep_unsettled=reference,
         )
-        if THROUGHPUT not in figures:
-            unsettled = UNSETTLED_REFERENCE
         if space.workload.output_tokens is not None:
             figures["forced_output_tokens"] = float(space.workload.output_tokens)
             figures["forced_output_tokens_spread_rel"] = space.workload.output_tokens_spread
@@ -162,7 +131,6 @@ def to_measurement(
         repeated_requests=result.repeated_requests,
         unequal_work=unequal,
         timed_tokens=dict(result.timed_tokens),
-        unsettled=unsettled,
         time_s={
             "warmup": warmup_s,
             "measuring": max(0.0, result.load_s - load_warmup_s),

@@ -3,9 +3,7 @@
 Throughput is the output tokens that arrived inside the steady window (autotune.measure.steady)
 over the window's length, with the batch-means interval. Request rate counts the requests that
 completed inside the window; latency percentiles come from the requests that ran wholly inside
-it, so neither the warm-up nor the drain after the stop (a falling load) colours them. A load
-without tokens, or whose rate never settled within its cap, has no throughput: a failed
-measurement with its reason (TrialFailure), never a figure stored or shown as measured.
+it, so neither the warm-up nor the drain after the stop (a falling load) colours them.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from collections.abc import Sequence
 from autotune.errors import TrialFailure
 from autotune.measure.steady import (
     BIN_S,
-    MSER_BATCH_BINS,
-    TESTED_BATCHES,
     SteadyState,
     batch_seconds,
     steady_state,
@@ -40,19 +36,6 @@ def with_launch_spread(within_rel: float, spread_rel: float, confidence: float) 
 
 # The failure_kind of a load test that measured no throughput.
 NO_TOKENS = "no-tokens"
-# The failure_kind of a load test whose rate had not settled when its cap stopped it.
-UNSETTLED = "unsettled"
-# The figures read from the steady window's rate: none is a measurement while it never settled.
-RATE_FIGURES = (
-    "throughput_output_tokens_per_s",
-    "throughput_ci_within_rel",
-    "throughput_ci_rel",
-    "throughput_batches",
-    "throughput_batch_s",
-    "throughput_lag1_autocorrelation",
-    "throughput_requests_per_s",
-    "goodput_requests_per_s",
-)
 
 
 def _measured(
@@ -90,21 +73,6 @@ def _measured(
     return estimate
 
 
-def unsettled_reason(estimate: SteadyState, *, load_s: float) -> str:
-    """Why a load whose rate never settled within its cap has no throughput, in one line."""
-    shortest_s = TESTED_BATCHES * MSER_BATCH_BINS * BIN_S
-    why = (
-        f"too short to tell a settled rate (that takes {shortest_s:g} s of load at least)"
-        if load_s < shortest_s
-        else f"still changing at its end (warm-up cut at {estimate.warmup_s:.1f} s)"
-    )
-    return (
-        f"the load test's rate never settled within its cap: it stopped after {load_s:.1f} s, "
-        f"{why}, so it has no throughput to record; give the load more time "
-        "(workload.max_warmup_s, workload.max_measure_s)"
-    )
-
-
 def load_state(
     timings: Sequence[RequestTiming],
     *,
@@ -136,16 +104,12 @@ def summarize(
     confidence: float = 0.95,
     launch_spread_rel: float = 0.0,
     latency_slo_ms: float | None = None,
-    keep_unsettled: bool = False,
 ) -> dict[str, float]:
     """Every figure of a load that ran from `load_start` until `load_stop` stopped it.
 
     `min_warmup_s`: the warm-up lasts at least this long (the first round's turnover).
     `launch_spread_rel`: the relative standard deviation between fresh launches, added to the
     load's own interval (`throughput_ci_within_rel`) to give `throughput_ci_rel`.
-    A rate that never settled within the load is no measurement: a TrialFailure (UNSETTLED),
-    or with `keep_unsettled` (the reference, whose answers the study still needs) the figures
-    without any read from the rate (RATE_FIGURES), flagged `warmup_settled` 0.
     """
     if not timings:
         raise ValueError("no measured requests")
@@ -158,10 +122,6 @@ def summarize(
         confidence=confidence,
     )
     estimate = _measured(timings, estimate, load_s=load_stop - load_start)
-    if not estimate.settled and not keep_unsettled:
-        raise TrialFailure(
-            unsettled_reason(estimate, load_s=load_stop - load_start), kind=UNSETTLED
-        )
     window_start = load_start + estimate.warmup_s
     window_end = load_start + len(series) * BIN_S
     window_s = estimate.window_s
@@ -201,6 +161,4 @@ def summarize(
         # The share of requests within the SLO, at the measured request rate.
         good = sum(1 for value in e2e if value <= latency_slo_ms)
         figures["goodput_requests_per_s"] = requests_per_s * good / len(e2e)
-    if not estimate.settled:
-        return {name: value for name, value in figures.items() if name not in RATE_FIGURES}
     return figures

@@ -29,7 +29,6 @@ from autotune.report.data import (
 from autotune.report.headline import baseline_json, gain_lines
 from autotune.report.ratio import versus_reference
 from autotune.study.results.counting import trial_counts
-from autotune.study.results.gain import UNSETTLED_WORDS, measured_rate
 from autotune.study.results.provenance import provenance, reference_config
 from autotune.study.results.select import (
     CONSTRAINT_NAMES,
@@ -195,8 +194,8 @@ def _cell(value: Any, spec: str) -> str:
 
 def _throughput_cell(trial: FrozenTrial) -> str:
     record = TrialRecord.of(trial)
-    value = measured_rate(trial)  # none from a load that never settled (print_table says why)
-    ci = record.figure("throughput_ci_rel") if value is not None else None
+    value = record.figure("throughput_output_tokens_per_s")
+    ci = record.figure("throughput_ci_rel")
     text = _cell(value, ".1f")
     if ci is not None and math.isfinite(ci):
         text += f" ±{ci:.1%}"
@@ -217,8 +216,6 @@ def print_table(
         why = why_no_tpot(TrialRecord.of(trial))
         if why is not None:
             console.print(f"  trial {trial.number}: TPOT n/a: {why}", markup=False)
-        if TrialRecord.of(trial).figure("warmup_settled") == 0.0:
-            console.print(f"  trial {trial.number}: tok/s {UNSETTLED_WORDS}", markup=False)
 
 
 def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
@@ -338,11 +335,8 @@ def best_text(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -
     console.print(f"  {_changed_params(rec.trial) or '(reference configuration)'}")
     reference = reference_config(study.get_trials(deepcopy=False))
     console.print(f"  what ran: {provenance(TrialRecord.of(rec.trial), reference)}", markup=False)
-    reference_run = reference_trial(study)
-    if (ratio := versus_reference(rec.trial, reference_run)) is not None:
+    if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
         console.print(f"  versus the accuracy reference: {ratio.words()}", markup=False)
-    elif reference_run is not None and measured_rate(reference_run) is None:
-        console.print(f"  versus the accuracy reference: none, its tok/s {UNSETTLED_WORDS}")
     for line in confirmation_lines(rec):
         console.print(f"  {line}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:

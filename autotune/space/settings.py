@@ -241,9 +241,8 @@ class Workload(_Strict):
         30,
         gt=0,
         le=DAY_S,
-        description="Most seconds the load may take to settle; a load whose rate has not "
-        "settled by its cap is no measurement: its trial fails (unsettled), except the "
-        "reference's, which keeps its answers with no throughput. At most a day (see "
+        description="Most seconds the load may take to settle; a trial that has not settled "
+        "by then is measured anyway and flagged (warmup_settled 0). At most a day (see "
         "max_measure_s).",
     )
     racing: bool = Field(

@@ -38,7 +38,7 @@ def toy_space(tmp_path: Path) -> Path:
         "evalset": str(small_evalset(tmp_path, n_text=4, n_shapes=2)),
         "trials": 4,
         "trial_timeout_s": 60,
-        "workload": {"warmup_requests": 1, "requests": 4, "max_measure_s": 2, "max_warmup_s": 5},
+        "workload": {"warmup_requests": 1, "requests": 4, "max_measure_s": 2, "max_warmup_s": 1},
         "screening": {"items": 0},
         # Six items can only pass answers that are the reference's word for word.
         "constraints": {"accuracy": {"identical_answers_only": True}},

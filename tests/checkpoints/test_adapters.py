@@ -75,7 +75,7 @@ def lora_study(lora: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
     same space.
     """
     folder = tmp_path_factory.mktemp("lora-study")
-    space = quick_space("smoke-swift", folder, max_measure_s=3, max_warmup_s=5)
+    space = quick_space("smoke-swift", folder, max_measure_s=3, max_warmup_s=2)
     storage = f"sqlite:///{folder}/lora.db"
     run = autotune_cli(
         "run", "--space", str(space), "--trials", "2", "--study", "lora",

@@ -56,7 +56,7 @@ def quick_space(tmp_path: Path, *, items: int = 4, floor: dict | None = None) ->
         model=str(TINY),
         evalset=str(target),
         trials=2,
-        workload={"warmup_requests": 1, "requests": 2, "max_measure_s": 1.5, "max_warmup_s": 5},
+        workload={"warmup_requests": 1, "requests": 2, "max_requests": 4},
         params={"batch_size": {"choices": [1, 2]}},
     )
     if floor is not None:
@@ -149,8 +149,8 @@ def test_eval_with_dummy_weights_measures_speed_only(tmp_path: Path, dummy_dir: 
     assert data["dummy_weights"] is True
     assert data["accuracy"] is None
     assert data["figures"]["throughput_output_tokens_per_s"] > 0
-    loaded = data["figures"]["load_requests"]
-    assert 1 <= data["figures"]["measured_requests"] <= loaded  # those inside the steady window
+    assert data["figures"]["load_requests"] == 4  # workload.max_requests
+    assert 1 <= data["figures"]["measured_requests"] <= 4  # those inside the steady window
     # Built once, complete, with the char-level tokenizer and a real safetensors file.
     (checkpoint,) = [p for p in dummy_dir.iterdir() if p.is_dir()]
     assert (checkpoint / COMPLETE_MARKER).is_file()

@@ -73,7 +73,7 @@ def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, optuna.
         evalset=small_evalset(workdir),
         screening_items=0,
         max_measure_s=1.5,
-        max_warmup_s=5,
+        max_warmup_s=1,
     )
     result = autotune("run", "--space", str(space), "--trials", "6", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -425,10 +425,10 @@ def test_endpoint_study_searches_request_side_only_then_verifies(tmp_path: Path)
     )
     storage = f"sqlite:///{tmp_path}/e.db"
     url = f"http://127.0.0.1:{port}/v1/"
-    # The smoke study with its load capped at 1.5 s (+5 s settling) instead of 10 s (+5 s): the
+    # The smoke study with its load capped at 1.5 s (+1 s settling) instead of 10 s (+5 s): the
     # fake server's pace is set by its chunk delay, so a short load gives the same figures
     # (within a few percent; verify allows 50% here, and the slow server is 4x slower).
-    space = str(quick_space("smoke", tmp_path, max_measure_s=1.5, max_warmup_s=5))
+    space = str(quick_space("smoke", tmp_path, max_measure_s=1.5, max_warmup_s=1))
     try:
         wait_answering(port, marker)
         run = autotune("run", "--space", space, "--trials", "3", "--study", "e",
@@ -520,11 +520,11 @@ class SwiftStudy:
 @pytest.fixture(scope="module")
 def smoke_swift_study(tmp_path_factory: pytest.TempPathFactory) -> SwiftStudy:
     """The three-trial smoke-swift study, run once for the test of the study and the test of
-    its verify; its load capped at 3 s of steady window after 5 s of settling (instead of 10
+    its verify; its load capped at 3 s of steady window after 2 s of settling (instead of 10
     s and 5 s), since these tests check the server path and its records, not the figures."""
     folder = tmp_path_factory.mktemp("swift")
     storage = f"sqlite:///{folder}/x.db"
-    space = quick_space("smoke-swift", folder, max_measure_s=3, max_warmup_s=5)
+    space = quick_space("smoke-swift", folder, max_measure_s=3, max_warmup_s=2)
     started = time.monotonic()
     run = autotune("run", "--space", str(space), "--trials", "3", "--study", "x",
                    "--storage", storage)  # fmt: skip

@@ -36,7 +36,7 @@ def answered_set(folder: Path, items: int = 16) -> Path:
 def test_screening_prunes_a_hopeless_server_trial_before_its_load_test(tmp_path: Path) -> None:
     path = quick_space(
         "smoke", tmp_path, evalset=answered_set(tmp_path), screening_items=8,
-        max_measure_s=1.5, max_warmup_s=5,
+        max_measure_s=1.5, max_warmup_s=1,
     )  # fmt: skip
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["candidates"] = [

@@ -80,7 +80,7 @@ def endpoint_study(tmp_path: Path, name: str, port: int) -> tuple[str, str]:
     folder.mkdir()
     space = quick_space(
         "smoke", folder, evalset=small_evalset(folder, n_text=4, n_shapes=2), screening_items=0,
-        max_measure_s=1.5, max_warmup_s=5, output_tokens=FORCED,
+        max_measure_s=1.5, max_warmup_s=1, output_tokens=FORCED,
     )  # fmt: skip
     data = yaml.safe_load(space.read_text(encoding="utf-8"))
     # A deploy target whose requests can force a length (ms-swift's cannot: refused with it).

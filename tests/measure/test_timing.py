@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autotune.errors import TrialFailure
-from autotune.measure.summary import NO_TOKENS, RATE_FIGURES, UNSETTLED, summarize
+from autotune.measure.summary import NO_TOKENS, summarize
 from autotune.measure.timing import RequestTiming, percentile
 
 
@@ -22,35 +22,25 @@ def test_summarize_units_and_values() -> None:
         RequestTiming(start=0.0, first_token=0.1, last_token=1.0, end=1.0, output_tokens=10),
         RequestTiming(start=1.0, first_token=1.2, last_token=1.8, end=2.0, output_tokens=4),
     ]
-    # Two seconds are too short for a settled rate: no measurement, with its reason.
-    with pytest.raises(TrialFailure) as caught:
-        summarize(timings, load_start=0.0, load_stop=2.0, latency_slo_ms=1000)
-    assert caught.value.kind == UNSETTLED, caught.value.reason
-    assert "never settled within its cap: it stopped after 2.0 s" in caught.value.reason
-    # The reference keeps what is no rate: its latencies, from the requests inside the window
-    # (the second one; the first is warm-up), and no figure read from the rate.
     figures = summarize(
-        timings, load_start=0.0, load_stop=2.0, latency_slo_ms=1000, keep_unsettled=True
+        timings, load_start=0.0, load_stop=2.0, min_warmup_s=0.0, latency_slo_ms=1000
     )
-    assert figures["warmup_settled"] == 0.0
-    assert not set(RATE_FIGURES) & set(figures)
-    assert 0 < figures["measured_output_tokens"] <= 14 and 0 < figures["measured_window_s"] <= 2
+    # Throughput: the tokens that arrived inside the window over its length.
+    window = figures["measured_window_s"]
+    assert figures["throughput_output_tokens_per_s"] == pytest.approx(
+        figures["measured_output_tokens"] / window
+    )
+    assert 0 < figures["measured_output_tokens"] <= 14 and 0 < window <= 2.0
+    # Latency from the requests inside the window: the second one (the first is warm-up).
     assert figures["load_warmup_s"] == pytest.approx(1.0)
     assert figures["ttft_p50_ms"] == pytest.approx(200.0)
     assert figures["tpot_p50_ms"] == pytest.approx(200.0)  # (1.8-1.2)/3
     assert figures["e2e_latency_p95_ms"] == pytest.approx(1000.0)
     assert figures["output_tokens_per_request"] == pytest.approx(4.0)
-    # Settled: one request every 0.25 s for 6 s, each alone in flight.
-    steady = [RequestTiming(at, at + 0.05, at + 0.25, at + 0.25, 5) for at in np.arange(0, 6, 0.25)]
-    figures = summarize(steady, load_start=0.0, load_stop=6.0, latency_slo_ms=1000)
-    assert figures["warmup_settled"] == 1.0
-    window = figures["measured_window_s"]
-    # Throughput: the tokens that arrived inside the window over its length.
-    assert figures["throughput_output_tokens_per_s"] == pytest.approx(
-        figures["measured_output_tokens"] / window
-    )
-    assert figures["throughput_output_tokens_per_s"] == pytest.approx(20.0, rel=0.05)
     assert figures["goodput_requests_per_s"] == figures["throughput_requests_per_s"] > 0
+    # Two seconds are too short for an interval or a settled rate, and say so.
+    assert np.isnan(figures["throughput_ci_rel"])
+    assert figures["warmup_settled"] == 0.0
     suffixes = ("_ms", "_s", "_per_s", "_requests", "_tokens", "_batches", "_rel",
                 "_per_request", "_autocorrelation", "_settled")  # fmt: skip
     assert all(name.endswith(suffixes) for name in figures)
@@ -64,7 +54,7 @@ def test_static_batch_end_counts_in_e2e_not_tpot() -> None:
 
 def test_one_token_answers_have_no_tpot() -> None:
     timing = RequestTiming(start=0, first_token=0.2, last_token=0.2, end=0.2, output_tokens=1)
-    figures = summarize([timing], load_start=0.0, load_stop=0.25, keep_unsettled=True)
+    figures = summarize([timing], load_start=0.0, load_stop=0.25)
     assert timing.tpot_s is None
     assert np.isnan(figures["tpot_p50_ms"])
 
@@ -85,25 +75,8 @@ def test_a_load_without_tokens_is_a_failed_measurement_not_a_throughput_of_0() -
     with pytest.raises(TrialFailure) as caught:
         summarize(burst * 4, load_start=0.0, load_stop=0.02)
     assert caught.value.kind == NO_TOKENS and "stopped after 0.02 s" in caught.value.reason
-    # A short load whose tokens arrived inside it, its rate unsettled: no throughput either.
+    # A short load whose tokens arrived inside it is measured, flagged while unsettled.
     inside = [RequestTiming(start=0.0, first_token=0.1, last_token=0.9, end=0.9, output_tokens=9)]
-    with pytest.raises(TrialFailure) as caught:
-        summarize(inside, load_start=0.0, load_stop=1.0)
-    assert caught.value.kind == UNSETTLED and "1.0 s, too short to tell" in caught.value.reason
-    # The reference's (keep_unsettled): its latencies stay, no figure read from its rate.
-    short = summarize(inside, load_start=0.0, load_stop=1.0, keep_unsettled=True)
-    assert short["warmup_settled"] == 0.0 and short["e2e_latency_p50_ms"] == pytest.approx(900)
-    assert "throughput_output_tokens_per_s" not in short and "throughput_ci_rel" not in short
-
-
-def test_a_rate_still_changing_at_its_cap_is_no_throughput() -> None:
-    """Long enough to tell, but falling to its end (each request slower than the last): the
-    rate never settled within the cap, whatever its tokens say."""
-    timings, at, e2e = [], 0.0, 0.1
-    while at < 8.0:
-        timings.append(RequestTiming(at, at + e2e / 5, at + e2e, at + e2e, 5))
-        at, e2e = at + e2e, e2e * 1.08
-    with pytest.raises(TrialFailure) as caught:
-        summarize(timings, load_start=0.0, load_stop=at)
-    assert caught.value.kind == UNSETTLED
-    assert "still changing at its end" in caught.value.reason, caught.value.reason
+    short = summarize(inside, load_start=0.0, load_stop=1.0)
+    assert short["throughput_output_tokens_per_s"] > 0
+    assert short["warmup_settled"] == 0.0 and np.isnan(short["throughput_ci_rel"])

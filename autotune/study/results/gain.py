@@ -22,19 +22,6 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.measure.registry import THROUGHPUT
 from autotune.records.stored import TrialRecord
 
-# What a trial whose load never settled within its cap shows instead of a throughput.
-UNSETTLED_WORDS = "not measured: its rate never settled within its cap"
-
-
-def measured_rate(trial: FrozenTrial) -> float | None:
-    """The trial's throughput, None where it has none to show: not recorded, or read from a
-    load whose rate never settled within its cap (`warmup_settled` 0, an older study's record:
-    a figure of a window still changing is no measurement, whatever it stored)."""
-    record = TrialRecord.of(trial)
-    if record.figure("warmup_settled") == 0.0:
-        return None
-    return record.figure(THROUGHPUT)
-
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     """The completed trial of the deploy target's defaults, or None (not measured yet, or a
@@ -51,7 +38,7 @@ def throughput_ratio(
     """(trial's throughput over base's, the ratio's relative half-width or None, base's
     throughput, base's relative half-width or None); None without both figures."""
     mine, theirs = TrialRecord.of(trial), TrialRecord.of(base)
-    rate, base_rate = measured_rate(trial), measured_rate(base)
+    rate, base_rate = mine.figure(THROUGHPUT), theirs.figure(THROUGHPUT)
     if rate is None or base_rate is None or base_rate <= 0:
         return None
     rel, base_rel = mine.throughput_interval_rel(), theirs.throughput_interval_rel()
@@ -117,7 +104,7 @@ def trial_cost(trial: FrozenTrial | None, price_per_hour: float | None) -> float
     """A trial's cost per million output tokens at `price_per_hour`, or None."""
     if trial is None:
         return None
-    return cost_per_million_tokens(measured_rate(trial), price_per_hour)
+    return cost_per_million_tokens(TrialRecord.of(trial).figure(THROUGHPUT), price_per_hour)
 
 
 def usd(amount: float) -> str:

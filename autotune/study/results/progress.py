@@ -35,12 +35,7 @@ from autotune.study.results.counting import (
     counts_towards_target,
     trial_counts,
 )
-from autotune.study.results.gain import (
-    UNSETTLED_WORDS,
-    baseline_trial,
-    gain_over_baseline,
-    measured_rate,
-)
+from autotune.study.results.gain import baseline_trial, gain_over_baseline
 from autotune.study.results.provenance import provenance, reference_config
 from autotune.study.results.select import NoDeployableTrial, is_feasible, recommend
 from autotune.study.results.timeshare import PARTS, part_seconds, study_time_share
@@ -80,19 +75,18 @@ def trial_figures(trial: FrozenTrial) -> str:
     accuracy = _fmt(a.figure("accuracy"), ".3f")
     if timed is not None:  # dummy weights (autotune.accuracy.timed)
         accuracy = f"timed, not judged ({timed:.0f} items)"
-    rate = measured_rate(trial)
-    speed = f"{_fmt(rate, '.1f')}{interval} tok/s{measuring_caveat(a)}"
-    if rate is None and a.figure("warmup_settled") == 0.0:
-        speed = f"tok/s {UNSETTLED_WORDS}"
     return (
-        f"{speed}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "
+        f"{_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
+        f"{measuring_caveat(a)}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "
         f"acc {accuracy}, mem {_fmt(a.figure('peak_memory_mib'), '.0f')} MiB{tags}"
     )
 
 
 def measuring_caveat(record: TrialRecord) -> str:
-    """' (measuring cap reached)' where a load test ended before its interval was narrow; the
-    first figure's looser interval says why it is looser."""
+    """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate;
+    the first figure's looser interval says why it is looser."""
+    if record.figure("warmup_settled") == 0.0:
+        return " (rate never settled)"
     if record.measure_stop_reason in ("max_seconds", "max_requests"):
         return " (measuring cap reached)"
     if record.first_figure:
@@ -142,7 +136,7 @@ def best_so_far(study: optuna.Study) -> str:
     gain = gain_over_baseline(rec.trial, baseline_trial(study))
     return (
         f"best: trial {rec.trial.number} "
-        f"({_fmt(measured_rate(rec.trial), '.1f')} tok/s, "
+        f"({_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')} tok/s, "
         f"p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms"
         f"{', ' + gain.words() if gain is not None else ''})"
     )

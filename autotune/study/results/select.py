@@ -35,8 +35,6 @@ DEPLOYABLE = "deployable"
 CONFIRMATION = "confirmation"
 # How a what-if that did not do the forced work says so (split_equal_work).
 UNEQUAL_PREFIX = "unequal work: "
-# How a trial with no throughput (its rate never settled within its cap) says why it is unranked.
-UNSETTLED_WHAT_IF = "its tok/s is not measured: its rate never settled within its cap"
 
 
 def constraint_values(trial: FrozenTrial) -> list[float]:
@@ -214,17 +212,13 @@ def split_deployable(
 def split_equal_work(
     trials: list[FrozenTrial],
 ) -> tuple[list[FrozenTrial], list[tuple[FrozenTrial, str]]]:
-    """(trials ranked on tokens per second, [(trial, why not)]): one whose answers were not
-    the forced length, or one with no throughput (the reference, kept for its answers, whose
-    rate never settled within its cap: `warmup_settled` 0), is never ranked with the others."""
+    """(trials that did the forced work, [(trial, why not)]): one whose answers were not the
+    forced length is never ranked with the others on tokens per second."""
     equal, unequal = [], []
     for trial in trials:
-        record = TrialRecord.of(trial)
-        why = (record.model_extra or {}).get(UNEQUAL_WORK)
+        why = (TrialRecord.of(trial).model_extra or {}).get(UNEQUAL_WORK)
         if isinstance(why, str) and why:
             unequal.append((trial, f"{UNEQUAL_PREFIX}{why}"))
-        elif record.figure("warmup_settled") == 0.0:
-            unequal.append((trial, UNSETTLED_WHAT_IF))
         else:
             equal.append(trial)
     return equal, unequal
@@ -285,17 +279,10 @@ def recommend(study: optuna.Study) -> Recommendation:
     equal, unequal = split_equal_work(measured)
     candidates, what_ifs = split_deployable(study, equal)
     what_ifs = unequal + what_ifs
-    forced = [why for _, why in unequal if why.startswith(UNEQUAL_PREFIX)]
-    if not candidates and unequal and not equal and not forced:
-        raise NoDeployableTrial(
-            f"no completed trial of study '{study.study_name}' has a measured throughput: "
-            f"{UNSETTLED_WHAT_IF}",
-            what_ifs,
-        )
-    if not candidates and forced and not equal:
+    if not candidates and unequal and not equal:
         raise NoDeployableTrial(
             f"no completed trial of study '{study.study_name}' did the work its load test "
-            f"forced: {forced[0].removeprefix(UNEQUAL_PREFIX)}; rank on "
+            f"forced: {unequal[0][1].removeprefix(UNEQUAL_PREFIX)}; rank on "
             "throughput_requests_per_s, or measure an "
             "engine that takes the forced length",
             what_ifs,

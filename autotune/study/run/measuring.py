@@ -51,7 +51,6 @@ class MeasuredRun:
     confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
     # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
     reused_confirmation: dict[str, Any] | None = None
-    is_reference: bool = False  # its unsettled rate keeps its answers (to_measurement)
 
 
 @dataclass
@@ -127,7 +126,6 @@ class MeasureStep:
             overlap,
             settled.confirm,
             settled.reused_confirmation,
-            proposal.is_reference,
         )
 
 

@@ -156,7 +156,6 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         startup_s=run.startup_s,
         evalset=plan.evalset,
         measure_accuracy=not plan.dummy_weights,
-        reference=run.is_reference,
     )
     m.environment = with_entries(m.environment, launch_id=run.launch_id, **run.overlap)
     time_s.update(m.time_s)
@@ -191,7 +190,7 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
     )
     # A trial that did not do the forced work is no more a recommendation than one that does
     # not reproduce: the sampler learns to leave both (autotune.measure.equal_work).
-    constraints[DEPLOYABLE] = 0.0 if check.deployable and m.rankable else 1.0
+    constraints[DEPLOYABLE] = 0.0 if check.deployable and m.unequal_work is None else 1.0
     record = record.joined(
         TrialRecord.part(
             deployable=check.deployable, deployability=check.reason, constraints=constraints
@@ -200,7 +199,9 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
     because = infeasible_because(record, space.constraints)
     record = record.joined(TrialRecord.part(infeasible_because=because))
     # A screened-out trial ran no load test: it has no objective values, only its pruning.
-    return _Verdict(m, record, constraints, m.objective_values(space))
+    figures = measured.written()
+    values = [] if m.screened_out else [float(figures[o.metric]) for o in space.objectives]
+    return _Verdict(m, record, constraints, values)
 
 
 class Objective:
@@ -289,8 +290,6 @@ class Objective:
         verdict = judged(trial, self.plan, run, time_s, self.artifacts)
         if verdict.raced is not None:
             return self._record(trial, verdict, time_s)
-        if verdict.measurement.unsettled is not None:  # the reference's: no throughput
-            self.progress.note(f"trial {trial.number}: {verdict.measurement.unsettled}")
         if verdict.measurement.unequal_work is not None:
             self.progress.note(
                 f"trial {trial.number}: unequal work, not ranked on tokens/s: "

@@ -97,16 +97,11 @@ def wait_for_a_measuring_trial(db: Path, timeout_s: float = 240) -> int:
 
 
 def test_killed_worker_fails_one_trial_and_the_study_goes_on(tmp_path: Path) -> None:
-    # Every load test runs to its 15 s window cap (a target no interval meets, no racing), so
-    # the kill below lands inside the first measured trial after the reference (trial 1, or 2
-    # when 1 repeats the reference's configuration) on a busy machine too: it is sent once that
-    # trial's first running estimate is in the database, not after a pause. The window cap
-    # stops a load once its rate has settled; 30 s of warm-up room keep one whose rate the
-    # busy machine moved from ending unsettled (a failed measurement).
-    workload = {
-        **LOOP_WORKLOAD, "max_measure_s": 15, "max_warmup_s": 30, "target_ci_rel": 1e-6,
-        "racing": False,
-    }  # fmt: skip
+    # Every load test runs to its 15 s cap (a target no interval meets, no racing), so the kill
+    # below lands inside the first measured trial after the reference (trial 1, or 2 when 1
+    # repeats the reference's configuration) on a busy machine too: it is sent once that
+    # trial's first running estimate is in the database, not after a pause.
+    workload = {**LOOP_WORKLOAD, "max_measure_s": 15, "target_ci_rel": 1e-6, "racing": False}
     space = small_space(tmp_path, params={"batch_size": {"choices": [1, 2]}}, workload=workload)
     db = tmp_path / "s.db"
     run = start_run(space, db, 3, tmp_path)
