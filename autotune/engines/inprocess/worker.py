@@ -176,20 +176,17 @@ class _BatchDriver:
                 ready = prepared.result()
                 if index + 1 < len(groups):
                     prepared = ahead.submit(self.engine.prepare, groups[index + 1], self.config)
-                if lengths is None:
-                    replies += self.engine.generate(group, self.config, prepared=ready)
-                else:
-                    # A static batch decodes until its longest answer ends, as real answers
-                    # of these lengths would; each answer then counts its own length
-                    # (autotune.accuracy.timed).
-                    own = [lengths[request.item_id] for request in group]
-                    replies += self.engine.generate(
-                        group,
-                        self.config,
-                        forced_tokens=max(own),
-                        answer_tokens=own,
-                        prepared=ready,
-                    )
+                # Timed: a static batch decodes until its longest answer ends, as real answers
+                # of these lengths would; each answer then counts its own length
+                # (autotune.accuracy.timed).
+                own = None if lengths is None else [lengths[r.item_id] for r in group]
+                replies += self.engine.generate(
+                    group,
+                    self.config,
+                    forced_tokens=None if own is None else max(own),
+                    answer_tokens=own,
+                    prepared=ready,
+                )
                 for _ in group:  # a static batch's answers arrive together
                     if on_reply is not None:
                         on_reply()
