@@ -54,6 +54,12 @@ class _StepClock(BaseStreamer):
     def end(self) -> None:
         pass
 
+    def record_all(self, new_tokens: torch.Tensor, *, at: float) -> None:
+        """Every step of a finished batch at once (`new_tokens`: rows by steps), stamped `at`."""
+        for column in new_tokens.T.tolist():
+            self.step_times.append(at)
+            self.step_tokens.append(column)
+
     def answer(self, index: int, eos_ids: set[int], limit: int | None) -> list[tuple[int, float]]:
         """Row `index`'s tokens and the instant of each, through its end-of-sequence token or
         its first `limit` tokens."""
@@ -202,10 +208,14 @@ class TransformersEngine:
         forced_tokens: int | None = None,
         answer_tokens: list[int] | None = None,
         prepared: Prepared | None = None,
+        step_times: bool = True,
     ) -> list[Reply]:
         """Answer one static batch; with `forced_tokens` every answer is exactly that long,
         and with `answer_tokens` too each answer is cut to its own length (it ends there).
-        `prepared`: this batch's `prepare`, done ahead (its time is then not the batch's)."""
+        `prepared`: this batch's `prepare`, done ahead (its time is then not the batch's).
+        `step_times`: timestamp every decoding step (a load test's TTFT and TPOT). Off, the
+        tokens are read from the finished batch: no step waits for the device, so the host
+        queues the next step's kernels while the device runs this one (an accuracy pass)."""
         start = self.clock.now()
         images, inputs = prepared if prepared is not None else self.prepare(batch, config)
         if self.vision_cache is not None:
@@ -213,13 +223,17 @@ class TransformersEngine:
         clock = _StepClock(self.clock.now)
         if config.do_sample:
             torch.manual_seed(config.seed)
+        inputs = inputs.to(self.device)
         with torch.inference_mode():
-            self.model.generate(
-                **inputs.to(self.device),
+            sequences = self.model.generate(
+                **inputs,
                 generation_config=self._generation_config(config, forced_tokens),
-                streamer=clock,
+                streamer=clock if step_times else None,
             )
         end = self.clock.now()
+        if not step_times:
+            sequences = getattr(sequences, "sequences", sequences)  # a dict when configured so
+            clock.record_all(sequences[:, inputs["input_ids"].shape[1] :], at=end)
         limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
         tokenizer = self.processor.tokenizer
         with self.tokenizer_lock:

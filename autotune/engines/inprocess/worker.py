@@ -186,6 +186,7 @@ class _BatchDriver:
                     forced_tokens=None if own is None else max(own),
                     answer_tokens=own,
                     prepared=ready,
+                    step_times=False,  # answers, not their timing: nothing waits per step
                 )
                 for _ in group:  # a static batch's answers arrive together
                     if on_reply is not None:
