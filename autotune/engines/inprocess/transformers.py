@@ -11,8 +11,10 @@ qwen-vl-utils, then sees the very pixels this engine saw (tests/export/test_swif
 
 from __future__ import annotations
 
+import copy
 import resource
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +44,7 @@ class _StepClock(BaseStreamer):
         self.now = now
         self.prompt_seen = False
         self.step_times: list[float] = []
+        self.step_walls: list[float] = []  # the same instants on the wall clock
         self.step_tokens: list[list[int]] = []
 
     def put(self, value: torch.Tensor) -> None:
@@ -50,6 +53,7 @@ class _StepClock(BaseStreamer):
             return
         self.step_times.append(self.now())  # .tolist() below synchronises the device
         self.step_tokens.append(value.reshape(-1).tolist())
+        self.step_walls.append(time.perf_counter())
 
     def end(self) -> None:
         pass
@@ -81,6 +85,23 @@ def _reply(
             output_tokens=len(tokens),
         ),
     )
+
+
+def _split(
+    clock: _StepClock, rows: int, start: float, prepared: float, generated: float, end: float
+) -> dict[str, float]:
+    """One generate call's wall time in parts: preparing (0 when done ahead), the prompt's
+    pass up to the first token, the later decoding steps, and the replies' text."""
+    steps = clock.step_walls
+    first = steps[0] if steps else generated
+    return {
+        "rows": rows,
+        "steps": len(steps),
+        "prepare_s": prepared - start,
+        "prefill_s": first - prepared,
+        "decode_s": generated - first,
+        "replies_s": end - generated,
+    }
 
 
 def resolve_device(device: str) -> str:
@@ -116,8 +137,15 @@ class TransformersEngine:
         self.eos_ids: set[int] = set()
         self.vision_cache: VisionCache | None = None
         # A fast tokenizer used from two threads at once (`prepare` ahead, a reply's decoding)
-        # can fail with "Already borrowed": its padding settings are mutable state.
+        # can fail with "Already borrowed": its padding settings are mutable state. So replies
+        # decode with a copy of their own (`tokenizer`), and each is used under its own lock:
+        # a batch's replies never wait for the next batch's image work, which holds
+        # `prepare_lock` for the whole processor call.
+        self.tokenizer: Any = None
         self.tokenizer_lock = threading.Lock()
+        self.prepare_lock = threading.Lock()
+        # Each generate call's time split when a list (bench/cpu/reference_pass.py); None: off.
+        self.batch_log: list[dict[str, float]] | None = None
         # Every load-test timestamp; chosen in the worker's main thread once torch is loaded.
         self.clock: EngineClock = engine_clock("cuda", 1)
 
@@ -129,6 +157,7 @@ class TransformersEngine:
             kwargs["dtype"] = "auto"
         self.processor = AutoProcessor.from_pretrained(self.model_path)
         self.processor.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        self.tokenizer = copy.deepcopy(self.processor.tokenizer)
         image_processor = self.processor.image_processor
         self.geometry = ImageGeometry(
             factor=int(image_processor.patch_size) * int(image_processor.merge_size),
@@ -153,38 +182,6 @@ class TransformersEngine:
             torch.cuda.reset_peak_memory_stats()
         self.clock = engine_clock(self.device, torch.get_num_threads())
 
-    def _generation_config(
-        self, cfg: TrialConfig, forced_tokens: int | None = None
-    ) -> GenerationConfig:
-        base = self.model.generation_config
-        values: dict[str, Any] = {
-            "max_new_tokens": cfg.max_new_tokens if forced_tokens is None else forced_tokens,
-            "do_sample": cfg.do_sample,
-            "repetition_penalty": cfg.repetition_penalty,
-            "eos_token_id": base.eos_token_id,
-            "pad_token_id": base.pad_token_id
-            if base.pad_token_id is not None
-            else self.processor.tokenizer.pad_token_id,
-            "bos_token_id": base.bos_token_id,
-        }
-        if forced_tokens is not None:
-            # Equal work (workload.output_tokens): end-of-sequence cannot end an answer early.
-            values["min_new_tokens"] = forced_tokens
-        if cfg.do_sample:
-            values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
-        else:
-            # The checkpoint's own sampling defaults must not leak into greedy decoding.
-            values.update(temperature=None, top_k=None, top_p=None)
-        if self.launch.compile_mode != "none":
-            from transformers import CompileConfig
-
-            compile_config = CompileConfig(mode=self.launch.compile_mode)
-            # generate() compiles automatically only on accelerators; the flag lets the smoke
-            # space exercise the same path on a CPU.
-            compile_config._compile_all_devices = True
-            values.update(cache_implementation="static", compile_config=compile_config)
-        return GenerationConfig(**values)
-
     def reset_peak_memory(self) -> None:
         """Start a new peak: each trial on a launch reports its own (and a cold cache)."""
         if self.vision_cache is not None:
@@ -207,7 +204,9 @@ class TransformersEngine:
         and with `answer_tokens` too each answer is cut to its own length (it ends there).
         `prepared`: this batch's `prepare`, done ahead (its time is then not the batch's)."""
         start = self.clock.now()
+        wall = time.perf_counter()
         images, inputs = prepared if prepared is not None else self.prepare(batch, config)
+        prepared_at = time.perf_counter()
         if self.vision_cache is not None:
             self.vision_cache.next_keys = [image_key(image) for image in images]
         clock = _StepClock(self.clock.now)
@@ -216,17 +215,29 @@ class TransformersEngine:
         with torch.inference_mode():
             self.model.generate(
                 **inputs.to(self.device),
-                generation_config=self._generation_config(config, forced_tokens),
+                generation_config=_generation_config(
+                    self.model.generation_config,
+                    self.processor.tokenizer.pad_token_id,
+                    self.launch.compile_mode,
+                    config,
+                    forced_tokens,
+                ),
                 streamer=clock,
             )
         end = self.clock.now()
+        generated_at = time.perf_counter()
         limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
-        tokenizer = self.processor.tokenizer
+        tokenizer = self.tokenizer
         with self.tokenizer_lock:
-            return [
+            replies = [
                 _reply(request, clock.answer(index, self.eos_ids, limit), tokenizer, start, end)
                 for index, (request, limit) in enumerate(zip(batch, limits, strict=True))
             ]
+        if self.batch_log is not None:
+            self.batch_log.append(
+                _split(clock, len(batch), wall, prepared_at, generated_at, time.perf_counter())
+            )
+        return replies
 
     def prepare(self, batch: list[Prompt], config: TrialConfig) -> Prepared:
         """One batch's images on the processor's grid and its tensors, on the CPU: the part
@@ -253,7 +264,7 @@ class TransformersEngine:
             for r in batch
         ]
         # The images are on the grid already: the processor must not resample them again.
-        with self.tokenizer_lock:
+        with self.prepare_lock:
             inputs = self.processor(
                 text=texts,
                 images=images,
@@ -288,6 +299,42 @@ class TransformersEngine:
         self.model = None
         if self.device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _generation_config(
+    base: GenerationConfig,
+    pad_token_id: int | None,
+    compile_mode: str,
+    cfg: TrialConfig,
+    forced_tokens: int | None = None,
+) -> GenerationConfig:
+    """The generate() settings of one trial's request on a model whose checkpoint's own are
+    `base` (`pad_token_id`: the tokenizer's, where the checkpoint names none)."""
+    values: dict[str, Any] = {
+        "max_new_tokens": cfg.max_new_tokens if forced_tokens is None else forced_tokens,
+        "do_sample": cfg.do_sample,
+        "repetition_penalty": cfg.repetition_penalty,
+        "eos_token_id": base.eos_token_id,
+        "pad_token_id": base.pad_token_id if base.pad_token_id is not None else pad_token_id,
+        "bos_token_id": base.bos_token_id,
+    }
+    if forced_tokens is not None:
+        # Equal work (workload.output_tokens): end-of-sequence cannot end an answer early.
+        values["min_new_tokens"] = forced_tokens
+    if cfg.do_sample:
+        values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+    else:
+        # The checkpoint's own sampling defaults must not leak into greedy decoding.
+        values.update(temperature=None, top_k=None, top_p=None)
+    if compile_mode != "none":
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(mode=compile_mode)
+        # generate() compiles automatically only on accelerators; the flag lets the smoke
+        # space exercise the same path on a CPU.
+        compile_config._compile_all_devices = True
+        values.update(cache_implementation="static", compile_config=compile_config)
+    return GenerationConfig(**values)
 
 
 def _fp8_load_kwargs(device: str) -> dict[str, Any]:
