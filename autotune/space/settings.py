@@ -245,6 +245,16 @@ class Workload(_Strict):
         "by then is measured anyway and flagged (warmup_settled 0). At most a day (see "
         "max_measure_s).",
     )
+    reference_max_s: float = Field(
+        20,
+        gt=0,
+        le=DAY_S,
+        description="Most seconds of the reference's load test, warm-up and steady window "
+        "together, where the deploy target cannot run the reference: its speed is then only "
+        'the context of the "x the reference" figure, so it is not worth a full warm-up and '
+        "window. Its figure carries the interval measured by then, or says it has none. At "
+        "most a day (see max_measure_s).",
+    )
     racing: bool = Field(
         True,
         description="Stop a trial's load test once its throughput interval lies wholly below "

@@ -11,8 +11,10 @@ qwen-vl-utils, then sees the very pixels this engine saw (tests/export/test_swif
 
 from __future__ import annotations
 
+import copy
 import resource
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +44,7 @@ class _StepClock(BaseStreamer):
         self.now = now
         self.prompt_seen = False
         self.step_times: list[float] = []
+        self.step_walls: list[float] = []  # the same instants on the wall clock
         self.step_tokens: list[list[int]] = []
 
     def put(self, value: torch.Tensor) -> None:
@@ -50,6 +53,7 @@ class _StepClock(BaseStreamer):
             return
         self.step_times.append(self.now())  # .tolist() below synchronises the device
         self.step_tokens.append(value.reshape(-1).tolist())
+        self.step_walls.append(time.perf_counter())
 
     def end(self) -> None:
         pass
@@ -89,6 +93,25 @@ def _reply(
     )
 
 
+def _split(
+    clock: _StepClock, rows: int, start: float, prepared: float, generated: float, end: float
+) -> dict[str, float]:
+    """One generate call's wall time in parts: preparing (0 when done ahead), generating, and
+    the replies' text; with per-step timestamps, generating split into the prompt's pass up
+    to the first token and the later decoding steps (without them no step is timed)."""
+    parts = {
+        "rows": rows,
+        "steps": len(clock.step_tokens),
+        "prepare_s": prepared - start,
+        "generate_s": generated - prepared,
+        "replies_s": end - generated,
+    }
+    if clock.step_walls:
+        parts["prefill_s"] = clock.step_walls[0] - prepared
+        parts["decode_s"] = generated - clock.step_walls[0]
+    return parts
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -122,8 +145,15 @@ class TransformersEngine:
         self.eos_ids: set[int] = set()
         self.vision_cache: VisionCache | None = None
         # A fast tokenizer used from two threads at once (`prepare` ahead, a reply's decoding)
-        # can fail with "Already borrowed": its padding settings are mutable state.
+        # can fail with "Already borrowed": its padding settings are mutable state. So replies
+        # decode with a copy of their own (`tokenizer`), and each is used under its own lock:
+        # a batch's replies never wait for the next batch's image work, which holds
+        # `prepare_lock` for the whole processor call.
+        self.tokenizer: Any = None
         self.tokenizer_lock = threading.Lock()
+        self.prepare_lock = threading.Lock()
+        # Each generate call's time split when a list (bench/cpu/reference_pass.py); None: off.
+        self.batch_log: list[dict[str, float]] | None = None
         # Every load-test timestamp; chosen in the worker's main thread once torch is loaded.
         self.clock: EngineClock = engine_clock("cuda", 1)
 
@@ -135,6 +165,7 @@ class TransformersEngine:
             kwargs["dtype"] = "auto"
         self.processor = AutoProcessor.from_pretrained(self.model_path)
         self.processor.tokenizer.padding_side = "left"  # decoder-only batches pad on the left
+        self.tokenizer = copy.deepcopy(self.processor.tokenizer)
         image_processor = self.processor.image_processor
         self.geometry = ImageGeometry(
             factor=int(image_processor.patch_size) * int(image_processor.merge_size),
@@ -158,38 +189,6 @@ class TransformersEngine:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         self.clock = engine_clock(self.device, torch.get_num_threads())
-
-    def _generation_config(
-        self, cfg: TrialConfig, forced_tokens: int | None = None
-    ) -> GenerationConfig:
-        base = self.model.generation_config
-        values: dict[str, Any] = {
-            "max_new_tokens": cfg.max_new_tokens if forced_tokens is None else forced_tokens,
-            "do_sample": cfg.do_sample,
-            "repetition_penalty": cfg.repetition_penalty,
-            "eos_token_id": base.eos_token_id,
-            "pad_token_id": base.pad_token_id
-            if base.pad_token_id is not None
-            else self.processor.tokenizer.pad_token_id,
-            "bos_token_id": base.bos_token_id,
-        }
-        if forced_tokens is not None:
-            # Equal work (workload.output_tokens): end-of-sequence cannot end an answer early.
-            values["min_new_tokens"] = forced_tokens
-        if cfg.do_sample:
-            values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
-        else:
-            # The checkpoint's own sampling defaults must not leak into greedy decoding.
-            values.update(temperature=None, top_k=None, top_p=None)
-        if self.launch.compile_mode != "none":
-            from transformers import CompileConfig
-
-            compile_config = CompileConfig(mode=self.launch.compile_mode)
-            # generate() compiles automatically only on accelerators; the flag lets the smoke
-            # space exercise the same path on a CPU.
-            compile_config._compile_all_devices = True
-            values.update(cache_implementation="static", compile_config=compile_config)
-        return GenerationConfig(**values)
 
     def reset_peak_memory(self) -> None:
         """Start a new peak: each trial on a launch reports its own (and a cold cache)."""
@@ -217,7 +216,9 @@ class TransformersEngine:
         tokens are read from the finished batch: no step waits for the device, so the host
         queues the next step's kernels while the device runs this one (an accuracy pass)."""
         start = self.clock.now()
+        wall = time.perf_counter()
         images, inputs = prepared if prepared is not None else self.prepare(batch, config)
+        prepared_at = time.perf_counter()
         if self.vision_cache is not None:
             self.vision_cache.next_keys = [image_key(image) for image in images]
         clock = _StepClock(self.clock.now)
@@ -227,20 +228,32 @@ class TransformersEngine:
         with torch.inference_mode():
             sequences = self.model.generate(
                 **inputs,
-                generation_config=self._generation_config(config, forced_tokens),
+                generation_config=_generation_config(
+                    self.model.generation_config,
+                    self.processor.tokenizer.pad_token_id,
+                    self.launch.compile_mode,
+                    config,
+                    forced_tokens,
+                ),
                 streamer=clock if step_times else None,
             )
         end = self.clock.now()
+        generated_at = time.perf_counter()
         if not step_times:
             sequences = getattr(sequences, "sequences", sequences)  # a dict when configured so
             clock.record_all(sequences[:, inputs["input_ids"].shape[1] :], at=end)
         limits = answer_tokens if answer_tokens is not None else [None] * len(batch)
-        tokenizer = self.processor.tokenizer
+        tokenizer = self.tokenizer
         with self.tokenizer_lock:
-            return [
+            replies = [
                 _reply(request, clock.answer(index, self.eos_ids, limit), tokenizer, start, end)
                 for index, (request, limit) in enumerate(zip(batch, limits, strict=True))
             ]
+        if self.batch_log is not None:
+            self.batch_log.append(
+                _split(clock, len(batch), wall, prepared_at, generated_at, time.perf_counter())
+            )
+        return replies
 
     def prepare(self, batch: list[Prompt], config: TrialConfig) -> Prepared:
         """One batch's images on the processor's grid and its tensors, on the CPU: the part
@@ -267,7 +280,7 @@ class TransformersEngine:
             for r in batch
         ]
         # The images are on the grid already: the processor must not resample them again.
-        with self.tokenizer_lock:
+        with self.prepare_lock:
             inputs = self.processor(
                 text=texts,
                 images=images,
@@ -302,6 +315,42 @@ class TransformersEngine:
         self.model = None
         if self.device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _generation_config(
+    base: GenerationConfig,
+    pad_token_id: int | None,
+    compile_mode: str,
+    cfg: TrialConfig,
+    forced_tokens: int | None = None,
+) -> GenerationConfig:
+    """The generate() settings of one trial's request on a model whose checkpoint's own are
+    `base` (`pad_token_id`: the tokenizer's, where the checkpoint names none)."""
+    values: dict[str, Any] = {
+        "max_new_tokens": cfg.max_new_tokens if forced_tokens is None else forced_tokens,
+        "do_sample": cfg.do_sample,
+        "repetition_penalty": cfg.repetition_penalty,
+        "eos_token_id": base.eos_token_id,
+        "pad_token_id": base.pad_token_id if base.pad_token_id is not None else pad_token_id,
+        "bos_token_id": base.bos_token_id,
+    }
+    if forced_tokens is not None:
+        # Equal work (workload.output_tokens): end-of-sequence cannot end an answer early.
+        values["min_new_tokens"] = forced_tokens
+    if cfg.do_sample:
+        values.update(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+    else:
+        # The checkpoint's own sampling defaults must not leak into greedy decoding.
+        values.update(temperature=None, top_k=None, top_p=None)
+    if compile_mode != "none":
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(mode=compile_mode)
+        # generate() compiles automatically only on accelerators; the flag lets the smoke
+        # space exercise the same path on a CPU.
+        compile_config._compile_all_devices = True
+        values.update(cache_implementation="static", compile_config=compile_config)
+    return GenerationConfig(**values)
 
 
 def _fp8_load_kwargs(device: str) -> dict[str, Any]:

@@ -167,15 +167,16 @@ class _BatchDriver:
         replies: list[Any] = []
         groups = _batches(self._shortest_first(ids, lengths), concurrency)
         # The next batch is prepared on a thread while the model answers this one: on a GPU
-        # the processor's CPU work was a large share of the reference's pass. Accuracy only:
-        # a load test's request times include their own preparation, as a server's do.
+        # the processor's CPU work was a large share of the reference's pass, and so was
+        # decoding every image before the first batch. Accuracy only: a load test's request
+        # times include their own preparation, as a server's do.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as ahead:
-            prepared = ahead.submit(self.engine.prepare, groups[0], self.config) if groups else None
-            for index, group in enumerate(groups):
-                assert prepared is not None
-                ready = prepared.result()
+            pending = ahead.submit(self._prepare, groups[0]) if groups else None
+            for index in range(len(groups)):
+                assert pending is not None
+                group, ready = pending.result()
                 if index + 1 < len(groups):
-                    prepared = ahead.submit(self.engine.prepare, groups[index + 1], self.config)
+                    pending = ahead.submit(self._prepare, groups[index + 1])
                 # Timed: a static batch decodes until its longest answer ends, as real answers
                 # of these lengths would; each answer then counts its own length
                 # (autotune.accuracy.timed).
@@ -194,10 +195,15 @@ class _BatchDriver:
         by_id = {reply.item_id: reply for reply in replies}
         return [by_id[item_id] for item_id in ids]  # in the order asked, as a server's
 
-    def _shortest_first(self, ids: Sequence[str], lengths: Mapping[str, int] | None) -> list[Any]:
-        """The requests of `ids` ordered by their expected answer's length (the forced one, or
-        the item's first answer's): a static batch decodes until its longest answer ends, so
-        batches of like lengths stop sooner. Greedy answers do not depend on the batch
+    def _prepare(self, ids: list[str]) -> tuple[list[Any], Any]:
+        """One batch's requests (their images decoded here, on the thread) and its tensors."""
+        group = [self.worker.request(i) for i in ids]
+        return group, self.engine.prepare(group, self.config)
+
+    def _shortest_first(self, ids: Sequence[str], lengths: Mapping[str, int] | None) -> list[str]:
+        """`ids` ordered by their expected answer's length (the forced one, or the item's
+        first answer's): a static batch decodes until its longest answer ends, so batches of
+        like lengths stop sooner. Greedy answers do not depend on the batch
         (tests/accuracy/test_output_neutral.py); callers read replies by item id."""
 
         def expected(item_id: str) -> int:
@@ -205,7 +211,7 @@ class _BatchDriver:
                 return lengths[item_id]
             return len(self.worker.by_id[item_id].answers[0])
 
-        return [self.worker.request(i) for i in sorted(ids, key=expected)]
+        return sorted(ids, key=expected)
 
     async def load_test(
         self, rule: SteadyRule, repeats: ImageRepeats, on_estimate: EstimateCallback | None

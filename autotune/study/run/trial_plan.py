@@ -30,8 +30,6 @@ from autotune.study.run.racing import Incumbent, Race, race_for
 from autotune.study.run.twins import AnswersPlan, accuracy_args
 
 REFERENCE_TARGET_CI_REL = 0.10
-REFERENCE_MAX_WARMUP_S = 45.0
-REFERENCE_MAX_MEASURE_S = 30.0
 FIRST_FIGURE_TARGET_CI_REL = 0.06
 
 
@@ -126,19 +124,21 @@ def plan_measure(
         max_seconds=budget.measure_seconds(study, used_s=used_s, accuracy=answers.spends_accuracy),
     )
     if proposal.is_reference and only_a_baseline(space, config, endpoint=plan.endpoint):
-        measure = reference_plan(measure)
+        measure = reference_plan(measure, max_s=space.workload.reference_max_s)
     elif race.first_figure:
         measure = first_figure_plan(measure)
     return RolePlan(measure, race.rival, race.first_figure)
 
 
-def reference_plan(plan: MeasurePlan) -> MeasurePlan:
-    """`plan` with the reference's looser stop rule and shorter caps (never longer)."""
+def reference_plan(plan: MeasurePlan, *, max_s: float) -> MeasurePlan:
+    """`plan` with the reference's looser stop rule, its load (warm-up and window together)
+    at most `max_s` (never longer than the plan's). Its window may then be too short for an
+    interval: the figure says so ("no interval"), and only the "x" figure reads it."""
     return plan.model_copy(
         update={
             "target_ci_rel": max(plan.target_ci_rel, REFERENCE_TARGET_CI_REL),
-            "max_measure_s": min(plan.max_measure_s, REFERENCE_MAX_MEASURE_S),
-            "max_load_s": min(plan.max_load_s, REFERENCE_MAX_WARMUP_S + REFERENCE_MAX_MEASURE_S),
+            "max_measure_s": min(plan.max_measure_s, max_s),
+            "max_load_s": min(plan.max_load_s, max_s),
         }
     )
 

@@ -22,7 +22,6 @@ from autotune.study.results.progress import measuring_caveat
 from autotune.study.run.budget import Budget
 from autotune.study.run.trial_plan import (
     FIRST_FIGURE_TARGET_CI_REL,
-    REFERENCE_MAX_MEASURE_S,
     Proposal,
     RolePlan,
     first_figure_plan,
@@ -44,12 +43,14 @@ def test_the_looser_plans_only_loosen_the_stop_rule() -> None:
     # A space that asks for a looser interval keeps its own.
     loose = plan.model_copy(update={"target_ci_rel": 0.08})
     assert first_figure_plan(loose).target_ci_rel == 0.08
-    reference = reference_plan(plan)
-    assert reference.max_measure_s == REFERENCE_MAX_MEASURE_S < plan.max_measure_s
-    # Its load leaves room for the space's whole warm-up and then the window: on an H100 a
-    # 29 s warm-up inside a 50 s bound left 24 s of window, too few batch means for an
-    # interval, and the line showed the reference's speed without one.
-    assert reference.max_load_s >= space.workload.max_warmup_s + REFERENCE_MAX_MEASURE_S
+    # The reference that only feeds the "x" figure: its whole load (warm-up and window) at
+    # most the space's reference_max_s, never longer than the space's own caps.
+    cap = space.workload.reference_max_s
+    reference = reference_plan(plan, max_s=cap)
+    assert reference.max_load_s == cap < plan.max_load_s
+    assert reference.max_measure_s == cap < plan.max_measure_s
+    assert reference.target_ci_rel == 0.10
+    assert reference_plan(plan, max_s=1e6).max_load_s == plan.max_load_s
 
 
 @pytest.mark.slow  # a whole study, on the replay's simulated engine
@@ -62,8 +63,8 @@ def test_the_first_deployable_figure_is_looser_and_every_later_one_is_not(
     run = replay.run_one("study", 0, 600.0)
     reference, candidate, *later = run["proposals"]
     assert reference["candidate"] is None and not reference["first_figure"]
-    # The reference's window stops at its cap (or its +-10%), never the space's 150 s.
-    assert reference["measuring_s"] <= REFERENCE_MAX_MEASURE_S + 10
+    # The reference's load stops at its cap (or its +-10%), never the space's 150 s window.
+    assert reference["measuring_s"] <= load_space("default").workload.reference_max_s + 10
     # The named candidate gave the first figure: it stopped on the looser target, not on the
     # space's +-3%, and the step that beat it was measured to +-3%.
     assert candidate["candidate"] == "lmdeploy-graphs" and candidate["first_figure"]
@@ -128,4 +129,5 @@ def test_the_reference_is_never_the_first_figure(tmp_path: Path) -> None:
     config = plan.space.reference_config()
     space_plan = measure_plan(plan.space, config, accuracy_ids=None)
     baseline = only_a_baseline(plan.space, config, endpoint=None)
-    assert planned.measure == (reference_plan(space_plan) if baseline else space_plan)
+    cap = plan.space.workload.reference_max_s
+    assert planned.measure == (reference_plan(space_plan, max_s=cap) if baseline else space_plan)
