@@ -1,19 +1,20 @@
 """Confirming the recommendation on held-out items: an error for the study's answer itself.
 
 Each floor verdict is wrong at most 1 - confidence of the time, but a study recommends the
-fastest trial the floor passed, and the fastest are the lossiest: with many near the margin,
-one of them passing by luck is likely. So a slice of the pool (the last items of the
-decision order: every category in its share) is held out, and the search floor never looks
-at it. A trial the floor passes answers the slice too, on its running engine, and a
-sequential test on held-out items alone confirms it or not; only a confirmed trial (or the
-reference itself) is recommended.
+fastest trial the floor passed, and the fastest are the lossiest. So a slice of the pool (the
+last items of the decision order, every category in its share) is held out from the search
+floor, and the recommendation is the fastest confirmed trial, else the reference. Only a
+record-setter is confirmed: a trial the search floor passed that beats, on the first
+objective, the reference and every earlier trial the floor passed (the search record,
+autotune.study.results.search_record); any other could never be recommended.
 
-Why the study's error stays under 1 - confidence: the j-th trial whose answers are confirmed
-is tested at alpha_j = 6 alpha / (pi^2 j^2), which sum to alpha. Which trials are confirmed,
-and in what order, is fixed by the search alone (the floor's verdicts on the other items,
-the speeds), never by the held-out answers, so a union bound over that order bounds the
-chance that any confirmed trial loses max_drop or more by the sum, although every test reads
-the same held-out items. bench/cpu/floor_error_rates.py --whole-study measures it.
+Why the study's error stays under 1 - confidence: the j-th distinct set of answers confirmed
+is tested at alpha_j = 6 alpha / (pi^2 j^2), which sum to alpha. The record is read from the
+search alone (the floor's verdicts on the other items, the speeds, the limits), never from a
+confirmation's outcome (a failed one leaves the record standing), so which trials are
+confirmed, and in what order, is fixed by the search, and a union bound over that order bounds
+the chance that any confirmed trial loses max_drop or more by the sum, although every test
+reads the same held-out items. bench/cpu/floor_error_rates.py --whole-study measures it.
 """
 
 from __future__ import annotations

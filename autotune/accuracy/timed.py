@@ -7,14 +7,14 @@ what the floor would have asked of it, unjudged:
 
 - how many: the items the sequential floor spends to pass a candidate that loses nothing and
   answers unlike the reference on TIMED_DISCORDANCE of them: the median of
-  `items_needed_to_pass`, the typical trial (the budget's estimates are medians of trials too;
-  the 90th percentile sizes a pool, not a trial), up to the floor's next look, from the pool
-  in decision order and in the floor's stages. A floor that answers every item (bootstrap,
-  point, none) or whose count depends on the accuracy itself (absolute) times the whole pool.
-- and its confirmation: a candidate the floor passes answers the held-out slice too
-  (autotune.accuracy.confirm), so each trial then answers the median items the first
-  confirmation spends for that same candidate, in the confirmation's stages; the search's
+  `items_needed_to_pass` (the typical trial, as the budget's medians), up to the floor's next
+  look, from the pool in decision order and in the floor's stages. A floor that answers every
+  item (bootstrap, point, none) or whose count depends on the accuracy (absolute) times all.
+- and its confirmation: where it sets the search record, the median held-out items the first
+  confirmation spends for that same candidate (autotune.accuracy.confirm); the search's
   items come from the pool without the slice, as a real study's do.
+- when: screening before the load test, the rest after it where a real study would judge the
+  trial (autotune.study.run.accuracy_gate; a timed pass counts as one the floor passed).
 - how long: the item's expected answer (its first) in the served tokenizer's tokens, at least
   1, plus the end token a real model stops with, capped by the trial's max_new_tokens; forced
   as a load test forces its lengths (autotune.export.forced_length; in process min_new_tokens).
@@ -57,6 +57,17 @@ class TimedPass(BaseModel):
     stages: list[int] = Field(description="Items answered by each look; the last is len(order).")
     screening_items: int = Field(0, description="Items answered before the load test.")
     lengths: dict[str, int] = Field(description="Each item's forced answer length, in tokens.")
+
+
+@dataclass(frozen=True)
+class TimedRest:
+    """What a candidate answers after its load test (autotune.study.run.accuracy_gate): the
+    floor's items past screening where its accuracy can change the recommendation, then the
+    held-out items where it sets the search record, each forced to its length."""
+
+    floor: list[str]
+    confirm: list[str]
+    lengths: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,24 @@ class TimedAccuracy:
             screening_items=min(screening, len(ids)),
             lengths={i: min(self.lengths[i], max_new_tokens) for i in ids},
         )
+
+    def deferred(self, full: TimedPass) -> tuple[TimedPass, TimedRest]:
+        """A candidate's pass `full` split as a real study answers it: its screening around
+        the load test (the engine's pass), and the rest after it (TimedRest)."""
+        held = set(self.held_out)
+        screening = full.order[: full.screening_items]
+        engine = TimedPass(
+            order=screening,
+            stages=[len(screening)],
+            screening_items=len(screening),
+            lengths={i: full.lengths[i] for i in screening},
+        )
+        rest = TimedRest(
+            floor=[i for i in full.order[len(screening) :] if i not in held],
+            confirm=[i for i in full.order if i in held],
+            lengths=full.lengths,
+        )
+        return engine, rest
 
     def _confirming(self, batch: int) -> tuple[list[str], list[int]]:
         """The held-out items a passed candidate answers (the reference too, once), through
@@ -207,7 +236,9 @@ def timed_before(study: optuna.Study, key: str) -> bool:
     pass: a real study would reuse those answers, so this trial answers nothing."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = TrialRecord.of(trial)
-        if record.output_key == key and record.figure(TIMED_ITEMS) is not None:
+        timed = record.figure(TIMED_ITEMS) is not None
+        # One not judged timed its screening alone (autotune.study.run.accuracy_gate).
+        if record.output_key == key and timed and record.accuracy_not_judged is None:
             return True
     return False
 

@@ -215,7 +215,9 @@ async def _answers_only(
         accuracy_s=time.perf_counter() - started,
         timings=[],
         stop_reason=ANSWERS_ONLY,
-        predictions=answers.texts,
+        # A timed pass's answers are noise: only their token counts come back.
+        predictions={} if plan.timed is not None else answers.texts,
+        timed_tokens=answers.tokens if plan.timed is not None else {},
     )
 
 

@@ -214,6 +214,22 @@ class Confirmed(_StrictPart):
         }
 
 
+class NotJudged(_StrictPart):
+    """Why a trial's accuracy was not judged (autotune.study.run.accuracy_gate writes it, as
+    the record's `accuracy_not_judged`): its load test already missed the memory budget or the
+    latency SLO, or it was slower than the search record, trial `record_trial` (the reference
+    or a trial the search floor passed), so it could never be confirmed nor recommended. Its
+    accuracy constraint is 0: unknown, never a verdict."""
+
+    reason: str | None = None  # "memory", "latency" or "slower"
+    record_trial: int | None = None  # the record it did not beat ("slower" only)
+    words: str | None = None  # the reason in words, as the lines show it
+
+    def line(self) -> str:
+        """'accuracy not judged: slower than trial #3 the floor passed'."""
+        return f"accuracy not judged: {self.words or self.reason or 'unknown reason'}"
+
+
 class Stepped(_StrictPart):
     """The one-lever step from an incumbent a trial was proposed as
     (autotune.study.proposals.steps.Step.describe writes it)."""

@@ -43,6 +43,7 @@ from autotune.records.machine import Machine
 from autotune.records.parts import (
     Environment,
     FloorVerdict,
+    NotJudged,
     Owner,
     Paired,
     RaceCheck,
@@ -216,6 +217,8 @@ class TrialRecord(_Stored):
     paired_vs_reference: Annotated[Paired | None, stored_part(Paired)] = None
     # The sequential floor's verdict on an absolute floor (autotune.accuracy.sequential).
     accuracy_floor: Annotated[FloorVerdict | None, stored_part(FloorVerdict)] = None
+    # Why its accuracy was not judged (autotune.study.run.accuracy_gate): None where it was.
+    accuracy_not_judged: Annotated[NotJudged | None, stored_part(NotJudged)] = None
     measure_stop_reason: str | None = None
     # The study's first deployable figure, measured to a looser interval so that the first
     # steps, which race it, start sooner (autotune.study.run.reference_load).

@@ -55,6 +55,8 @@ def interval_text(record: TrialRecord) -> str:
 def figure_text(record: TrialRecord, key: str, spec: str) -> str:
     """A figure as text: '-' when not recorded, 'n/a' when recorded as not computable."""
     value = record.figure(key)
+    if key == "accuracy" and record.accuracy_not_judged is not None:
+        return "not judged"  # its answers could not change the recommendation
     if value is None:
         return "-"
     text = fmt(value, spec) if finite(value) is not None else "n/a"

@@ -243,7 +243,9 @@ def _table(title: str, trials: list[FrozenTrial], marked: int | None) -> Table:
             _cell(record.figure("e2e_latency_p95_ms"), ".0f"),
             _cell(record.figure("ttft_p50_ms"), ".0f"),
             _cell(record.figure("tpot_p50_ms"), ".1f"),
-            _cell(record.figure("accuracy"), ".3f"),
+            "not judged"
+            if record.accuracy_not_judged is not None
+            else _cell(record.figure("accuracy"), ".3f"),
             _cell(record.figure("peak_memory_mib"), ".0f"),
             _changed_params(trial),
         )

@@ -2,12 +2,13 @@
 
 Planted studies: k configurations with distinct answers, their true drops spread around the
 margin (half of them exactly at it, the rest at 0, below and above), the lossier the faster.
-Each arrives in a random order, answers the search part of the pool until the floor decides
+Each arrives in a random order; one faster than every earlier one the floor passed (the
+search record) answers the search part of the pool until the floor decides
 (autotune.accuracy.sequential, at the space's confidence), and one the floor passes answers
 the held-out slice at the error its place may spend (autotune.accuracy.confirm, the study's
-j-th confirmation at level(alpha, j)). The recommendation is the fastest confirmed one. Both
-are the study's own code; the "without confirmation" column is the rule it replaces (the
-fastest the floor passed, on the whole pool).
+j-th confirmation at level(alpha, j)); a slower one is not judged. The recommendation is the
+fastest confirmed one. Both are the study's own code; the "without confirmation" column is
+the rule it replaces (the fastest the floor passed, on the whole pool).
 
 Answers are drawn independent (each configuration its own draws) or nested (half of each
 configuration's draws from one latent difficulty per item, shared by the study: a lossier
@@ -17,7 +18,7 @@ held-out slice move together, the case the union bound must cover).
 Usage (from the repository root)::
 
     nice python bench/cpu/floor_error_rates.py --whole-study --seeds 500 --check \
-        --out bench/results --name floor-whole-study-2026-12-07
+        --out bench/results --name floor-whole-study-2026-12-07-record-setters
 """
 
 from __future__ import annotations
@@ -102,19 +103,31 @@ def whole_study(
     # configuration at a time (all studies side by side).
     passed = np.zeros((studies, k), dtype=bool)
     passed_today = np.zeros((studies, k), dtype=bool)
+    searched_items = np.zeros((studies, k))
     for c in range(k):
-        searched, _ = items_to_decide(
+        searched, searched_items[:, c] = items_to_decide(
             diffs[:search, :, c], margin=margin, confidence=setting.confidence
         )
         today, _ = items_to_decide(diffs[:, :, c], margin=margin, confidence=setting.confidence)
         passed[:, c], passed_today[:, c] = searched == "feasible", today == "feasible"
     arrival = np.argsort(rng.random((studies, k)), axis=1)
     speed = drops + 1e-6 * rng.random((studies, k))  # the lossier, the faster
-    # Which confirmation each passed configuration is (1, 2, ... in arrival order).
+    # The search record (autotune.accuracy.confirm): a configuration is judged only when it
+    # is faster than every earlier one the search floor passed (the reference, slower than
+    # every candidate here, sets none), and each one the floor then passes is the study's
+    # next confirmation (1, 2, ... in arrival order). A slower one is not judged: it could
+    # never be confirmed, so never recommended, and answers nothing.
+    judged = np.zeros((studies, k), dtype=bool)
     index = np.zeros((studies, k), dtype=int)
     for s in range(studies):
-        order = [c for c in arrival[s] if passed[s, c]]
-        index[s, order] = np.arange(1, len(order) + 1)
+        record, j = -math.inf, 0
+        for c in arrival[s]:
+            if speed[s, c] <= record:
+                continue
+            judged[s, c] = True
+            if passed[s, c]:
+                j += 1
+                index[s, c], record = j, speed[s, c]
     confirmed = np.zeros((studies, k), dtype=bool)
     spent = np.zeros((studies, k))
     holdout = diffs[search:]
@@ -147,6 +160,9 @@ def whole_study(
         "recommended_loses_nothing": float(lossless.mean()),
         "nothing_recommended": float((~recommended).mean()),
         "confirmations_per_study": float((index > 0).sum(axis=1).mean()),
+        "not_judged_per_study": float((~judged).sum(axis=1).mean()),
+        "search_items_answered_per_study": float((searched_items * judged).sum(axis=1).mean()),
+        "search_items_every_one_judged": float(searched_items.sum(axis=1).mean()),
         "holdout_items_answered_per_study": float(spent.sum(axis=1).mean()),
     }
 
@@ -174,8 +190,8 @@ def markdown_rows(cells: list[dict[str, object]]) -> list[str]:
     lines = [
         "| setting | answers | k | held out / search items | loses >= max_drop (95% CI) | "
         "without confirmation | loses nothing | none recommended | confirmations | "
-        "held-out items answered |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "held-out items answered | not judged | search items answered (all judged) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         low, high = c["recommended_loses_max_drop_ci95"]  # type: ignore[misc]
@@ -184,6 +200,8 @@ def markdown_rows(cells: list[dict[str, object]]) -> list[str]:
             f"{c['search_items']} | {c['recommended_loses_max_drop']:.3f} ({low:.3f}-{high:.3f})"
             f" | {c['without_confirmation_loses_max_drop']:.3f} | "
             f"{c['recommended_loses_nothing']:.3f} | {c['nothing_recommended']:.3f} | "
-            f"{c['confirmations_per_study']:.2f} | {c['holdout_items_answered_per_study']:,.0f} |"
+            f"{c['confirmations_per_study']:.2f} | {c['holdout_items_answered_per_study']:,.0f} | "
+            f"{c['not_judged_per_study']:.2f} | {c['search_items_answered_per_study']:,.0f} "
+            f"({c['search_items_every_one_judged']:,.0f}) |"
         )
     return lines

@@ -108,3 +108,19 @@ def test_a_trial_also_answers_what_its_confirmation_would_on_the_held_out_slice(
     off = AccuracyConstraint(max_drop=0.3, confirmation={"enabled": False})
     unconfirmed = timed_accuracy(off, screening_items=0, evalset=evalset, model_path=str(TINY))
     assert unconfirmed.held_out == () and "held-out" not in unconfirmed.note()
+
+
+def test_a_candidates_pass_is_split_at_its_load_test_as_a_real_study_answers_it() -> None:
+    """Screening around the load test (the engine's part); the floor's rest after it, where
+    the trial is judged; the held-out items last, where it sets the record."""
+    evalset = load_evalset("smoke")
+    floor = AccuracyConstraint(max_drop=0.3, confirmation={"items": 60})
+    timed = timed_accuracy(floor, screening_items=12, evalset=evalset, model_path=str(TINY))
+    full = timed.trial_pass(batch=4, max_new_tokens=16, reference=False)
+    engine, rest = timed.deferred(full)
+    assert engine.order == full.order[:12] and engine.screening_items == 12
+    assert engine.stages == [12] and set(engine.lengths) == set(engine.order)
+    assert engine.order + rest.floor + rest.confirm == full.order
+    held = set(evalset.decision_order()[-60:])
+    assert rest.confirm and set(rest.confirm) <= held and not set(rest.floor) & held
+    assert all(rest.lengths[i] == full.lengths[i] for i in rest.floor + rest.confirm)

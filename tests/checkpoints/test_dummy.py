@@ -26,6 +26,7 @@ from autotune.checkpoints.dummy import (
 from autotune.cli import main
 from autotune.errors import AutotuneError, ModelError, SpaceError
 from autotune.evalset.dataset import load_evalset
+from autotune.records.stored import TrialRecord
 from autotune.space import load_space
 from autotune.study import plan_study
 
@@ -203,6 +204,16 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     assert f"acc timed, not judged ({len(expected)} items)" in output  # the progress line
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
+    reference, candidate = complete
+    # As a real study: a candidate no faster than the (deployable) reference answers nothing
+    # after its load test (its screening is none here), and says why.
+    if candidate.values[0] <= reference.values[0]:
+        record = TrialRecord.of(candidate)
+        assert record.accuracy_not_judged is not None
+        assert record.accuracy_not_judged.record_trial == reference.number
+        assert "accuracy_timed_items" not in candidate.user_attrs
+        assert record.constraints is not None and record.constraints["accuracy"] == 0.0
+        complete = [reference]
     for trial in complete:
         attrs = trial.user_attrs
         assert attrs["time_s"]["accuracy"] > 0

@@ -4,6 +4,8 @@ The smoke set's 240 items hold 99 out (what identical answers need to be confirm
 study's first error level); the bundled reader at side 256 answers word for word as at full
 size, so the floor passes that candidate on the search items and the held-out ones confirm
 it. `best --json` must say so: the error bound (1 - confidence) and the items that confirmed it.
+A slower candidate measured after it (batch 1) can never be recommended: its accuracy is not
+judged, and it answers no item at all, held out or not.
 """
 
 from __future__ import annotations
@@ -16,16 +18,23 @@ from small_space import SMOKE_SET, autotune_cli, run_study, small_space
 
 from autotune.accuracy.confirm import Holdout, level
 from autotune.evalset.dataset import load_evalset
+from autotune.records.stored import TrialRecord
 
 pytestmark = pytest.mark.slow
 
 
 def test_best_states_the_error_and_the_items_that_confirmed_it(tmp_path: Path) -> None:
     candidate = {"name": "side-256", "config": {"batch_size": 8, "image_max_side": 256}}
+    slower = {"name": "slower", "config": {"batch_size": 1, "image_max_side": 224}}
     # Ranked on throughput alone: a tie with the reference goes to no second objective.
     objectives = [{"metric": "throughput_output_tokens_per_s"}]
     space = small_space(
-        tmp_path, evalset=str(SMOKE_SET), trials=2, candidates=[candidate], objectives=objectives
+        tmp_path,
+        evalset=str(SMOKE_SET),
+        trials=3,
+        candidates=[candidate, slower],
+        objectives=objectives,
+        sampler={"steps": False},  # both candidates queued first, in this order
     )
     result, study = run_study(space, study="confirm", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -56,3 +65,14 @@ def test_best_states_the_error_and_the_items_that_confirmed_it(tmp_path: Path) -
     ).stdout  # fmt: skip
     assert f"confirmed on {confirmed['items']} of the 99 held-out items" in text, text
     assert "at most 0.05" in text
+    # The slower one: not judged, why, and no answers of its own (none held out).
+    slow = next(t for t in study.trials if t.user_attrs.get("candidate") == "slower")
+    assert slow.values[0] < candidate_trial.values[0]
+    record = TrialRecord.of(slow)
+    assert record.accuracy_not_judged is not None
+    assert record.accuracy_not_judged.reason == "slower"
+    assert record.accuracy_not_judged.record_trial == candidate_trial.number
+    assert record.answers_computed == 0 and not set(record.predictions) & set(held.ids)
+    assert record.constraints is not None and record.constraints["accuracy"] == 0.0
+    said = f"not judged: slower than trial #{candidate_trial.number} the floor passed"
+    assert said in result.stdout + result.stderr

@@ -75,6 +75,8 @@ def trial_figures(trial: FrozenTrial) -> str:
     accuracy = _fmt(a.figure("accuracy"), ".3f")
     if timed is not None:  # dummy weights (autotune.accuracy.timed)
         accuracy = f"timed, not judged ({timed:.0f} items)"
+    if a.accuracy_not_judged is not None:  # its answers could not change the recommendation
+        accuracy = "not judged"
     return (
         f"{_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
         f"{measuring_caveat(a)}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "

@@ -46,7 +46,13 @@ def constraint_values(trial: FrozenTrial) -> list[float]:
 
 
 def is_feasible(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.COMPLETE and all(v <= 0 for v in constraint_values(trial))
+    """Every constraint value <= 0 and its accuracy judged: a trial whose accuracy was not
+    judged (autotune.study.run.accuracy_gate) has a constraint of 0, unknown, not met."""
+    return (
+        trial.state == TrialState.COMPLETE
+        and all(v <= 0 for v in constraint_values(trial))
+        and TrialRecord.of(trial).accuracy_not_judged is None
+    )
 
 
 def objective_names(study: optuna.Study) -> list[str]:
@@ -373,16 +379,30 @@ def passed_over(
     faster = [
         t
         for t in candidates
-        if is_feasible(t)
+        if (is_feasible(t) or _slower_unjudged(t))
         and not confirmed_trial(t)
         and sign * t.values[0] > sign * chosen.values[0]
     ]
     return [(t, unconfirmed_reason(t)) for t in sorted(faster, key=lambda t: -sign * t.values[0])]
 
 
+def _slower_unjudged(trial: FrozenTrial) -> bool:
+    """Not judged only for being slower than the search record, inside every limit: what a
+    failed confirmation of the record leaves unconfirmed (autotune.accuracy.confirm)."""
+    not_judged = TrialRecord.of(trial).accuracy_not_judged
+    return (
+        not_judged is not None
+        and not_judged.reason == "slower"
+        and all(v <= 0 for v in constraint_values(trial))
+    )
+
+
 def unconfirmed_reason(trial: FrozenTrial) -> str:
     """Why a trial the floor passed is not recommended, in words."""
     verdict = confirmation_of(trial)
+    not_judged = TrialRecord.of(trial).accuracy_not_judged
+    if not_judged is not None:
+        return f"trial {trial.number}: {not_judged.line()}"
     if verdict is None:
         return (
             f"trial {trial.number} answered none of the held-out items (its reference was not "

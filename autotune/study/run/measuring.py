@@ -19,6 +19,7 @@ import optuna
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
+from autotune.records.parts import NotJudged
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.records.writer import write_trial
 from autotune.study.plan import StudyPlan
@@ -51,6 +52,8 @@ class MeasuredRun:
     confirm: ConfirmRequest | None = None  # its confirmation, if the floor passes it
     # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
     reused_confirmation: dict[str, Any] | None = None
+    # Why its accuracy was not judged (autotune.study.run.accuracy_gate); None: judged.
+    not_judged: NotJudged | None = None
 
 
 @dataclass
@@ -126,6 +129,7 @@ class MeasureStep:
             overlap,
             settled.confirm,
             settled.reused_confirmation,
+            settled.not_judged,
         )
 
 

@@ -168,7 +168,9 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
     record = record.joined(measured.untimed())
     paired = None
     same_answers = False
-    if run.reference is not None and m.accuracy is not None:
+    if run.not_judged is not None:  # its answers could not change the recommendation
+        record = record.joined(TrialRecord.part(accuracy_not_judged=run.not_judged))
+    elif run.reference is not None and m.accuracy is not None:
         same_answers = m.predictions == run.reference.predictions
         paired = judge_paired(
             m.accuracy, run.reference.report, space, plan.evalset, same_answers=same_answers
@@ -197,6 +199,8 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         )
     )
     because = infeasible_because(record, space.constraints)
+    if run.not_judged is not None:  # never feasible: its accuracy is unknown
+        because.append(run.not_judged.line())
     record = record.joined(TrialRecord.part(infeasible_because=because))
     # A screened-out trial ran no load test: it has no objective values, only its pruning.
     figures = measured.written()

@@ -5,6 +5,7 @@ the answers cache), and a trial whose reference another worker still runs waits 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -15,7 +16,6 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.answers_cache import AnswersKey
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.reuse import (
-    accuracy_key,
     answered_prefix,
     find_reusable,
     floor_request,
@@ -23,7 +23,7 @@ from autotune.accuracy.reuse import (
 )
 from autotune.accuracy.scoring import score_predictions
 from autotune.accuracy.staged import FloorRequest
-from autotune.accuracy.timed import TimedPass, timed_before
+from autotune.accuracy.timed import TimedPass, TimedRest
 from autotune.engines import EngineSession
 from autotune.engines.session import accuracy_batch_size
 from autotune.errors import TrialFailure
@@ -31,13 +31,14 @@ from autotune.evalset.dataset import EvalSet
 from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import Paired
+from autotune.records.parts import NotJudged, Paired
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.groups import group_of
 from autotune.study.results.select import in_group_of, reference_trial
+from autotune.study.run.accuracy_gate import not_judged, timed_answers, timed_pass
 from autotune.study.run.reference_load import (
     ReferenceAnswers,
     ReferenceStages,
@@ -194,6 +195,7 @@ class AnswersPlan:
     key: AnswersKey | None  # its answers cache entry; None: not cached
     for_reference: bool = False  # the reference's own trial (its first stage)
     timed: TimedPass | None = None  # dummy weights: the pass answered for its time alone
+    timed_rest: TimedRest | None = None  # a candidate's, after its load test
 
     @property
     def spends_accuracy(self) -> bool:
@@ -211,6 +213,8 @@ class Settled:
     confirm: ConfirmRequest | None = None  # the confirmation it ran, if its floor passed it
     # The verdict of the earlier trial whose answers it reuses: the same answers, the same one.
     reused_confirmation: dict[str, Any] | None = None
+    # Why its accuracy was not judged (autotune.study.run.accuracy_gate); None: judged.
+    not_judged: NotJudged | None = None
 
 
 class TrialAnswers:
@@ -239,8 +243,13 @@ class TrialAnswers:
         if self.plan.dummy_weights:  # noise, timed only: a cached timed pass is not redone
             known, source = self._known(study, output_key, key, in_study=False)
             planned = AnswersPlan(known, source, None, None, follow=False, key=key)
-            timed = timed_pass(self.plan, study, planned, config, is_reference)
-            return dataclasses.replace(planned, timed=timed)
+            timed = timed_pass(self.plan, study, config, is_reference, known=bool(planned.known))
+            accuracy = self.plan.timed_accuracy
+            if timed is None or is_reference or accuracy is None:
+                return dataclasses.replace(planned, timed=timed)
+            # Screening around the load test; the rest after it, where it is judged.
+            engine, rest = accuracy.deferred(timed)
+            return dataclasses.replace(planned, timed=engine, timed_rest=rest)
         known, source = self._known(study, output_key, key)
         reference = None if is_reference else self.stages.answers(study)
         floor = self.floor(config, reference)
@@ -255,7 +264,10 @@ class TrialAnswers:
             decided = floor.judge(self._scores(known)).decision != "undecided"
             done = decided or answered_prefix(self.order, known) >= len(self.order)
             return AnswersPlan(known, source, None, None, not done, key, is_reference)
-        return AnswersPlan({}, None, list(self.order), floor, True, key, is_reference)
+        # The engine screens (the floor's first stage, before its load test) and no more:
+        # the rest follows the load test, where it can change the recommendation
+        # (autotune.study.run.accuracy_gate).
+        return AnswersPlan({}, None, None, floor, True, key, is_reference)
 
     def _known(
         self, study: optuna.Study, output_key: str, key: AnswersKey | None, in_study: bool = True
@@ -287,18 +299,30 @@ class TrialAnswers:
         """`result` with the known answers, those its floor still needed and its
         confirmation's, stored in the answers cache."""
         if self.plan.dummy_weights:
-            return self._settle_timed(planned, result)
-        confirm, verdict = self._confirmation(study, config, planned)
+            return TimedAnswers(self.plan, self.stages).settle(
+                study, session, config, planned, result
+            )
+        confirm, verdict = confirmation_for(self.plan, study, config, planned)
         computed = dict(result.predictions)
         predictions = {**planned.known, **computed}
         spent = 0.0
-        if planned.follow and result.stop_reason != RACED and not result.screened_out:
+        measured = result.stop_reason != RACED and not result.screened_out
+        gate = functools.partial(
+            not_judged, self.plan, study, config, result, startup_s=session.startup_s
+        )
+        # Answers only where they can change the recommendation (autotune.study.run.
+        # accuracy_gate): a trial over a limit or slower than the record answers no more.
+        skipped = gate() if measured and planned.follow else None
+        if planned.follow and measured and skipped is None:
             started = time.perf_counter()
             more = self._follow(study, number, session, config, predictions)
             spent = time.perf_counter() - started
             computed |= more
             predictions |= more
-        if confirm is not None and result.stop_reason != RACED and not result.screened_out:
+        # Only a trial that beats the record now is confirmed (autotune.accuracy.confirm): one
+        # another worker completed meanwhile may have raised it.
+        confirm = confirm if measured and skipped is None and gate() is None else None
+        if confirm is not None:
             started = time.perf_counter()
             more = self._confirm(study, number, session, config, predictions, confirm)
             spent += time.perf_counter() - started
@@ -315,31 +339,7 @@ class TrialAnswers:
         update = {"predictions": predictions, "accuracy_s": result.accuracy_s + spent}
         reference = None if planned.for_reference else self.stages.answers(study)
         settled = result.model_copy(update=update)
-        return Settled(settled, len(computed), reference, confirm, verdict)
-
-    def _confirmation(
-        self, study: optuna.Study, config: TrialConfig, planned: AnswersPlan
-    ) -> tuple[ConfirmRequest | None, dict[str, Any] | None]:
-        """The confirmation the trial runs if its floor passes it (autotune.accuracy.confirm);
-        none without a floor, and the earlier trial's verdict where it reuses its answers."""
-        if isinstance(planned.source, int):
-            earlier = study.trials[planned.source].user_attrs
-            return None, {CONFIRMATION: earlier[CONFIRMATION]} if CONFIRMATION in earlier else None
-        if planned.floor is None and not planned.follow:
-            return None, None
-        batch = accuracy_batch_size(self.plan.space, config)
-        return confirmation_request(study, self.plan.space, self.plan.evalset, batch=batch), None
-
-    def _settle_timed(self, planned: AnswersPlan, result: SessionResult) -> Settled:
-        """A timed pass's answers are noise: the cache keeps how long each one was, so a later
-        study on the same checkpoint and set reuses the pass (its time), never a text."""
-        if planned.key is not None and result.timed_tokens:
-            lengths = {i: f"<timed: {n} tokens>" for i, n in result.timed_tokens.items()}
-            self.stages.cache.write(planned.key, lengths)
-        if planned.source is None:
-            return Settled(result, len(result.timed_tokens), None)
-        self.stages.note_once("timed accuracy passes reused from the answers cache")
-        return Settled(result, 0, None)
+        return Settled(settled, len(computed), reference, confirm, verdict, skipped)
 
     def _confirm(
         self,
@@ -411,25 +411,69 @@ class TrialAnswers:
                 return more  # nothing was added (an extension that did not store): stop
 
 
+def confirmation_for(
+    plan: StudyPlan, study: optuna.Study, config: TrialConfig, planned: AnswersPlan
+) -> tuple[ConfirmRequest | None, dict[str, Any] | None]:
+    """The confirmation the trial runs if its floor passes it (autotune.accuracy.confirm);
+    none without a floor, and the earlier trial's verdict where it reuses its answers."""
+    if isinstance(planned.source, int):
+        earlier = study.trials[planned.source].user_attrs
+        if CONFIRMATION in earlier:
+            return None, {CONFIRMATION: earlier[CONFIRMATION]}
+    # Answers reused but never confirmed (not the record then) are confirmed now, where
+    # this trial is the record; none without a held-out slice (confirm_request).
+    if planned.for_reference:
+        return None, None
+    batch = accuracy_batch_size(plan.space, config)
+    return confirmation_request(study, plan.space, plan.evalset, batch=batch), None
+
+
+class TimedAnswers:
+    """A dummy-weights trial's answers: timed, never judged (autotune.accuracy.timed)."""
+
+    def __init__(self, plan: StudyPlan, stages: ReferenceStages) -> None:
+        self.plan = plan
+        self.stages = stages
+
+    def settle(
+        self,
+        study: optuna.Study,
+        session: EngineSession,
+        config: TrialConfig,
+        planned: AnswersPlan,
+        result: SessionResult,
+    ) -> Settled:
+        """A timed pass's answers are noise: the cache keeps how long each one was, so a later
+        study on the same checkpoint and set reuses the pass (its time), never a text. A
+        candidate's rest is answered as a real study's would be (autotune.study.run.
+        accuracy_gate): its floor's items where it is judged, the held-out ones where it
+        then sets the record."""
+        skipped, rest = None, planned.timed_rest
+        if rest is not None and result.stop_reason != RACED and not result.screened_out:
+            started, tokens = time.perf_counter(), dict(result.timed_tokens)
+            startup_s = session.startup_s
+            skipped = not_judged(self.plan, study, config, result, startup_s=startup_s)
+            if skipped is None:
+                tokens |= timed_answers(self.plan.space, session, config, rest.floor, rest)
+            if (
+                skipped is None
+                and not_judged(self.plan, study, config, result, startup_s=startup_s) is None
+            ):
+                tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
+            spent = time.perf_counter() - started
+            update = {"timed_tokens": tokens, "accuracy_s": result.accuracy_s + spent}
+            result = result.model_copy(update=update)
+        if planned.key is not None and result.timed_tokens and skipped is None:
+            lengths = {i: f"<timed: {n} tokens>" for i, n in result.timed_tokens.items()}
+            self.stages.cache.write(planned.key, lengths)
+        if planned.source is None:
+            return Settled(result, len(result.timed_tokens), None, not_judged=skipped)
+        self.stages.note_once("timed accuracy passes reused from the answers cache")
+        return Settled(result, 0, None)
+
+
 def accuracy_args(plan: StudyPlan, answers: AnswersPlan) -> dict[str, Any]:
     """What the engine's accuracy pass is asked: the floor's items, or a timed pass's."""
     timed = answers.timed
     ids = plan.evalset.decision_order() if timed is not None else answers.accuracy_ids
     return {"accuracy_ids": ids, "floor": answers.floor, "timed": timed}
-
-
-def timed_pass(
-    plan: StudyPlan,
-    study: optuna.Study,
-    answers: AnswersPlan,
-    config: TrialConfig,
-    is_reference: bool,
-) -> TimedPass | None:
-    """With dummy weights, the pass the trial answers for its time alone
-    (autotune.accuracy.timed); None where a real study would reuse answers: a trial of this
-    study timed the same output key, or the answers cache holds it (`answers.known`)."""
-    if plan.timed_accuracy is None or answers.known:
-        return None
-    if timed_before(study, accuracy_key(config, plan.evalset)):
-        return None
-    return plan.timed_pass(config, reference=is_reference)

@@ -1,0 +1,109 @@
+"""Whether a trial's accuracy pass can change the recommendation, decided after its load test.
+
+The study recommends the fastest confirmed trial, else the reference
+(autotune.accuracy.confirm). A trial whose load test already misses the memory budget or the
+latency SLO is infeasible whatever it answers; one no faster than the search record
+(autotune.study.results.search_record) can never be confirmed, so never recommended. Neither
+answers the pool: its record says why (records.parts.NotJudged) and its accuracy constraint
+is 0, unknown (the sampler learns from the other constraints). Every other trial is judged,
+and confirmed where the floor passes it and it still beats the record then. With dummy
+weights the same rules time the pass (autotune.accuracy.timed): screening around the load
+test, the rest after it (timed_answers).
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from autotune.accuracy.reuse import accuracy_key
+from autotune.accuracy.timed import TimedPass, TimedRest, timed_before
+from autotune.engines import EngineSession
+from autotune.engines.measurement import to_measurement
+from autotune.engines.session import measure_plan
+from autotune.errors import TrialFailure
+from autotune.params import TrialConfig
+from autotune.records import SessionResult
+from autotune.records.parts import NotJudged
+from autotune.space import SearchSpace
+from autotune.study.plan import StudyPlan
+from autotune.study.results.search_record import search_record
+from autotune.study.run.verdicts import constraint_values
+
+_OVER = {
+    "memory": "its load test is over the memory budget",
+    "latency": "its load test is over the latency SLO",
+}
+
+
+def first_objective(
+    plan: StudyPlan, config: TrialConfig, result: SessionResult, *, startup_s: float
+) -> tuple[float | None, dict[str, float]]:
+    """The load test's first objective (None where the load is no measurement) and the
+    constraint values its figures already decide (memory, latency)."""
+    try:
+        m = to_measurement(
+            plan.space,
+            config,
+            result,
+            startup_s=startup_s,
+            evalset=plan.evalset,
+            measure_accuracy=False,
+        )
+    except TrialFailure:  # no measurement: the trial fails when it is judged
+        return None, {}
+    value = m.user_attrs().written().get(plan.space.objectives[0].metric)
+    values = constraint_values(plan.space, m, None)
+    return (float(value) if isinstance(value, int | float) else None), values
+
+
+def not_judged(
+    plan: StudyPlan,
+    study: optuna.Study,
+    config: TrialConfig,
+    result: SessionResult,
+    *,
+    startup_s: float,
+) -> NotJudged | None:
+    """Why the trial's accuracy is not judged, or None where it may change the
+    recommendation (and, with no measurement, where judging fails it anyway)."""
+    value, values = first_objective(plan, config, result, startup_s=startup_s)
+    if value is None:
+        return None
+    for limit, words in _OVER.items():
+        if values.get(limit, 0.0) > 0:
+            return NotJudged(reason=limit, words=words)
+    record = search_record(study)
+    if record is not None and not record.beaten_by(value):
+        return NotJudged(reason="slower", record_trial=record.number, words=record.words())
+    return None
+
+
+def timed_pass(
+    plan: StudyPlan,
+    study: optuna.Study,
+    config: TrialConfig,
+    is_reference: bool,
+    *,
+    known: bool,
+) -> TimedPass | None:
+    """With dummy weights, the pass the trial answers for its time alone
+    (autotune.accuracy.timed); None where a real study would reuse answers: a trial of this
+    study timed the same output key, or the answers cache holds it (`known`: it gave answers)."""
+    if plan.timed_accuracy is None or known:
+        return None
+    if timed_before(study, accuracy_key(config, plan.evalset)):
+        return None
+    return plan.timed_pass(config, reference=is_reference)
+
+
+def timed_answers(
+    space: SearchSpace, session: EngineSession, config: TrialConfig, ids: list[str], rest: TimedRest
+) -> dict[str, int]:
+    """`ids` answered for their time alone, each forced to its length: their tokens."""
+    if not ids:
+        return {}
+    lengths = {i: rest.lengths[i] for i in ids}
+    timed = TimedPass(order=ids, stages=[len(ids)], lengths=lengths)
+    plan = measure_plan(space, config, accuracy_ids=None, timed=timed)
+    plan = plan.model_copy(update={"load_test": False, "workload_requests": 0})
+    return dict(session.measure(config, plan, on_phase=None).timed_tokens)
