@@ -17,6 +17,7 @@ engine's decoding steps), counted in fine bins of time from the start of the loa
   A server at saturation swings in waves (prefill, then decode), so neighbouring windows can be
   correlated: while the lag-1 autocorrelation is significant the batches are merged in pairs,
   and a positive correlation that remains widens the interval by the AR(1) variance factor.
+  A load that ended with too few batches for one takes shorter ones (shorter_batches).
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class BatchMeans:
     # Whether there were enough batch means (TESTED_BATCHES, before merging) to test their
     # correlation, so that the interval accounts for it.
     correlation_tested: bool = False
+    unmerged: tuple[float, ...] = ()  # the rates before merging (autotune.measure.drift)
 
 
 def _variance_of_mean(rates: np.ndarray, lag1: float) -> float:
@@ -217,7 +219,8 @@ def batch_means(
         ci_rel = quantile * math.sqrt(variance) / mean
     batch_s = float(np.diff(edges).mean()) * bin_s if n else 0.0
     tested = len(first) >= TESTED_BATCHES
-    return BatchMeans(tuple(float(r) for r in rates), batch_s, lag1, ci_rel, tested)
+    unmerged = tuple(float(r) for r in first)
+    return BatchMeans(tuple(float(r) for r in rates), batch_s, lag1, ci_rel, tested, unmerged)
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,8 @@ class SteadyState:
     lag1: float  # of the batch means the interval uses
     settled: bool  # MSER's cut lies in the first half of the run: the rate has settled
     correlation_tested: bool = False  # BatchMeans.correlation_tested
+    # The window's batch rates before merging, in order (autotune.measure.drift tests them).
+    batch_rates: tuple[float, ...] = ()
 
     @property
     def ci_low(self) -> float:
@@ -251,11 +256,14 @@ def steady_state(
     confidence: float,
     ends_s: Sequence[float] | None = None,
     bin_s: float = BIN_S,
+    enough_batches: bool = False,
 ) -> SteadyState | None:
     """The steady window of `series` (tokens per bin) and its rate; None before any token.
 
     `ends_s`: when the requests completed (seconds from the series' start); batch means then
-    end at completions (completion_edges); without them, every `batch_s`.
+    end at completions (completion_edges); without them, every `batch_s`. `enough_batches`
+    (a load that has ended): where the window holds fewer than MIN_BATCHES batches of
+    `batch_s`, its interval comes from shorter ones (shorter_batches).
     """
     if len(series) == 0 or not series.any():
         return None
@@ -293,6 +301,16 @@ def steady_state(
         return None
     window_s = len(steady) * bin_s
     means = batch_means(steady, edges=edges, bin_s=bin_s, confidence=confidence)
+    if enough_batches and len(means.rates) < MIN_BATCHES:
+        means = shorter_batches(
+            steady,
+            means,
+            batch_s,
+            ends_s=ends_s,
+            first_bin=first_bin,
+            confidence=confidence,
+            bin_s=bin_s,
+        )
     return SteadyState(
         tokens_per_s=float(steady.sum()) / window_s,
         ci_rel=means.ci_rel,
@@ -303,7 +321,36 @@ def steady_state(
         lag1=means.lag1,
         settled=settled,
         correlation_tested=means.correlation_tested,
+        batch_rates=means.unmerged,
     )
+
+
+def shorter_batches(
+    steady: np.ndarray,
+    means: BatchMeans,
+    batch_s: float,
+    *,
+    ends_s: Sequence[float] | None,
+    first_bin: int,
+    confidence: float,
+    bin_s: float = BIN_S,
+) -> BatchMeans:
+    """Batch means of the window `steady` (from `first_bin`), where `means`, of `batch_s`,
+    were too few for an interval: batches of a TESTED_BATCHES-th of the window, at least
+    MIN_BATCH_S, still ending at completions. A load its cap stopped after two or three long
+    batches (slow requests, a budget's cap) has measured many more request cycles than that:
+    shorter batches are correlated the more, which the merging and the AR(1) factor of
+    batch_means weigh. Unchanged where even they are too few."""
+    short_s = max(MIN_BATCH_S, len(steady) * bin_s / TESTED_BATCHES)
+    if short_s >= batch_s:
+        return means
+    if ends_s:
+        shifted = [end - first_bin * bin_s for end in ends_s]
+        edges = completion_edges(shifted, bins=len(steady), batch_s=short_s, bin_s=bin_s)
+    else:
+        edges = fixed_edges(len(steady), max(1, round(short_s / bin_s)))
+    shorter = batch_means(steady, edges=edges, bin_s=bin_s, confidence=confidence)
+    return shorter if len(shorter.rates) >= MIN_BATCHES else means
 
 
 def trend(rates: np.ndarray) -> str | None:

@@ -4,6 +4,10 @@ Throughput is the output tokens that arrived inside the steady window (autotune.
 over the window's length, with the batch-means interval. Request rate counts the requests that
 completed inside the window; latency percentiles come from the requests that ran wholly inside
 it, so neither the warm-up nor the drain after the stop (a falling load) colours them.
+
+No measurement without tokens: a load that counted none fails (NO_TOKENS). A rate that drifted
+through its window, strongly and materially (autotune.measure.drift), fails as never settled
+(UNSETTLED); one its cap stopped is still a measurement, with an interval from its batches.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import statistics
 from collections.abc import Sequence
 
 from autotune.errors import TrialFailure
+from autotune.measure.drift import UNSETTLED, rate_drift
 from autotune.measure.steady import (
     BIN_S,
     SteadyState,
@@ -80,10 +85,12 @@ def load_state(
     load_stop: float,
     min_warmup_s: float = 0.0,
     confidence: float = 0.95,
+    ended: bool = False,
 ) -> SteadyState | None:
     """The steady state `summarize` reads a load's throughput from (None: no requests, or a
     load too short for a window), for a caller that weighs its interval itself (racing's
-    check of a stop, autotune.study.run.racing)."""
+    check of a stop, autotune.study.run.racing). `ended`: the load's figures, whose interval
+    may come from shorter batches (steady_state's `enough_batches`)."""
     if not timings:
         return None
     return steady_state(
@@ -92,6 +99,7 @@ def load_state(
         min_warmup_s=min_warmup_s,
         confidence=confidence,
         ends_s=[t.end - load_start for t in timings],
+        enough_batches=ended,
     )
 
 
@@ -120,8 +128,12 @@ def summarize(
         load_stop=load_stop,
         min_warmup_s=min_warmup_s,
         confidence=confidence,
+        ended=True,
     )
     estimate = _measured(timings, estimate, load_s=load_stop - load_start)
+    drift = rate_drift(estimate.batch_rates)
+    if drift is not None and drift.unsettled:
+        raise TrialFailure(drift.reason(load_stop - load_start), kind=UNSETTLED)
     window_start = load_start + estimate.warmup_s
     window_end = load_start + len(series) * BIN_S
     window_s = estimate.window_s
@@ -137,6 +149,8 @@ def summarize(
         "warmup_settled": 1.0 if estimate.settled else 0.0,
         "load_warmup_s": estimate.warmup_s,
     }
+    if drift is not None and math.isfinite(drift.change_rel):  # autotune.measure.drift's look
+        figures |= {"throughput_drift_rel": drift.change_rel, "throughput_drift_p": drift.p_value}
     completed = [t for t in timings if window_start <= t.end <= window_end]
     inside = [t for t in completed if t.start >= window_start] or completed or list(timings)
     ttft = [t.ttft_s * 1000 for t in inside]

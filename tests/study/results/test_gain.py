@@ -87,3 +87,39 @@ def test_the_progress_line_carries_the_gain(study: optuna.Study) -> None:
     line = best_so_far(study)
     assert line.startswith("best: trial 1 (305.5 tok/s")
     assert line.endswith(", 1.53× (±5%) LMDeploy's defaults)")
+
+
+def test_a_baseline_its_cap_stopped_gives_the_gain_an_interval(tmp_path: Path) -> None:
+    """An H100 study's baseline (LMDeploy's defaults) reached its measuring cap with two long
+    batches and no interval, and `best` printed "1.19× (no interval)". Its figures now take
+    shorter batches from the same window (autotune.measure.steady): the baseline's load of
+    slow requests, stopped 40 s in, has an interval, and so has the gain."""
+    from autotune.measure.summary import summarize
+    from autotune.measure.timing import RequestTiming
+
+    # 64 lanes, each request 5 s long streaming 100 tokens: batches of two turnovers are 10 s.
+    timings = []
+    for lane in range(64):
+        for k in range(8):
+            start = k * 5.0 + lane * 5.0 / 64
+            chunks = tuple(start + (i + 1) * 0.05 for i in range(100))
+            timings.append(
+                RequestTiming(
+                    start=start,
+                    first_token=chunks[0],
+                    last_token=chunks[-1],
+                    end=chunks[-1],
+                    output_tokens=100,
+                    chunk_times=chunks,
+                )
+            )
+    figures = summarize(timings, load_start=0.0, load_stop=40.0, min_warmup_s=10.0)
+    assert figures["throughput_batch_s"] < 10.0  # shorter than the two turnovers it asked
+    base_rel = figures["throughput_ci_rel"]
+    assert math.isfinite(base_rel)
+    specs = [SPECS[0], SPECS[1], replace(SPECS[2], ci_rel=base_rel)]
+    url, name = build_study(tmp_path, specs=specs)
+    study = optuna.load_study(study_name=name, storage=url)
+    gain = gain_over_baseline(study.trials[1], baseline_trial(study))
+    assert gain is not None and gain.ci_rel is not None
+    assert gain.words() == f"1.53× (±{gain.ci_rel:.0%}) LMDeploy's defaults"
