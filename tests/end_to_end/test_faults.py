@@ -258,7 +258,7 @@ def test_every_storage_call_of_optunas_cache_waits_out_a_lock() -> None:
     cache is retried whole, by the storage that wraps it."""
     from optuna.storages import _cached_storage
 
-    from autotune.study.store.retrying import RetryingStorage
+    from autotune.study.store.database import RetryingStorage
 
     cache = _cached_storage._CachedStorage
     public = {n for n, v in vars(cache).items() if callable(v) and not n.startswith("_")}

@@ -24,7 +24,7 @@ SQLITE_BUSY_TIMEOUT_ENV = "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S"
 
 def sqlite_busy_timeout_s() -> float:
     """How long SQLite waits for another writer's lock before a write gives up (seconds,
-    autotune.variables); the retries after that are autotune.study.store.retrying's."""
+    autotune.variables); the retries after that are autotune.study.store.database's."""
     seconds: float = variables.read(SQLITE_BUSY_TIMEOUT_ENV)
     return seconds
 
