@@ -216,7 +216,7 @@ class Confirmed(_StrictPart):
 
 class Stepped(_StrictPart):
     """The one-lever step from an incumbent a trial was proposed as
-    (autotune.study.proposals.steps.Step.describe writes it)."""
+    (autotune.study.proposals.steering.Step.describe writes it)."""
 
     lever: str | None = None
     value: ParamValue = None
@@ -246,7 +246,7 @@ class RaceCheck(_StrictPart):
 
 class Failure(_Part):
     """Why a trial failed: its kind ("oom", "lost", ...) and reason, None where not recorded
-    (autotune.study.store.failures reads it from the trial or its study)."""
+    (autotune.study.store.recovery reads it from the trial or its study)."""
 
     failure_kind: str | None = None
     failure_reason: str | None = None

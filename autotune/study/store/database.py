@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import functools
 import json
 from collections.abc import Callable, Container
@@ -39,8 +40,6 @@ from autotune.records.readable import readable, stand_in
 from autotune.records.shape import text_problem, value_problem
 from autotune.study.store.optuna_private import build_trial, heartbeat_storage, rdb_session
 from autotune.study.store.optuna_private import rdb_models as models
-from autotune.study.store.optuna_private import trial_id as stored_id
-from autotune.study.store.snapshot import kept
 from autotune.study.store.storage_urls import display_url, is_busy, secrets_in
 
 # Retries (with backoff) after SQLite's own busy timeout, before the storage is reported
@@ -274,8 +273,6 @@ def study_attribute_problem(storage: Any) -> str | None:
 def _parsed_problem(trial: FrozenTrial) -> str | None:
     """Whether a trial Optuna read holds an attribute nested past the limit (its row, read
     again, names it as build_readable does)."""
-    if type(trial.number) is not int or trial.number < 0:
-        return "no trial number"
     for attrs in (trial.user_attrs, trial.system_attrs):
         for value in attrs.values() if isinstance(attrs, dict) else ():
             if value_problem(value) is not None:
@@ -289,8 +286,13 @@ class RowReader:
     Optuna's read fails on a row, or a trial holds an attribute too deep, the rows are read
     again here, one trial at a time (the module's rule)."""
 
-    def __init__(self, backend: optuna.storages.RDBStorage) -> None:
+    def __init__(self, backend: optuna.storages.RDBStorage, cache: BaseStorage) -> None:
         self.backend = backend
+        # The storage id of a study's trial by its number: Optuna's public question, which
+        # its cache answers without the database for each trial it holds.
+        self.stored_id = cache.get_trial_id_from_study_id_trial_number
+        self.cache = cache
+        self.study_ids: dict[int, int] = {}  # trial id -> study id, for each trial shown
         self.seen: dict[int, tuple[FrozenTrial, FrozenTrial]] = {}
         self.metrics: dict[int, list[str]] = {}
 
@@ -311,30 +313,40 @@ class RowReader:
         seen = self.seen.get(trial_id)
         if seen is not None and seen[0] is trial:
             return seen[1]
-        with rdb_session(self.backend.scoped_session) as session:
-            row = session.query(models.TrialModel.study_id).filter_by(trial_id=trial_id).first()
-        return trial if row is None else self.shown(trial, row[0])
+        study_id = self.study_ids.get(trial_id)
+        if study_id is None:
+            with rdb_session(self.backend.scoped_session) as session:
+                row = session.query(models.TrialModel.study_id).filter_by(trial_id=trial_id)
+                study_id = row.scalar()
+        return trial if study_id is None else self.shown(trial, study_id, trial_id)
 
-    def shown(self, trial: FrozenTrial, study_id: int) -> FrozenTrial:
-        """`trial` itself or its stand-in, worked out once per stored version of it."""
-        key = stored_id(trial)
+    def shown(self, trial: FrozenTrial, study_id: int, key: int | None = None) -> FrozenTrial:
+        """`trial` itself or its stand-in, worked out once per stored version of it (`key`:
+        its storage id, when known)."""
+        if type(trial.number) is not int or trial.number < 0:
+            # Without a number no trial can be named: the rows' own read refuses the study.
+            return self.from_rows(models.TrialModel.study_id == study_id)[0]
+        key = key if key is not None else self.stored_id(study_id, trial.number)
         seen = self.seen.get(key)
         if seen is not None and seen[0] is trial:
             return seen[1]
         if _parsed_problem(trial) is not None:
             shown = self.from_rows(models.TrialModel.trial_id == key)[0]
         else:
-            objectives = len(self.backend.get_study_directions(study_id))
+            objectives = len(self.cache.get_study_directions(study_id))
             shown = readable(trial, objectives, self.objective_metrics(study_id), trial_id=key)
         self.seen[key] = (trial, shown)
+        self.study_ids[key] = study_id
         return shown
 
     def objective_metrics(self, study_id: int) -> list[str]:
-        """The study's objective metrics (kept once the study holds them)."""
+        """The study's objective metrics (kept once the study holds them); [] when they cannot
+        be read (the study's own reading says why)."""
         if study_id not in self.metrics:
-            with rdb_session(self.backend.scoped_session) as session:
-                attrs = session.query(models.StudyUserAttributeModel).filter_by(study_id=study_id)
-                metrics = _metrics_in(attrs)
+            try:
+                metrics = objective_metrics(self.cache.get_study_user_attrs(study_id))
+            except ROW_ERRORS:
+                metrics = []
             if not metrics:
                 return metrics
             self.metrics[study_id] = metrics
@@ -356,6 +368,14 @@ class RowReader:
         return sorted(trials, key=lambda t: t.number)
 
 
+def kept(
+    trials: list[FrozenTrial], states: Container[TrialState] | None, deepcopy: bool
+) -> list[FrozenTrial]:
+    """`trials` in `states` (all when None), copied with `deepcopy`, as Optuna returns them."""
+    chosen = [t for t in trials if states is None or t.state in states]
+    return copy.deepcopy(chosen) if deepcopy else chosen
+
+
 @heartbeat_storage
 class RetryingStorage(BaseStorage):
     """`backend` as Optuna would store into it (optuna.storages.get_storage), each call
@@ -368,7 +388,7 @@ class RetryingStorage(BaseStorage):
         self.inner = optuna.storages.get_storage(backend)
         self.url = str(backend.url)
         self.scoped_session = backend.scoped_session
-        self.rows = RowReader(backend)
+        self.rows = RowReader(backend, self.inner)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("inner", "url", "scoped_session", "rows") or name.startswith("__"):

@@ -15,7 +15,6 @@ reads it changes and passes the rest on, as Optuna's own cache wraps its backend
 from __future__ import annotations
 
 import abc
-import copy
 from collections.abc import Callable, Container
 from typing import Any
 
@@ -26,6 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.errors import StudyError
 from autotune.records.checks import second_references
 from autotune.records.readable import stand_in, study_problem
+from autotune.study.store.database import kept
 from autotune.study.store.optuna_private import trial_id
 
 
@@ -50,14 +50,6 @@ def _passed_on(name: str) -> Callable[..., Any]:
 for _name in (*BaseStorage.__abstractmethods__, "get_best_trial", "remove_session"):
     setattr(StorageView, _name, _passed_on(_name))
 abc.update_abstractmethods(StorageView)
-
-
-def kept(
-    trials: list[FrozenTrial], states: Container[TrialState] | None, deepcopy: bool
-) -> list[FrozenTrial]:
-    """`trials` in `states` (all when None), copied with `deepcopy`, as Optuna returns them."""
-    chosen = [t for t in trials if states is None or t.state in states]
-    return copy.deepcopy(chosen) if deepcopy else chosen
 
 
 class SnapshotStorage(StorageView):

@@ -42,20 +42,22 @@ from autotune.study.store.database import (
     headline,
     masked,
 )
-from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.journal import WholeRecordJournal, repair_tail, tail_note
 from autotune.study.store.optuna_private import journal_study_of, journal_worker_id, trial_id
-from autotune.study.store.optuna_schema import describe, not_optunas
+from autotune.study.store.recovery import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.snapshot import read_study
 from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
     STUDIES_DIR,
+    artifact_dir,
     check_several_writers,
     check_storage_url,
     default_storage_url,
+    describe,
     display_url,
     is_journal,
     local_file,
+    not_optunas,
     sqlite_busy_timeout_s,
     sqlite_file,
 )
@@ -318,14 +320,6 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
             f"'{study_name}' (the database was edited): rename or delete all but one"
         )
     return read_study(storage, study_name)
-
-
-def artifact_dir(storage_url: str, study_name: str) -> Path:
-    """Where a study's artifacts (sample outputs per trial) live: beside its SQLite file."""
-    stored = local_file(storage_url)
-    if stored is not None:
-        return stored.with_name(f"{stored.stem}-artifacts")
-    return STUDIES_DIR / f"{study_name}-artifacts"
 
 
 # The URL checks live in storage_urls; the names callers know from here stay importable.

@@ -109,6 +109,7 @@ def test_a_database_study_is_read_and_written_through_the_wrapper(tmp_path: Path
     assert optuna.storages._heartbeat.is_heartbeat_enabled(wrapped)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # a heartbeat outside optimize
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.ask()  # the enqueued trial, now RUNNING; its heartbeat never came
         optuna.storages.fail_stale_trials(study)
     assert study.trials[0].state == TrialState.RUNNING  # within its grace period
