@@ -281,8 +281,8 @@ SAMPLING_PARAMS: frozenset[str] = frozenset(lever.name for lever in LEVER_TABLE 
 # The levers: the searched parameters that move throughput several-fold (bench/results/h200-*),
 # the request-time ones a running launch takes, then the launch-time ones. The study's first
 # proposals work through them: the covering start-up draws every level of each
-# (autotune.study.proposals.coverage), and the one-lever steps change the request-time ones on the
-# incumbent's launch before any launch parameter (autotune.study.proposals.steps).
+# (autotune.study.proposals.sampler), and the one-lever steps change the request-time ones on the
+# incumbent's launch before any launch parameter (autotune.study.proposals.steering).
 REQUEST_LEVERS: tuple[str, ...] = tuple(
     name for name in _REQUEST_ORDER if LEVER_BY_NAME[name].major
 )

@@ -132,7 +132,7 @@ from autotune.params import BACKEND_PARAMS, LAUNCH_PARAMS, PARAM_NAMES, TrialCon
 from autotune.records.stored import TrialRecord
 from autotune.space import load_space
 from autotune.space.sampling import suggest
-import autotune.study.proposals.steps as steps
+import autotune.study.proposals.steering as steps
 
 facts = {"package": autotune.__file__, "launch": "turbo_switch" in LAUNCH_PARAMS,
          "names": "turbo_switch" in PARAM_NAMES,

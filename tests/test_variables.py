@@ -13,7 +13,7 @@ from small_space import autotune_cli
 
 from autotune import variables
 from autotune.errors import VariableError
-from autotune.study.store.failures import heartbeat_grace_s
+from autotune.study.store.recovery import heartbeat_grace_s
 from autotune.study.store.storage_urls import sqlite_busy_timeout_s
 
 REPO = Path(__file__).resolve().parents[1]

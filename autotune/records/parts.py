@@ -232,7 +232,7 @@ class NotJudged(_StrictPart):
 
 class Stepped(_StrictPart):
     """The one-lever step from an incumbent a trial was proposed as
-    (autotune.study.proposals.steps.Step.describe writes it)."""
+    (autotune.study.proposals.steering.Step.describe writes it)."""
 
     lever: str | None = None
     value: ParamValue = None
@@ -262,7 +262,7 @@ class RaceCheck(_StrictPart):
 
 class Failure(_Part):
     """Why a trial failed: its kind ("oom", "lost", ...) and reason, None where not recorded
-    (autotune.study.store.failures reads it from the trial or its study)."""
+    (autotune.study.store.recovery reads it from the trial or its study)."""
 
     failure_kind: str | None = None
     failure_reason: str | None = None

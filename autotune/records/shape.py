@@ -7,7 +7,7 @@ an attribute nested 100,000 deep (a hand edit, a fuzzer) ended `best`, `export` 
 of mappings; a raced trial's trail), so MAX_DEPTH leaves ample room. Its largest is the
 answers of the accuracy pass (`predictions`, `item_scores`): a 10,000-item set of 1 KiB
 answers is 10 MiB, so MAX_TEXT_CHARS is six times that. The text is checked before it is
-parsed (autotune.study.store.rdb_rows), the parsed value when a record is read or written
+parsed (autotune.study.store.database), the parsed value when a record is read or written
 (autotune.records.stored), without recursion either way.
 """
 

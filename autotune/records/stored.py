@@ -229,7 +229,7 @@ class TrialRecord(_Stored):
     # A stop checked against the incumbent measured again beside it, kept or withdrawn.
     race_check: Annotated[RaceCheck | None, stored_part(RaceCheck)] = None
     # The one-lever step from an incumbent the trial was proposed as
-    # (autotune.study.proposals.steps).
+    # (autotune.study.proposals.steering).
     step: Annotated[Stepped | None, stored_part(Stepped)] = None
     owner: Annotated[Owner | None, stored_part(Owner)] = None
     # The machine that measured it and its comparison group (autotune.records.machine).

@@ -366,7 +366,7 @@ class SamplerSettings(_Strict):
         "tpe",
         description="tpe: one-lever steps from the incumbent first (steps), then Optuna's "
         "TPESampler, its start-up covering the big levers "
-        "(autotune.study.proposals.coverage). random: "
+        "(autotune.study.proposals.sampler). random: "
         "Optuna's RandomSampler, its proposals drawn uniformly (random search, with `steps: "
         "false`: the baseline of bench/cpu/replay.py); the reference and named candidates still "
         "come first, launches are still reused.",
@@ -382,7 +382,7 @@ class SamplerSettings(_Strict):
     steps: bool = Field(
         True,
         description="Propose one-lever steps from the incumbent before the sampler's own "
-        "proposals (autotune.study.proposals.steps): every other level of image side and "
+        "proposals (autotune.study.proposals.steering): every other level of image side and "
         "concurrency on "
         "the running launch, then launches with one launch parameter changed "
         "(launches.launch_steps); a step that wins is the next steps' incumbent. false: the "

@@ -5,16 +5,26 @@ method patched by name). So an Optuna release that
 renames one breaks one module, whose names tests/study/store/test_storage_optuna_pins.py pins.
 
 Optuna's private names are read from the installed Optuna's own source (every `self._name` and
-private method of its study, trial and storage packages), so a name it adds is covered too."""
+private method of its study, trial and storage packages), so a name it adds is covered too.
+
+Not even optuna_private overrides one: no class of autotune defines a method whose name starts
+with one underscore and is also a name on an Optuna class it derives from (found by walking
+each imported class's MRO, so a subclass of a subclass counts too). Overriding a private
+method is patching it: Optuna's storages are wrapped through their public interface."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import importlib
+import inspect
+import pkgutil
 import re
 from pathlib import Path
 
 import optuna
+
+import autotune
 
 REPO = Path(__file__).resolve().parents[2]
 THE_MODULE = "autotune/study/store/optuna_private.py"
@@ -123,3 +133,62 @@ def test_each_kind_of_private_use_is_found(tmp_path: Path) -> None:
     assert [u.split(":")[0] for u in uses] == ["2", "4", "5", "8", "8", "9"], uses
     assert "2: from optuna.storages._rdb import ..." in uses
     assert "4: overrides S._get_trials" in uses
+
+
+def _autotune_classes() -> list[type]:
+    """Every class defined in a module of autotune (each module imported)."""
+    classes = []
+    for info in pkgutil.walk_packages(autotune.__path__, "autotune."):
+        if info.name.endswith("__main__"):
+            continue  # runs the command line
+        module = importlib.import_module(info.name)
+        classes += [
+            c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == info.name
+        ]
+    return classes
+
+
+def private_overrides(cls: type) -> list[str]:
+    """'Class._name' for each method `cls` itself defines whose name starts with one
+    underscore and is also defined by an Optuna class in its MRO."""
+    optunas = [base for base in cls.__mro__ if base.__module__.split(".")[0] == "optuna"]
+    return [
+        f"{cls.__qualname__}.{name}"
+        for name, value in vars(cls).items()
+        if name.startswith("_")
+        and not name.startswith("__")
+        and callable(value)
+        and any(name in vars(base) for base in optunas)
+    ]
+
+
+def test_no_class_overrides_a_private_method_of_optuna() -> None:
+    classes = _autotune_classes()
+    found = [name for cls in classes for name in private_overrides(cls)]
+    assert not found, found
+    # The walk sees autotune's classes that derive from Optuna's (the storage wrappers).
+    derived = {c.__name__ for c in classes if issubclass(c, optuna.storages.BaseStorage)}
+    assert {"RetryingStorage", "GuardedJournalStorage", "SnapshotStorage"} <= derived, derived
+
+
+def test_a_private_override_is_found_through_a_subclass() -> None:
+    class View(optuna.Study):
+        pass
+
+    class Deeper(View):
+        def _get_trials(self) -> list[object]:  # type: ignore[override]
+            return []
+
+        def _own(self) -> None:
+            """A private name of its own: Optuna's classes have none of it."""
+
+        def get_trials(self) -> list[object]:  # type: ignore[override]
+            return []
+
+    assert private_overrides(Deeper) == [f"{Deeper.__qualname__}._get_trials"]
+    assert private_overrides(View) == []
+
+
+def test_the_one_module_reads_private_names_but_overrides_none() -> None:
+    uses = private_uses(REPO / THE_MODULE)
+    assert not [use for use in uses if "overrides" in use], uses

@@ -19,8 +19,7 @@ from click.testing import CliRunner, Result
 from small_space import small_space
 
 from autotune.cli import main
-from autotune.study.store.optuna_schema import not_optunas, optuna_columns
-from autotune.study.store.storage_urls import sqlite_file
+from autotune.study.store.storage_urls import not_optunas, optuna_columns, sqlite_file
 
 
 def one_error(result: Result, *needles: str) -> str:

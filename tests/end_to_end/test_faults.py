@@ -77,7 +77,7 @@ def one_storage_error(stderr: str) -> None:
 
 
 def every_failure_has_a_reason(study: optuna.Study) -> None:
-    from autotune.study.store.failures import failure_of
+    from autotune.study.store.recovery import failure_of
 
     for trial in study.trials:
         if trial.state == TrialState.FAIL:
@@ -258,7 +258,7 @@ def test_every_storage_call_of_optunas_cache_waits_out_a_lock() -> None:
     cache is retried whole, by the storage that wraps it."""
     from optuna.storages import _cached_storage
 
-    from autotune.study.store.retrying import RetryingStorage
+    from autotune.study.store.database import RetryingStorage
 
     cache = _cached_storage._CachedStorage
     public = {n for n, v in vars(cache).items() if callable(v) and not n.startswith("_")}
@@ -408,7 +408,7 @@ def test_an_out_of_memory_trial_is_infeasible_for_the_sampler_and_not_counted(
     from autotune.errors import TrialFailure
     from autotune.study.results.counting import counted_trials
     from autotune.study.run.objective import OOM_VIOLATION, fail_trial
-    from autotune.study.store.artifacts import ArtifactRecorder
+    from autotune.study.store.spool import ArtifactRecorder
 
     study = optuna.create_study(directions=["maximize", "minimize"])
     trial = study.ask({"batch_size": optuna.distributions.CategoricalDistribution([64, 256])})

@@ -29,7 +29,7 @@ from autotune.records.parts import (
 )
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.report.text import trial_summary
-from autotune.study.proposals.steps import Step
+from autotune.study.proposals.steering import Step
 from autotune.study.results.provenance import source_words
 from autotune.study.results.timeshare import ENGINE_PHASES, PARTS, WAITS, time_share
 from autotune.study.store.recovery import owner

@@ -355,8 +355,7 @@ def test_spread_answer_lengths_need_a_mean_and_stay_equal_work(tmp_path: Path) -
 
 
 def test_the_sampler_is_tpe_with_steps_or_plain_random_search(tmp_path: Path) -> None:
-    from autotune.study.proposals.coverage import CoveringSampler
-    from autotune.study.proposals.sampler import make_sampler, startup_trials
+    from autotune.study.proposals.sampler import CoveringSampler, make_sampler, startup_trials
 
     tpe = load_space(str(write_space(tmp_path, {**BASE, "budget": "30m"}, "tpe.yaml")))
     assert tpe.sampler.kind == "tpe" and tpe.sampler.steps

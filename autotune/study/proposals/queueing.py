@@ -27,11 +27,10 @@ from autotune.records.stored import TrialRecord
 from autotune.space.engine_defaults import baseline_config, defaults_label
 from autotune.space.sampling import fixed_params, reference_params
 from autotune.study.plan import StudyPlan
-from autotune.study.proposals.steps import Step
+from autotune.study.proposals.steering import Step
 from autotune.study.results.counting import SURPLUS
 from autotune.study.results.select import in_group_of
-from autotune.study.store.failures import failure_of
-from autotune.study.store.recovery import end_failed, owner
+from autotune.study.store.recovery import end_failed, failure_of, owner
 
 REFERENCE = "reference"
 BASELINE = "baseline"

@@ -27,7 +27,8 @@ from autotune.measure.registry import THROUGHPUT
 from autotune.records.machine import Machine, trial_machine
 from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.study.results.select import recommend
-from autotune.study.store.optuna_private import StudyView, storage_of
+from autotune.study.store.optuna_private import storage_of
+from autotune.study.store.snapshot import StorageView
 
 
 def group_of(trial: FrozenTrial) -> str | None:
@@ -82,22 +83,30 @@ def matching_group(groups: list[Group], machine: Machine) -> Group | None:
     return next((g for g in alike if g.id == machine.group), alike[0] if alike else None)
 
 
-class GroupView(StudyView):
+class GroupStorage(StorageView):
+    """A study's storage whose trials are group `group`'s and those whose machine is unknown."""
+
+    def __init__(self, inner: optuna.storages.BaseStorage, group: str) -> None:
+        super().__init__(inner)
+        self.group = group
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        trials = self.inner.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+        return [t for t in trials if group_of(t) in (self.group, None)]
+
+
+class GroupView(optuna.Study):
     """The study as one comparison group sees it: its trials, and those whose machine is
-    unknown. Everything else (attributes, directions, storage) is the study's."""
+    unknown (read through a GroupStorage). Everything else (attributes, directions) is the
+    study's."""
 
     def __init__(self, study: optuna.Study, group: str) -> None:
-        super().__init__(
-            study_name=study.study_name, storage=storage_of(study), sampler=study.sampler
-        )
+        storage = GroupStorage(storage_of(study), group)
+        super().__init__(study_name=study.study_name, storage=storage, sampler=study.sampler)
         self.group = group
         self.whole = study
-
-    def read_trials(
-        self, *, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool
-    ) -> list[FrozenTrial]:
-        trials = super().read_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        return [t for t in trials if group_of(t) in (self.group, None)]
 
 
 def in_group(study: optuna.Study, group: str | None) -> optuna.Study:

@@ -2,7 +2,7 @@
 
 A line that says "trial 4: 61.2 tok/s" leaves the reader to the report or the database to
 learn what trial 4 was. Each trial is one of: the reference, a named candidate, a one-lever
-step from an incumbent (autotune.study.proposals.steps, recorded as `step`), a repeat of a
+step from an incumbent (autotune.study.proposals.steering, recorded as `step`), a repeat of a
 trial already measured, or the sampler's own proposal; and its configuration is told by the
 values that differ from the reference's.
 """

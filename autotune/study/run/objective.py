@@ -53,8 +53,8 @@ from autotune.study.run.verdicts import (
     judge_paired,
     record_constraints,
 )
-from autotune.study.store.artifacts import ArtifactRecorder
 from autotune.study.store.recovery import Spool, owner, spool_payload
+from autotune.study.store.spool import ArtifactRecorder
 
 # The memory constraint of a trial that ran out of memory: far beyond any measured one.
 OOM_VIOLATION = 1e9

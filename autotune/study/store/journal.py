@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,60 @@ from optuna.storages.journal import JournalFileBackend
 
 from autotune.errors import StudyError
 from autotune.records.shape import MAX_DEPTH
-from autotune.study.store.optuna_private import (
-    JournalStorageReplayResult,
-    journal_file,
-    journal_lock,
-)
+from autotune.study.store.optuna_private import journal_file, journal_lock
 
 # How much of the file is read at a time while looking back for the last newline.
 _TAIL_CHUNK = 1 << 20
 
 
 class WholeRecordJournal(JournalFileBackend):
-    """Optuna's journal file, appended a whole record at a time."""
+    """Optuna's journal file, appended a whole record at a time, and read a line at a time: a
+    line that is no Optuna record is refused in one line that names it (the module's rule).
+    `applying`: the line and record last handed to Optuna's replay, until the read is over;
+    when the replay fails on it, `refused` says so (the storage asks, autotune.study.store.
+    storage.GuardedJournalStorage)."""
+
+    applying: tuple[int, Any] | None = None
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        lines = iter(super().read_logs(log_number_from))
+        line = log_number_from  # the lines before it were applied
+        while True:
+            try:
+                log = next(lines)
+            except StopIteration:
+                self.applying = None
+                return
+            except ValueError as exc:  # a line that is not JSON, with more lines after it
+                raise self.refusal(line + 1, f"not JSON: {exc}") from None
+            except RecursionError:  # JSON nested past what Python's reader takes
+                why = f"JSON nested past the {MAX_DEPTH} levels a stored attribute may hold"
+                raise self.refusal(line + 1, why) from None
+            line += 1
+            if isinstance(log, dict) and not isinstance(log.get("study_name", ""), str):
+                # The one field Optuna's replay keeps without looking at it.
+                raise self.refusal(line, "study_name: not text")
+            self.applying = (line, log)
+            yield log
+
+    def refused(self, exc: BaseException, worker_id: str) -> StudyError | None:
+        """The refusal of the line Optuna's replay failed on with `exc`; None when `exc` came
+        from elsewhere, or is Optuna's answer to this process's own write (`worker_id`'s)."""
+        applying, self.applying = self.applying, None
+        if applying is None or isinstance(exc, StudyError):
+            return None
+        line, log = applying
+        own = isinstance(log, dict) and log.get("worker_id") == worker_id
+        if own and isinstance(exc, (OptunaError, KeyError)):
+            return None
+        return self.refusal(line, _named(exc))
+
+    def refusal(self, line: int, why: str) -> StudyError:
+        return StudyError(
+            f"journal {journal_file(self)}: line {line} is not an Optuna record the study can "
+            f"take ({why:.200}); the file was edited or damaged: restore it from a copy, or "
+            "remove that line"
+        )
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
@@ -100,54 +143,5 @@ def tail_note(path: Path) -> str | None:
     )
 
 
-class CheckedReplay(JournalStorageReplayResult):
-    """Optuna's replay of the journal, refusing a line it cannot apply in one line."""
-
-    path = ""
-
-    def apply_logs(self, logs: Any) -> None:
-        lines = iter(logs)
-        while True:
-            try:
-                log = next(lines)
-            except StopIteration:
-                return
-            except ValueError as exc:  # a line that is not JSON, with more lines after it
-                # Every line before it was applied: it is the next one.
-                raise self._refusal(self.log_number_read + 1, f"not JSON: {exc}") from None
-            except RecursionError:  # JSON nested past what Python's reader takes
-                why = f"JSON nested past the {MAX_DEPTH} levels a stored attribute may hold"
-                raise self._refusal(self.log_number_read + 1, why) from None
-            if isinstance(log, dict) and not isinstance(log.get("study_name", ""), str):
-                # The one field Optuna's replay keeps without looking at it.
-                self.log_number_read += 1
-                raise self._refusal(self.log_number_read, "study_name: not text")
-            try:
-                super().apply_logs([log])  # counts the line, then applies it
-            except (OptunaError, KeyError) as exc:
-                if isinstance(log, dict) and log.get("worker_id") == self.worker_id:
-                    raise  # this process's own write refused: Optuna's answer, as it is
-                raise self._refusal(self.log_number_read, _named(exc)) from None
-            except Exception as exc:
-                raise self._refusal(self.log_number_read, _named(exc)) from None
-
-    def _refusal(self, line: int, why: str) -> StudyError:
-        return StudyError(
-            f"journal {self.path}: line {line} is not an Optuna record the study can take "
-            f"({why:.200}); the file was edited or damaged: restore it from a copy, or remove "
-            "that line"
-        )
-
-
 def _named(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def checked_replay(replay: JournalStorageReplayResult, path: str) -> CheckedReplay:
-    """`replay` as a CheckedReplay (the same state), reporting lines of the file at `path`."""
-    if isinstance(replay, CheckedReplay):
-        return replay
-    checked = CheckedReplay.__new__(CheckedReplay)
-    checked.__dict__.update(replay.__dict__)
-    checked.path = path
-    return checked

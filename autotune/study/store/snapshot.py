@@ -6,43 +6,72 @@ database each time, for the attributes and for any trial not finished when last 
 snapshot reads each once, validated once by the storage's reading layer, so a command works on
 one consistent state of a study that other processes may be writing, and a `best` over a
 database takes a third of the time.
+
+A view of a study is a storage view (StorageView): every reader of an optuna.Study (its
+trials, get_trials, the samplers) asks its storage, so a view replaces the storage's public
+reads it changes and passes the rest on, as Optuna's own cache wraps its backend.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Container
+import abc
+from collections.abc import Callable, Container
 from typing import Any
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import StudyError
 from autotune.records.checks import second_references
 from autotune.records.readable import stand_in, study_problem
-from autotune.study.store.optuna_private import StudyView, storage_of, study_id_of, trial_id
+from autotune.study.store.database import kept
+from autotune.study.store.optuna_private import trial_id
 
 
-class StudySnapshot(StudyView):
-    """An Optuna study whose trials and user attributes are read from the storage once."""
+class StorageView(BaseStorage):
+    """`inner` with every method of Optuna's storage interface passed on to it (the module's
+    rule); a subclass replaces the reads its view changes."""
 
-    _read_once: list[FrozenTrial] | None = None
-    _attrs_once: dict[str, Any] | None = None
+    def __init__(self, inner: BaseStorage) -> None:
+        self.inner = inner
 
-    def read_trials(
-        self, *, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool
+
+def _passed_on(name: str) -> Callable[..., Any]:
+    def method(self: StorageView, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+# The interface's abstract methods, and the reads Optuna's Study makes outside them (its best
+# trial) or at the end of a session.
+for _name in (*BaseStorage.__abstractmethods__, "get_best_trial", "remove_session"):
+    setattr(StorageView, _name, _passed_on(_name))
+abc.update_abstractmethods(StorageView)
+
+
+class SnapshotStorage(StorageView):
+    """`inner` whose trials and study attributes are read once per study."""
+
+    def __init__(self, inner: BaseStorage) -> None:
+        super().__init__(inner)
+        self.trials: dict[int, list[FrozenTrial]] = {}
+        self.attrs: dict[int, dict[str, Any]] = {}
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
-        if self._read_once is None:
-            stored = storage_of(self).get_all_trials(study_id_of(self), deepcopy=False)
-            self._read_once = without_second_references(stored)
-        trials = [t for t in self._read_once if states is None or t.state in states]
-        return copy.deepcopy(trials) if deepcopy else trials
+        if study_id not in self.trials:
+            stored = self.inner.get_all_trials(study_id, deepcopy=False)
+            self.trials[study_id] = without_second_references(stored)
+        return kept(self.trials[study_id], states, deepcopy)
 
-    @property
-    def user_attrs(self) -> dict[str, Any]:
-        if self._attrs_once is None:
-            self._attrs_once = storage_of(self).get_study_user_attrs(study_id_of(self))
-        return dict(self._attrs_once)
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        if study_id not in self.attrs:
+            self.attrs[study_id] = self.inner.get_study_user_attrs(study_id)
+        return dict(self.attrs[study_id])
 
 
 def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -70,7 +99,7 @@ def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 def read_study(storage: optuna.storages.BaseStorage, study_name: str) -> optuna.Study:
     """The study as a reading command sees it, refused in one line when it cannot be ranked
     at all (autotune.records.readable.study_problem)."""
-    study = StudySnapshot(study_name=study_name, storage=storage)
+    study = optuna.Study(study_name=study_name, storage=SnapshotStorage(storage))
     problem = study_problem(study)
     if problem is not None:
         raise StudyError(f"study '{study_name}' cannot be read: {problem} (edited or damaged)")

@@ -11,7 +11,7 @@ database: a missing one is reported, not made. A URL is checked before anything 
 password in it is never printed (`display_url`).
 
 Reads and writes wait for a busy database (SQLite's busy timeout) and are retried with backoff
-when it stays locked (autotune.study.store.retrying), so another process holding a write lock
+when it stays locked (autotune.study.store.database), so another process holding a write lock
 costs time, not a measured trial.
 """
 
@@ -33,18 +33,7 @@ from optuna.trial import FrozenTrial
 from autotune.errors import StudyError
 from autotune.records.checks import objective_metrics
 from autotune.records.readable import ReadableView
-from autotune.study.store.failures import failure_of, heartbeat_grace_s, record_stale
-from autotune.study.store.journal import WholeRecordJournal, checked_replay, repair_tail, tail_note
-from autotune.study.store.optuna_private import (
-    JournalStorageReplayResult,
-    ReplayCheckedJournalStorage,
-    RowReadingRDBStorage,
-    rdb_models,
-    trial_id,
-)
-from autotune.study.store.optuna_schema import describe, not_optunas
-from autotune.study.store.rdb_rows import build_readable
-from autotune.study.store.retrying import (
+from autotune.study.store.database import (
     LOCKED_RETRY,
     WRITE_RETRIES,
     WRITES,
@@ -53,16 +42,22 @@ from autotune.study.store.retrying import (
     headline,
     masked,
 )
+from autotune.study.store.journal import WholeRecordJournal, repair_tail, tail_note
+from autotune.study.store.optuna_private import journal_study_of, journal_worker_id, trial_id
+from autotune.study.store.recovery import failure_of, heartbeat_grace_s, record_stale
 from autotune.study.store.snapshot import read_study
 from autotune.study.store.storage_urls import (
     JOURNAL_SUFFIX,
     STUDIES_DIR,
+    artifact_dir,
     check_several_writers,
     check_storage_url,
     default_storage_url,
+    describe,
     display_url,
     is_journal,
     local_file,
+    not_optunas,
     sqlite_busy_timeout_s,
     sqlite_file,
 )
@@ -137,7 +132,7 @@ def _open_database(url: str, *, create: bool) -> optuna.storages.BaseStorage:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # Opening reads Optuna's schema version: a locked database is waited out too.
             return RetryingStorage(
-                LOCKED_RETRY.copy()(schema_race, ReadableRDBStorage, url, **kwargs)
+                LOCKED_RETRY.copy()(schema_race, optuna.storages.RDBStorage, url, **kwargs)
             )
     except ImportError as exc:
         raise StudyError(f"storage '{shown}' needs a database driver: {exc}") from None
@@ -200,20 +195,22 @@ def _open_journal(path: Path, *, create: bool) -> optuna.storages.BaseStorage:
         raise StudyError(f"cannot open storage '{path}': {exc.strerror or exc}") from None
 
 
-class GuardedJournalStorage(ReplayCheckedJournalStorage):
+class GuardedJournalStorage(optuna.storages.JournalStorage):
     """Optuna's journal storage whose failed writes (disk full) are one StorageUnavailable
     line, the measured results staying in the spool, as for a database; a line it cannot
-    replay is one line too (autotune.study.store.journal), and an unreadable trial a stand-in."""
+    replay is one line too (autotune.study.store.journal), and an unreadable trial a stand-in.
+    Every public method, and the replay at construction, pass through `_replay_guarded`."""
 
     _view: ReadableView | None = None
 
-    def checked(self, replay: JournalStorageReplayResult, path: str) -> JournalStorageReplayResult:
-        return checked_replay(replay, path)
+    def __init__(self, backend: WholeRecordJournal) -> None:
+        self.backend = backend
+        _replay_guarded(optuna.storages.JournalStorage.__init__)(self, backend)
 
     def _shown(self, trial: FrozenTrial) -> FrozenTrial:
         if self._view is None:
             self._view = ReadableView()
-        study = self.study_of(trial)
+        study = journal_study_of(self, trial)
         metrics = objective_metrics(study.user_attrs)
         return self._view(trial, len(study.directions), metrics, trial_id=trial_id(trial))
 
@@ -226,6 +223,24 @@ class GuardedJournalStorage(ReplayCheckedJournalStorage):
         shown = [self._shown(t) for t in super().get_all_trials(study_id, deepcopy=False)]
         kept = [t for t in shown if states is None or t.state in states]
         return copy.deepcopy(kept) if deepcopy else kept
+
+
+def _replay_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method`, whose failure to replay a journal line is that line's refusal: each call
+    reads the lines other processes appended first."""
+
+    @functools.wraps(method)
+    def wrapper(self: GuardedJournalStorage, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            with contextlib.suppress(AttributeError):  # no worker before Optuna's own start
+                refusal = self.backend.refused(exc, journal_worker_id(self))
+                if refusal is not None:
+                    raise refusal from None
+            raise
+
+    return wrapper
 
 
 def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -241,19 +256,12 @@ def _journal_guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class ReadableRDBStorage(RowReadingRDBStorage):
-    """Optuna's RDB storage in which a trial whose rows cannot be read is a stand-in
-    (autotune.study.store.rdb_rows), the others reading as before."""
-
-    def build_trial(
-        self, build: Callable[[rdb_models.TrialModel], FrozenTrial], model: rdb_models.TrialModel
-    ) -> FrozenTrial:
-        return build_readable(build, model)
-
-
-for _name in WRITES:
-    journal_write = getattr(optuna.storages.JournalStorage, _name)
-    setattr(GuardedJournalStorage, _name, _journal_guarded(journal_write))
+for _name in sorted({*optuna.storages.BaseStorage.__abstractmethods__, *WRITES}):
+    _method = vars(GuardedJournalStorage).get(_name) or getattr(
+        optuna.storages.JournalStorage, _name
+    )
+    _method = _replay_guarded(_method)
+    setattr(GuardedJournalStorage, _name, _journal_guarded(_method) if _name in WRITES else _method)
 
 _SCHEMA_RACE_RETRIES = 3
 
@@ -312,14 +320,6 @@ def load_study(study_name: str | None, storage_url: str | None) -> optuna.Study:
             f"'{study_name}' (the database was edited): rename or delete all but one"
         )
     return read_study(storage, study_name)
-
-
-def artifact_dir(storage_url: str, study_name: str) -> Path:
-    """Where a study's artifacts (sample outputs per trial) live: beside its SQLite file."""
-    stored = local_file(storage_url)
-    if stored is not None:
-        return stored.with_name(f"{stored.stem}-artifacts")
-    return STUDIES_DIR / f"{study_name}-artifacts"
 
 
 # The URL checks live in storage_urls; the names callers know from here stay importable.

@@ -3,28 +3,68 @@
 A URL is checked before anything is written: no in-memory SQLite that would lose the study, no
 folder created at a typo's path, no write into another program's database, and a password in
 it is never printed (`display_url`). autotune.study.store.storage opens what passes.
+
+A database's tables must be Optuna's, and a name is not enough: another program's database
+with a table called `trials` passed a check of names, Optuna then added its other tables and a
+study row beside it, and failed on the first trial. So each table with one of Optuna's names
+must also have Optuna's columns, read from Optuna's own schema, so a new Optuna is followed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import sqlite3
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from urllib.parse import unquote
 
 from autotune import variables
 from autotune.errors import StudyError
-from autotune.study.store.optuna_schema import describe, not_optunas
+
+
+@functools.cache
+def optuna_columns() -> dict[str, frozenset[str]]:
+    """Optuna's tables (its RDB schema and the migration tool's bookkeeping) and columns."""
+    from autotune.study.store.optuna_private import rdb_models as models
+
+    columns = {
+        name: frozenset(column.name for column in table.columns)
+        for name, table in models.BaseModel.metadata.tables.items()
+    }
+    columns["alembic_version"] = frozenset({"version_num"})
+    return columns
+
+
+def not_optunas(tables: Mapping[str, Collection[str]]) -> list[str]:
+    """The tables (name -> its columns) that Optuna did not make: another name, or one of
+    Optuna's names without Optuna's columns. SQLite's own tables (sqlite_*) are left out."""
+    expected = optuna_columns()
+    found = []
+    for name in sorted(tables):
+        if name.startswith("sqlite_"):
+            continue
+        if name not in expected:
+            found.append(name)
+        elif not expected[name] <= set(tables[name]):
+            found.append(f"{name} (not Optuna's columns)")
+    return found
+
+
+def describe(foreign: list[str]) -> str:
+    """The first few foreign tables, for a one-line error."""
+    return ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+
 
 SQLITE_BUSY_TIMEOUT_ENV = "AUTOTUNE_SQLITE_BUSY_TIMEOUT_S"
 
 
 def sqlite_busy_timeout_s() -> float:
     """How long SQLite waits for another writer's lock before a write gives up (seconds,
-    autotune.variables); the retries after that are autotune.study.store.retrying's."""
+    autotune.variables); the retries after that are autotune.study.store.database's."""
     seconds: float = variables.read(SQLITE_BUSY_TIMEOUT_ENV)
     return seconds
 
@@ -332,3 +372,11 @@ def _can_create_in(folder: Path) -> bool:
         return not os.statvfs(resolved).f_flag & os.ST_RDONLY
     except OSError:
         return False
+
+
+def artifact_dir(storage_url: str, study_name: str) -> Path:
+    """Where a study's artifacts (sample outputs per trial) live: beside its SQLite file."""
+    stored = local_file(storage_url)
+    if stored is not None:
+        return stored.with_name(f"{stored.stem}-artifacts")
+    return STUDIES_DIR / f"{study_name}-artifacts"

@@ -7,7 +7,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.study.proposals.queueing import later_candidates_due
-from autotune.study.proposals.steps import Step
+from autotune.study.proposals.steering import Step
 
 
 def measured(rate: float, ci_rel: float, **attrs: object) -> optuna.trial.FrozenTrial:

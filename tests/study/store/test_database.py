@@ -1,5 +1,5 @@
 """A locked database costs time, not a trial: each call Optuna makes through its cached storage
-is retried whole by the storage that wraps it (autotune.study.store.retrying), including the
+is retried whole by the storage that wraps it (autotune.study.store.database), including the
 calls the cache makes through its backend's private methods."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study.store.retrying import RetryingStorage
+from autotune.study.store.database import RetryingStorage
 from autotune.study.store.storage import open_storage
 
 

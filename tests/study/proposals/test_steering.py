@@ -1,4 +1,4 @@
-"""One-lever steps from the incumbent (autotune.study.proposals.steps): which neighbour comes
+"""One-lever steps from the incumbent (autotune.study.proposals.steering): which neighbour comes
 next, and when a step counts as tried. The incumbent is given directly; the real study loop runs the
 steps in tests/bench/test_replay.py and tests/study/run/test_racing.py."""
 
@@ -14,7 +14,7 @@ from optuna.trial import TrialState, create_trial
 from small_space import run_study, small_space
 from step_checks import assert_one_lever_each
 
-import autotune.study.proposals.steps as steps
+import autotune.study.proposals.steering as steps
 from autotune.params import TrialConfig
 from autotune.space import load_space
 

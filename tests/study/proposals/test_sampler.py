@@ -1,4 +1,4 @@
-"""The search's start-up covers the big levers (autotune.study.proposals.coverage)."""
+"""The search's start-up covers the big levers (autotune.study.proposals.sampler)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 
 import optuna
 
-from autotune.study.proposals.coverage import CoveringSampler
+from autotune.study.proposals.sampler import CoveringSampler
 
 SIDES = [None, 1024, 768, 512]
 BATCHES = [1, 8, 16, 32, 64]
