@@ -26,7 +26,7 @@ from autotune.errors import StudyError
 from autotune.records.checks import second_references
 from autotune.records.readable import stand_in, study_problem
 from autotune.study.store.database import kept
-from autotune.study.store.optuna_private import trial_id
+from autotune.study.store.optuna_private import study_id_of, trial_id
 
 
 class StorageView(BaseStorage):
@@ -74,6 +74,20 @@ class SnapshotStorage(StorageView):
         return dict(self.attrs[study_id])
 
 
+class StudySnapshot(optuna.Study):
+    """An optuna.Study read through a SnapshotStorage, whose user attributes are handed out
+    as read (a shallow copy): Optuna's deep copy of them would recurse into an attribute
+    nested too deep before the record's reader could refuse it by name."""
+
+    def __init__(self, study_name: str, storage: SnapshotStorage) -> None:
+        super().__init__(study_name=study_name, storage=storage)
+        self.snapshot = storage
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return self.snapshot.get_study_user_attrs(study_id_of(self))
+
+
 def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """`trials` with every completed trial that claims the reference after the first one did
     as a stand-in named impossible (autotune.records.checks)."""
@@ -99,7 +113,7 @@ def without_second_references(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 def read_study(storage: optuna.storages.BaseStorage, study_name: str) -> optuna.Study:
     """The study as a reading command sees it, refused in one line when it cannot be ranked
     at all (autotune.records.readable.study_problem)."""
-    study = optuna.Study(study_name=study_name, storage=SnapshotStorage(storage))
+    study = StudySnapshot(study_name, SnapshotStorage(storage))
     problem = study_problem(study)
     if problem is not None:
         raise StudyError(f"study '{study_name}' cannot be read: {problem} (edited or damaged)")
