@@ -155,7 +155,8 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         run.result,
         startup_s=run.startup_s,
         evalset=plan.evalset,
-        measure_accuracy=not plan.dummy_weights,
+        # Not judged: its few answers (screening's) are kept, no accuracy figure from them.
+        measure_accuracy=not plan.dummy_weights and run.not_judged is None,
     )
     m.environment = with_entries(m.environment, launch_id=run.launch_id, **run.overlap)
     time_s.update(m.time_s)
