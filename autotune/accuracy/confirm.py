@@ -3,18 +3,19 @@
 Each floor verdict is wrong at most 1 - confidence of the time, but a study recommends the
 fastest trial the floor passed, and the fastest are the lossiest. So a slice of the pool (the
 last items of the decision order, every category in its share) is held out from the search
-floor, and the recommendation is the fastest confirmed trial, else the reference. Only a
-record-setter is confirmed: a trial the search floor passed that beats, on the first
-objective, the reference and every earlier trial the floor passed (the search record,
-autotune.study.results.search_record); any other could never be recommended.
+floor, and the recommendation is the fastest confirmed trial, else the reference. Every trial
+inside its limits answers the search floor; one it passes is confirmed only where it is
+faster than the best confirmed trial so far (the reference counts where it can be
+recommended): a slower one could never be recommended.
 
-Why the study's error stays under 1 - confidence: the j-th distinct set of answers confirmed
-is tested at alpha_j = 6 alpha / (pi^2 j^2), which sum to alpha. The record is read from the
-search alone (the floor's verdicts on the other items, the speeds, the limits), never from a
-confirmation's outcome (a failed one leaves the record standing), so which trials are
-confirmed, and in what order, is fixed by the search, and a union bound over that order bounds
-the chance that any confirmed trial loses max_drop or more by the sum, although every test
-reads the same held-out items. bench/cpu/floor_error_rates.py --whole-study measures it.
+Why the study's error stays under alpha = 1 - confidence: the confirmation of a trial is
+tested at alpha_j = 6 alpha / (pi^2 j^2), where j is the rank of its distinct answers among
+those the search floor passed, in the order they passed. The search alone fixes j (which
+trials are judged and their floor verdicts never read held-out answers), so P(some bad trial
+confirmed) <= sum over j of P(the j-th set is bad and would pass its test at alpha_j) <=
+alpha, whatever subset of tests runs (it may follow held-out outcomes). The recommendation
+equals that of confirming every trial the floor passed: an untested one is slower than one
+already confirmed. bench/cpu/floor_error_rates.py --whole-study measures it.
 """
 
 from __future__ import annotations

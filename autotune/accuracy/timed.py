@@ -10,11 +10,11 @@ what the floor would have asked of it, unjudged:
   `items_needed_to_pass` (the typical trial, as the budget's medians), up to the floor's next
   look, from the pool in decision order and in the floor's stages. A floor that answers every
   item (bootstrap, point, none) or whose count depends on the accuracy (absolute) times all.
-- and its confirmation: where it sets the search record, the median held-out items the first
-  confirmation spends for that same candidate (autotune.accuracy.confirm); the search's
-  items come from the pool without the slice, as a real study's do.
-- when: screening before the load test, the rest after it where a real study would judge the
-  trial (autotune.study.run.accuracy_gate; a timed pass counts as one the floor passed).
+- and its confirmation: where it is faster than every trial that timed one (or the reference),
+  the median held-out items the first confirmation spends for that same candidate
+  (autotune.accuracy.confirm); the search's items come from the pool without the slice.
+- when: screening before the load test, the rest after it, none over the memory budget or the
+  latency SLO (autotune.study.run.accuracy_gate; a timed pass counts as one the floor passed).
 - how long: the item's expected answer (its first) in the served tokenizer's tokens, at least
   1, plus the end token a real model stops with, capped by the trial's max_new_tokens; forced
   as a load test forces its lengths (autotune.export.forced_length; in process min_new_tokens).
@@ -62,8 +62,8 @@ class TimedPass(BaseModel):
 @dataclass(frozen=True)
 class TimedRest:
     """What a candidate answers after its load test (autotune.study.run.accuracy_gate): the
-    floor's items past screening where its accuracy can change the recommendation, then the
-    held-out items where it sets the search record, each forced to its length."""
+    floor's items past screening inside its limits, then the held-out items where it is
+    faster than every trial that timed them, each forced to its length."""
 
     floor: list[str]
     confirm: list[str]

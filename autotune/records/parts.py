@@ -217,17 +217,31 @@ class Confirmed(_StrictPart):
 class NotJudged(_StrictPart):
     """Why a trial's accuracy was not judged (autotune.study.run.accuracy_gate writes it, as
     the record's `accuracy_not_judged`): its load test already missed the memory budget or the
-    latency SLO, or it was slower than the search record, trial `record_trial` (the reference
-    or a trial the search floor passed), so it could never be confirmed nor recommended. Its
-    accuracy constraint is 0: unknown, never a verdict."""
+    latency SLO, so it is infeasible whatever it answers. Its accuracy constraint is 0:
+    unknown, never a verdict. (Records of an earlier rule may say "slower" with the trial it
+    did not beat, `record_trial`.)"""
 
-    reason: str | None = None  # "memory", "latency" or "slower"
-    record_trial: int | None = None  # the record it did not beat ("slower" only)
+    reason: str | None = None  # "memory" or "latency"
+    record_trial: int | None = None  # an earlier rule's record it did not beat ("slower")
     words: str | None = None  # the reason in words, as the lines show it
 
     def line(self) -> str:
-        """'accuracy not judged: slower than trial #3 the floor passed'."""
+        """'accuracy not judged: its load test is over the memory budget'."""
         return f"accuracy not judged: {self.words or self.reason or 'unknown reason'}"
+
+
+class NotConfirmed(_StrictPart):
+    """Why a trial the search floor passed answered none of the held-out items
+    (autotune.study.run.accuracy_gate writes it, as the record's `confirmation_skipped`): it
+    was slower than trial `confirmed_trial`, already confirmed (or the reference, which may be
+    recommended), so it could never be recommended (autotune.accuracy.confirm)."""
+
+    confirmed_trial: int | None = None
+    words: str | None = None  # the reason in words, as the lines show it
+
+    def line(self) -> str:
+        """'not confirmed: slower than trial #3, already confirmed'."""
+        return f"not confirmed: {self.words or 'slower than a confirmed trial'}"
 
 
 class Stepped(_StrictPart):

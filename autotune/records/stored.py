@@ -43,6 +43,7 @@ from autotune.records.machine import Machine
 from autotune.records.parts import (
     Environment,
     FloorVerdict,
+    NotConfirmed,
     NotJudged,
     Owner,
     Paired,
@@ -219,6 +220,9 @@ class TrialRecord(_Stored):
     accuracy_floor: Annotated[FloorVerdict | None, stored_part(FloorVerdict)] = None
     # Why its accuracy was not judged (autotune.study.run.accuracy_gate): None where it was.
     accuracy_not_judged: Annotated[NotJudged | None, stored_part(NotJudged)] = None
+    # Why the floor passed it but it answered no held-out item (autotune.study.run.
+    # accuracy_gate): slower than a trial already confirmed. None where it was confirmed.
+    confirmation_skipped: Annotated[NotConfirmed | None, stored_part(NotConfirmed)] = None
     measure_stop_reason: str | None = None
     # The study's first deployable figure, measured to a looser interval so that the first
     # steps, which race it, start sooner (autotune.study.run.reference_load).

@@ -21,7 +21,7 @@ With --whole-study, planted whole studies instead (bench/cpu/floor_whole_study.p
 the recommendation itself loses max_drop or more, with the held-out confirmation::
 
     nice python bench/cpu/floor_error_rates.py --whole-study --seeds 500 --check \
-        --out bench/results --name floor-whole-study-2026-12-07-record-setters
+        --out bench/results --name floor-whole-study-2026-12-07-confirm-when-faster
 
 `--check` exits 1 unless every cell whose true drop is at least the margin accepts no more
 often than 1 - confidence (within its binomial margin), the default settings accept a

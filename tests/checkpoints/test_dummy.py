@@ -205,13 +205,14 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
     reference, candidate = complete
-    # As a real study: a candidate no faster than the (deployable) reference answers nothing
-    # after its load test (its screening is none here), and says why.
+    # As a real study: a candidate no faster than the (deployable) reference times its
+    # floor's items after its load test but no held-out one, and says why.
     if candidate.values[0] <= reference.values[0]:
         record = TrialRecord.of(candidate)
-        assert record.accuracy_not_judged is not None
-        assert record.accuracy_not_judged.record_trial == reference.number
-        assert "accuracy_timed_items" not in candidate.user_attrs
+        assert record.accuracy_not_judged is None
+        assert record.confirmation_skipped is not None
+        assert record.confirmation_skipped.confirmed_trial == reference.number
+        assert list(candidate.user_attrs["accuracy_timed_tokens"]) == searched[:stated]
         assert record.constraints is not None and record.constraints["accuracy"] == 0.0
         complete = [reference]
     for trial in complete:

@@ -105,11 +105,16 @@ def test_every_completed_trial_carries_its_figures(smoke_study: tuple[Path, optu
     for trial in complete:
         # A repeated proposal copies its twin's figures; it ran on no launch of its own.
         own_run = ("launch_id", "launch_started") if "duplicate_of" in trial.user_attrs else ()
-        # A trial no faster than the record is not judged: no accuracy figures, and why.
+        # A trial over the memory budget or latency SLO is not judged: no accuracy figures.
         unjudged = TrialRecord.of(trial).accuracy_not_judged
         if unjudged is not None:
             own_run += ("accuracy", "accuracy_by_category", "item_scores")
-            assert unjudged.reason in ("slower", "memory", "latency") and unjudged.words
+            assert unjudged.reason in ("memory", "latency") and unjudged.words
+        # One the floor passed, slower than a confirmed one: judged, not confirmed, and why.
+        skipped = TrialRecord.of(trial).confirmation_skipped
+        if skipped is not None:
+            assert "confirmation" not in trial.user_attrs and skipped.confirmed_trial is not None
+            assert TrialRecord.of(trial).accuracy_not_judged is None
         missing = [n for n in TRIAL_ATTRS if n not in trial.user_attrs and n not in own_run]
         assert not missing, f"trial {trial.number} lacks {missing}"
         attrs = trial.user_attrs

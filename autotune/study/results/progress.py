@@ -77,6 +77,8 @@ def trial_figures(trial: FrozenTrial) -> str:
         accuracy = f"timed, not judged ({timed:.0f} items)"
     if a.accuracy_not_judged is not None:  # its answers could not change the recommendation
         accuracy = "not judged"
+    if a.confirmation_skipped is not None:  # the floor passed it; slower than a confirmed one
+        accuracy = f"{accuracy} ({a.confirmation_skipped.line()})"
     return (
         f"{_fmt(a.figure('throughput_output_tokens_per_s'), '.1f')}{interval} tok/s"
         f"{measuring_caveat(a)}, p95 {_fmt(a.figure('e2e_latency_p95_ms'), '.0f')} ms, "

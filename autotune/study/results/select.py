@@ -379,30 +379,20 @@ def passed_over(
     faster = [
         t
         for t in candidates
-        if (is_feasible(t) or _slower_unjudged(t))
+        if is_feasible(t)
         and not confirmed_trial(t)
         and sign * t.values[0] > sign * chosen.values[0]
     ]
     return [(t, unconfirmed_reason(t)) for t in sorted(faster, key=lambda t: -sign * t.values[0])]
 
 
-def _slower_unjudged(trial: FrozenTrial) -> bool:
-    """Not judged only for being slower than the search record, inside every limit: what a
-    failed confirmation of the record leaves unconfirmed (autotune.accuracy.confirm)."""
-    not_judged = TrialRecord.of(trial).accuracy_not_judged
-    return (
-        not_judged is not None
-        and not_judged.reason == "slower"
-        and all(v <= 0 for v in constraint_values(trial))
-    )
-
-
 def unconfirmed_reason(trial: FrozenTrial) -> str:
     """Why a trial the floor passed is not recommended, in words."""
     verdict = confirmation_of(trial)
-    not_judged = TrialRecord.of(trial).accuracy_not_judged
-    if not_judged is not None:
-        return f"trial {trial.number}: {not_judged.line()}"
+    record = TrialRecord.of(trial)
+    why = record.accuracy_not_judged or record.confirmation_skipped
+    if why is not None:
+        return f"trial {trial.number}: {why.line()}"
     if verdict is None:
         return (
             f"trial {trial.number} answered none of the held-out items (its reference was not "

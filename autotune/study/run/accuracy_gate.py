@@ -1,12 +1,13 @@
-"""Whether a trial's accuracy pass can change the recommendation, decided after its load test.
+"""Which of a trial's accuracy passes can change the recommendation, decided after its load test.
 
 The study recommends the fastest confirmed trial, else the reference
 (autotune.accuracy.confirm). A trial whose load test already misses the memory budget or the
-latency SLO is infeasible whatever it answers; one no faster than the search record
-(autotune.study.results.search_record) can never be confirmed, so never recommended. Neither
-answers the pool: its record says why (records.parts.NotJudged) and its accuracy constraint
-is 0, unknown (the sampler learns from the other constraints). Every other trial is judged,
-and confirmed where the floor passes it and it still beats the record then. With dummy
+latency SLO is infeasible whatever it answers: it answers nothing more, its record says why
+(records.parts.NotJudged) and its accuracy constraint is 0, unknown (the sampler learns from
+the other constraints). Every other trial answers the search floor. One the floor passes is
+confirmed only where it is faster than the best confirmed trial so far
+(autotune.study.results.best_confirmed): a slower one could never be recommended, so it
+answers no held-out item and its record says why (records.parts.NotConfirmed). With dummy
 weights the same rules time the pass (autotune.accuracy.timed): screening around the load
 test, the rest after it (timed_answers).
 """
@@ -23,10 +24,10 @@ from autotune.engines.session import measure_plan
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import NotJudged
+from autotune.records.parts import NotConfirmed, NotJudged
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
-from autotune.study.results.search_record import search_record
+from autotune.study.results.best_confirmed import best_confirmed
 from autotune.study.run.verdicts import constraint_values
 
 _OVER = {
@@ -64,18 +65,32 @@ def not_judged(
     *,
     startup_s: float,
 ) -> NotJudged | None:
-    """Why the trial's accuracy is not judged, or None where it may change the
-    recommendation (and, with no measurement, where judging fails it anyway)."""
+    """Why the trial's accuracy is not judged (over the memory budget or the latency SLO),
+    or None where it is (and, with no measurement, where judging fails it anyway)."""
     value, values = first_objective(plan, config, result, startup_s=startup_s)
     if value is None:
         return None
     for limit, words in _OVER.items():
         if values.get(limit, 0.0) > 0:
             return NotJudged(reason=limit, words=words)
-    record = search_record(study)
-    if record is not None and not record.beaten_by(value):
-        return NotJudged(reason="slower", record_trial=record.number, words=record.words())
     return None
+
+
+def not_confirmed(
+    plan: StudyPlan,
+    study: optuna.Study,
+    config: TrialConfig,
+    result: SessionResult,
+    *,
+    startup_s: float,
+) -> NotConfirmed | None:
+    """Why a trial the floor passed is not confirmed (no faster than the best confirmed
+    trial now), or None where its confirmation may change the recommendation."""
+    value, _ = first_objective(plan, config, result, startup_s=startup_s)
+    best = best_confirmed(study)
+    if value is None or best is None or best.beaten_by(value):
+        return None
+    return best.not_confirmed()
 
 
 def timed_pass(

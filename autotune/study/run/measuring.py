@@ -19,7 +19,7 @@ import optuna
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import NotJudged
+from autotune.records.parts import NotConfirmed, NotJudged
 from autotune.records.stored import MEASURED_BESIDE, STARTUP_BESIDE, TrialRecord
 from autotune.records.writer import write_trial
 from autotune.study.plan import StudyPlan
@@ -54,6 +54,8 @@ class MeasuredRun:
     reused_confirmation: dict[str, Any] | None = None
     # Why its accuracy was not judged (autotune.study.run.accuracy_gate); None: judged.
     not_judged: NotJudged | None = None
+    # Why the floor passed it but it was not confirmed (slower than a confirmed trial).
+    not_confirmed: NotConfirmed | None = None
 
 
 @dataclass
@@ -130,6 +132,7 @@ class MeasureStep:
             settled.confirm,
             settled.reused_confirmation,
             settled.not_judged,
+            settled.not_confirmed,
         )
 
 

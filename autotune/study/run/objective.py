@@ -182,6 +182,8 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
         run.reused_confirmation, run.confirm, paired, m.accuracy, reference
     )
     record = record.joined(TrialRecord.part(**confirmed))
+    if run.not_confirmed is not None:  # the floor passed it, slower than a confirmed trial
+        record = record.joined(TrialRecord.part(confirmation_skipped=run.not_confirmed))
     absolute = None if m.accuracy is None else judge_absolute(m.accuracy, space, plan.evalset)
     if absolute is not None:
         floor = FloorVerdict.of(dataclasses.asdict(absolute))

@@ -5,7 +5,6 @@ the answers cache), and a trial whose reference another worker still runs waits 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -16,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.answers_cache import AnswersKey
 from autotune.accuracy.confirm import ConfirmRequest
 from autotune.accuracy.reuse import (
+    accuracy_key,
     answered_prefix,
     find_reusable,
     floor_request,
@@ -31,14 +31,19 @@ from autotune.evalset.dataset import EvalSet
 from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
-from autotune.records.parts import NotJudged, Paired
+from autotune.records.parts import NotConfirmed, NotJudged, Paired
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import end_trial
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.groups import group_of
 from autotune.study.results.select import in_group_of, reference_trial
-from autotune.study.run.accuracy_gate import not_judged, timed_answers, timed_pass
+from autotune.study.run.accuracy_gate import (
+    not_confirmed,
+    not_judged,
+    timed_answers,
+    timed_pass,
+)
 from autotune.study.run.reference_load import (
     ReferenceAnswers,
     ReferenceStages,
@@ -215,6 +220,8 @@ class Settled:
     reused_confirmation: dict[str, Any] | None = None
     # Why its accuracy was not judged (autotune.study.run.accuracy_gate); None: judged.
     not_judged: NotJudged | None = None
+    # Why the floor passed it but it answered no held-out item; None: confirmed, or not due.
+    not_confirmed: NotConfirmed | None = None
 
 
 class TrialAnswers:
@@ -307,22 +314,23 @@ class TrialAnswers:
         predictions = {**planned.known, **computed}
         spent = 0.0
         measured = result.stop_reason != RACED and not result.screened_out
-        gate = functools.partial(
-            not_judged, self.plan, study, config, result, startup_s=session.startup_s
-        )
-        # Answers only where they can change the recommendation (autotune.study.run.
-        # accuracy_gate): a trial over a limit or slower than the record answers no more.
-        skipped = gate() if measured and planned.follow else None
-        if planned.follow and measured and skipped is None:
+        at = {"startup_s": session.startup_s}
+        over = not_judged(self.plan, study, config, result, **at) if measured else None
+        # Over the memory budget or the latency SLO it answers nothing more (autotune.study.
+        # run.accuracy_gate); every other trial answers the search floor.
+        skipped = over if planned.follow else None
+        if planned.follow and measured and over is None:
             started = time.perf_counter()
             more = self._follow(study, number, session, config, predictions)
             spent = time.perf_counter() - started
             computed |= more
             predictions |= more
-        # Only a trial that beats the record now is confirmed (autotune.accuracy.confirm): one
-        # another worker completed meanwhile may have raised it.
-        confirm = confirm if measured and skipped is None and gate() is None else None
-        if confirm is not None:
+        confirm, unconfirmed = (confirm if measured and over is None else None), None
+        if confirm is not None and self._floor_passes(study, config, predictions):
+            # Confirmed only where faster than the best confirmed trial now (read late: another
+            # worker may have confirmed one meanwhile); a slower one could never be recommended.
+            unconfirmed = not_confirmed(self.plan, study, config, result, **at)
+        if confirm is not None and unconfirmed is None:
             started = time.perf_counter()
             more = self._confirm(study, number, session, config, predictions, confirm)
             spent += time.perf_counter() - started
@@ -339,7 +347,13 @@ class TrialAnswers:
         update = {"predictions": predictions, "accuracy_s": result.accuracy_s + spent}
         reference = None if planned.for_reference else self.stages.answers(study)
         settled = result.model_copy(update=update)
-        return Settled(settled, len(computed), reference, confirm, verdict, skipped)
+        confirm = None if unconfirmed is not None else confirm
+        return Settled(settled, len(computed), reference, confirm, verdict, skipped, unconfirmed)
+
+    def _floor_passes(self, study: optuna.Study, config: TrialConfig, predictions: Any) -> bool:
+        """Whether the search floor passes the trial on `predictions`."""
+        floor = self.floor(config, self.stages.answers(study))
+        return floor is not None and floor.judge(self._scores(predictions)).decision == "feasible"
 
     def _confirm(
         self,
@@ -353,10 +367,9 @@ class TrialAnswers:
         """The held-out answers of a trial its floor passed, a stage at a time until the
         confirmation decides (autotune.accuracy.confirm); the reference answers each stage's
         items first, so it never answers more of the slice than a decision needs."""
-        floor = self.floor(config, self.stages.answers(study))
-        scores = self._scores(predictions)
-        if floor is None or floor.judge(scores).decision != "feasible":
+        if not self._floor_passes(study, config, predictions):
             return {}
+        scores = self._scores(predictions)
         more: dict[str, str] = {}
         for size in request.stages:
             ids = request.order[:size]
@@ -420,12 +433,13 @@ def confirmation_for(
         earlier = study.trials[planned.source].user_attrs
         if CONFIRMATION in earlier:
             return None, {CONFIRMATION: earlier[CONFIRMATION]}
-    # Answers reused but never confirmed (not the record then) are confirmed now, where
-    # this trial is the record; none without a held-out slice (confirm_request).
+    # Answers reused but never confirmed (slower then) are confirmed now, where this trial is
+    # faster than the best confirmed; none without a held-out slice (confirm_request).
     if planned.for_reference:
         return None, None
     batch = accuracy_batch_size(plan.space, config)
-    return confirmation_request(study, plan.space, plan.evalset, batch=batch), None
+    key = accuracy_key(config, plan.evalset)
+    return confirmation_request(study, plan.space, plan.evalset, batch=batch, key=key), None
 
 
 class TimedAnswers:
@@ -446,20 +460,19 @@ class TimedAnswers:
         """A timed pass's answers are noise: the cache keeps how long each one was, so a later
         study on the same checkpoint and set reuses the pass (its time), never a text. A
         candidate's rest is answered as a real study's would be (autotune.study.run.
-        accuracy_gate): its floor's items where it is judged, the held-out ones where it
-        then sets the record."""
-        skipped, rest = None, planned.timed_rest
+        accuracy_gate): nothing over a limit, else its floor's items, and the held-out ones
+        where it is faster than the best trial that timed its confirmation."""
+        skipped, unconfirmed, rest = None, None, planned.timed_rest
         if rest is not None and result.stop_reason != RACED and not result.screened_out:
             started, tokens = time.perf_counter(), dict(result.timed_tokens)
-            startup_s = session.startup_s
-            skipped = not_judged(self.plan, study, config, result, startup_s=startup_s)
+            at = {"startup_s": session.startup_s}
+            skipped = not_judged(self.plan, study, config, result, **at)
             if skipped is None:
                 tokens |= timed_answers(self.plan.space, session, config, rest.floor, rest)
-            if (
-                skipped is None
-                and not_judged(self.plan, study, config, result, startup_s=startup_s) is None
-            ):
-                tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
+                if rest.confirm:
+                    unconfirmed = not_confirmed(self.plan, study, config, result, **at)
+                if unconfirmed is None:
+                    tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
             spent = time.perf_counter() - started
             update = {"timed_tokens": tokens, "accuracy_s": result.accuracy_s + spent}
             result = result.model_copy(update=update)
@@ -467,7 +480,8 @@ class TimedAnswers:
             lengths = {i: f"<timed: {n} tokens>" for i, n in result.timed_tokens.items()}
             self.stages.cache.write(planned.key, lengths)
         if planned.source is None:
-            return Settled(result, len(result.timed_tokens), None, not_judged=skipped)
+            computed = len(result.timed_tokens)
+            return Settled(result, computed, None, not_judged=skipped, not_confirmed=unconfirmed)
         self.stages.note_once("timed accuracy passes reused from the answers cache")
         return Settled(result, 0, None)
 

@@ -24,7 +24,7 @@ from autotune.evalset.dataset import EvalSet
 from autotune.records.stored import TrialRecord
 from autotune.records.writer import write_trial
 from autotune.space import SearchSpace
-from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES, confirmation_of
+from autotune.study.results.select import CONFIRMATION, CONSTRAINT_NAMES
 
 
 def constraint_values(
@@ -96,6 +96,8 @@ def judge(
 # The decision a trial records when its answers are the reference's, word for word: feasible
 # whatever the floor's sequence could show on the set (constraint_values).
 IDENTICAL = "identical answers"
+# The search floor's decisions that pass a trial: its sequence, or identical answers.
+FLOOR_PASSED = ("feasible", IDENTICAL)
 
 
 def judge_paired(
@@ -125,18 +127,36 @@ def judge_absolute(
 
 
 def confirmation_request(
-    study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int
+    study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int, key: str
 ) -> ConfirmRequest | None:
-    """The confirmation a trial would run if the floor passes it: the study's next one (each
-    set of answers confirmed once spends one level), on the study's held-out slice."""
-    holdout = study_holdout(space, evalset)
-    tested = {
-        TrialRecord.of(trial).output_key
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if confirmation_of(trial) is not None
-    }
-    floor = space.constraints.accuracy
-    return confirm_request(floor, holdout, index=len(tested) + 1, batch=batch)
+    """The confirmation a trial of output key `key` would run if the floor passes it, on the
+    study's held-out slice, at level j: the rank of its answers among the distinct answers
+    the search floor passed, in the order their trials completed (its own next where new).
+    The search alone fixes j, never a confirmation's outcome nor which ones ran
+    (autotune.accuracy.confirm)."""
+    return confirm_request(
+        space.constraints.accuracy,
+        study_holdout(space, evalset),
+        index=floor_passed_rank(study, key),
+        batch=batch,
+    )
+
+
+def floor_passed_rank(study: optuna.Study, key: str) -> int:
+    """The rank (from 1) of output key `key` among those the search floor passed, in the
+    order their trials completed; one past the last where it is not among them."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    done = sorted(
+        trials, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number)
+    )
+    keys: list[str] = []
+    for trial in done:
+        record = TrialRecord.of(trial)
+        paired = record.paired_vs_reference
+        passed = paired is not None and paired.decision in FLOOR_PASSED
+        if passed and not record.is_reference and record.output_key not in keys:
+            keys.append(str(record.output_key))
+    return keys.index(key) + 1 if key in keys else len(keys) + 1
 
 
 def confirmation_attrs(

@@ -1,6 +1,6 @@
-"""Whether a trial's accuracy pass can change the recommendation, decided after its load
-test (autotune.study.run.accuracy_gate): over a limit, or no faster than the search record,
-it is not judged, and says why."""
+"""Which of a trial's accuracy passes can change the recommendation, decided after its load
+test (autotune.study.run.accuracy_gate): over a limit it is not judged; no faster than the
+best confirmed trial it is judged but not confirmed; each says why."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from autotune.records import SessionResult
 from autotune.space import load_space
 from autotune.study import plan_study
 from autotune.study.plan import StudyPlan
-from autotune.study.run.accuracy_gate import not_judged
+from autotune.study.run.accuracy_gate import not_confirmed, not_judged
 
 
 def _plan(tmp_path: Path) -> tuple[StudyPlan, optuna.Study]:
@@ -52,21 +52,42 @@ def _reference(study: optuna.Study, rate_per_s: float, *, deployable: bool) -> i
     return study.trials[-1].number
 
 
-def test_a_trial_slower_than_the_record_or_over_a_limit_is_not_judged(tmp_path: Path) -> None:
+def _confirmed(study: optuna.Study, rate_per_s: float) -> int:
+    values = [rate_per_s] + [100.0] * (len(study.directions) - 1)
+    attrs = {
+        "deployable": True,
+        "constraints": {"accuracy": -0.01, "memory": -1.0, "latency": 0.0, "deployable": 0.0},
+        "paired_vs_reference": {"decision": "feasible", "test": "sequential"},
+        "confirmation": {"decision": "confirmed", "index": 1, "error": 0.06},
+    }
+    study.add_trial(create_trial(values=values, user_attrs=attrs))
+    return study.trials[-1].number
+
+
+def test_over_a_limit_is_not_judged_and_slower_is_judged(tmp_path: Path) -> None:
     plan, study = _plan(tmp_path)
     config = TrialConfig(batch_size=2)
-    assert not_judged(plan, study, config, _load(100.0), startup_s=1.0) is None  # no record
     reference = _reference(study, 400.0, deployable=True)
-    slower = not_judged(plan, study, config, _load(100.0), startup_s=1.0)
-    assert slower is not None and slower.reason == "slower"
-    assert slower.record_trial == reference
-    assert slower.line() == f"accuracy not judged: slower than the reference (trial #{reference})"
-    assert not_judged(plan, study, config, _load(1000.0), startup_s=1.0) is None  # faster
+    # Slower than the reference: judged (the search floor), only its confirmation skipped.
+    assert not_judged(plan, study, config, _load(100.0), startup_s=1.0) is None
     over = not_judged(plan, study, config, _load(1000.0, memory_mib=2000.0), startup_s=1.0)
     assert over is not None and over.reason == "memory" and over.record_trial is None
+    assert over.line() == "accuracy not judged: its load test is over the memory budget"
+    slower = not_confirmed(plan, study, config, _load(100.0), startup_s=1.0)
+    assert slower is not None and slower.confirmed_trial == reference
+    assert slower.line() == (
+        f"not confirmed: slower than the reference (trial #{reference}), which may be recommended"
+    )
 
 
-def test_a_reference_that_cannot_deploy_sets_no_record(tmp_path: Path) -> None:
+def test_confirmed_only_when_faster_than_the_best_confirmed(tmp_path: Path) -> None:
     plan, study = _plan(tmp_path)
-    _reference(study, 400.0, deployable=False)
-    assert not_judged(plan, study, TrialConfig(batch_size=2), _load(100.0), startup_s=1.0) is None
+    config = TrialConfig(batch_size=2)
+    assert not_confirmed(plan, study, config, _load(100.0), startup_s=1.0) is None  # none yet
+    _reference(study, 400.0, deployable=False)  # cannot be recommended: counts not
+    assert not_confirmed(plan, study, config, _load(100.0), startup_s=1.0) is None
+    best = _confirmed(study, 800.0)
+    slower = not_confirmed(plan, study, config, _load(500.0), startup_s=1.0)
+    assert slower is not None and slower.confirmed_trial == best
+    assert slower.line() == f"not confirmed: slower than trial #{best}, already confirmed"
+    assert not_confirmed(plan, study, config, _load(1500.0), startup_s=1.0) is None  # faster
