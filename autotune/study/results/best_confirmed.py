@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.timed import TIMED_ITEMS
 from autotune.records.parts import NotConfirmed
 from autotune.records.stored import TrialRecord
-from autotune.study.results.select import confirmation_of
+from autotune.study.results.select import confirmation_of, in_group_of
 
 _LIMITS = ("memory", "latency", "deployable")
 
@@ -69,13 +69,15 @@ def counts_as_confirmed(trial: FrozenTrial) -> bool:
     return record.figure(TIMED_ITEMS) is not None
 
 
-def best_confirmed(study: optuna.Study) -> BestConfirmed | None:
-    """The best among the study's completed trials that count as confirmed; None before the
-    first (every trial the floor passes is then confirmed)."""
+def best_confirmed(study: optuna.Study, group: str | None = None) -> BestConfirmed | None:
+    """The best among the completed trials of comparison group `group` (None: any) that count
+    as confirmed; None before the first (every trial the floor passes is then confirmed). The
+    recommendation is per group (autotune.study.results.groups): a study resumed on another
+    machine compares its trials with their own machine's, never with another's speed."""
     maximize = study.directions[0] == optuna.study.StudyDirection.MAXIMIZE
     best: BestConfirmed | None = None
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not counts_as_confirmed(trial):
+        if not in_group_of(trial, group) or not counts_as_confirmed(trial):
             continue
         value = float(trial.values[0])
         if best is None or best.beaten_by(value):

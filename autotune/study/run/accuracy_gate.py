@@ -87,7 +87,7 @@ def not_confirmed(
     """Why a trial the floor passed is not confirmed (no faster than the best confirmed
     trial now), or None where its confirmation may change the recommendation."""
     value, _ = first_objective(plan, config, result, startup_s=startup_s)
-    best = best_confirmed(study)
+    best = best_confirmed(study, plan.group)
     if value is None or best is None or best.beaten_by(value):
         return None
     return best.not_confirmed()

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import create_trial
 
+from autotune.records.machine import Machine
 from autotune.study.results.best_confirmed import best_confirmed, counts_as_confirmed
 
 _WITHIN = {"accuracy": -0.01, "memory": -1.0, "latency": 0.0, "deployable": 0.0}
@@ -70,3 +71,17 @@ def test_a_timed_confirmation_counts_and_a_skipped_one_not() -> None:
     assert not counts_as_confirmed(study.trials[-1])
     timed = _trial(study, 40.0, accuracy_timed_items=120.0, paired_vs_reference=None)
     assert best_confirmed(study).number == timed  # type: ignore[union-attr]
+
+
+def test_a_trial_is_compared_with_its_own_group_alone() -> None:
+    study = optuna.create_study(direction="maximize")
+    old, new = Machine.grouped(gpu="A100").written(), Machine.grouped(gpu="H100").written()
+    _trial(study, 10.0, is_reference=True, machine=old)
+    fast_old = _trial(study, 90.0, confirmation=_CONFIRMED, machine=old)
+    reference_new = _trial(study, 20.0, is_reference=True, machine=new)
+    assert best_confirmed(study).number == fast_old  # type: ignore[union-attr]
+    assert best_confirmed(study, old["group"]).number == fast_old  # type: ignore[union-attr]
+    found = best_confirmed(study, new["group"])
+    assert found is not None and found.number == reference_new and found.beaten_by(30.0)
+    confirmed_new = _trial(study, 40.0, confirmation=_CONFIRMED, machine=new)
+    assert best_confirmed(study, new["group"]).number == confirmed_new  # type: ignore[union-attr]
