@@ -217,11 +217,12 @@ class Confirmed(_StrictPart):
 class NotJudged(_StrictPart):
     """Why a trial's accuracy was not judged (autotune.study.run.accuracy_gate writes it, as
     the record's `accuracy_not_judged`): its load test already missed the memory budget or the
-    latency SLO, so it is infeasible whatever it answers. Its accuracy constraint is 0:
+    latency SLO, so it is infeasible whatever it answers, or it is no measurement and the
+    trial fails. Its accuracy constraint is 0:
     unknown, never a verdict. (Records of an earlier rule may say "slower" with the trial it
     did not beat, `record_trial`.)"""
 
-    reason: str | None = None  # "memory" or "latency"
+    reason: str | None = None  # "memory", "latency" or "no-measurement" (the trial fails)
     record_trial: int | None = None  # an earlier rule's record it did not beat ("slower")
     words: str | None = None  # the reason in words, as the lines show it
 

@@ -2,7 +2,8 @@
 
 The study recommends the fastest confirmed trial, else the reference
 (autotune.accuracy.confirm). A trial whose load test already misses the memory budget or the
-latency SLO is infeasible whatever it answers: it answers nothing more, its record says why
+latency SLO is infeasible whatever it answers, and one whose load is no measurement fails:
+either answers nothing more, its record says why
 (records.parts.NotJudged) and its accuracy constraint is 0, unknown (the sampler learns from
 the other constraints). Every other trial answers the search floor. One the floor passes is
 confirmed only where it is faster than the best confirmed trial so far
@@ -37,6 +38,7 @@ _OVER = {
     "memory": "its load test is over the memory budget",
     "latency": "its load test is over the latency SLO",
 }
+_NO_MEASUREMENT = "its load test is no measurement (the trial fails)"
 
 
 def _load_figures(
@@ -78,11 +80,13 @@ def not_judged(
     *,
     startup_s: float,
 ) -> NotJudged | None:
-    """Why the trial's accuracy is not judged (over the memory budget or the latency SLO),
-    or None where it is (and, with no measurement, where judging fails it anyway)."""
+    """Why the trial's accuracy is not judged (over the memory budget or the latency SLO, or
+    a load that is no measurement), or None where it is. A load with no measurement (no
+    tokens, unsettled) fails the trial when it is judged, with that failure's reason: its
+    answers could change nothing, so it answers nothing more either."""
     value, values = first_objective(plan, config, result, startup_s=startup_s)
     if value is None:
-        return None
+        return NotJudged(reason="no-measurement", words=_NO_MEASUREMENT)
     for limit, words in _OVER.items():
         if values.get(limit, 0.0) > 0:
             return NotJudged(reason=limit, words=words)

@@ -142,6 +142,8 @@ def judged(
     try:
         return (raced_verdict if raced else judge_run)(plan, run, time_s)
     except TrialFailure as failure:
+        if run.not_judged is not None:  # no measurement: it answered nothing after screening
+            write_trial(trial, TrialRecord.part(accuracy_not_judged=run.not_judged))
         fail_trial(trial, failure, artifacts)
 
 

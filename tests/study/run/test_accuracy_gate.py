@@ -4,13 +4,16 @@ best confirmed trial it is judged but not confirmed; each says why."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import optuna
+import pytest
 from optuna.trial import create_trial
 from small_space import small_space
 
+from autotune.errors import TrialFailure
 from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
@@ -18,6 +21,10 @@ from autotune.space import load_space
 from autotune.study import plan_study
 from autotune.study.plan import StudyPlan
 from autotune.study.run.accuracy_gate import not_confirmed, not_judged
+from autotune.study.run.measuring import MeasuredRun
+from autotune.study.run.objective import judged
+from autotune.study.run.twins import AnswersPlan
+from autotune.study.store.spool import ArtifactRecorder
 
 
 def _plan(tmp_path: Path) -> tuple[StudyPlan, optuna.Study]:
@@ -91,3 +98,27 @@ def test_confirmed_only_when_faster_than_the_best_confirmed(tmp_path: Path) -> N
     assert slower is not None and slower.confirmed_trial == best
     assert slower.line() == f"not confirmed: slower than trial #{best}, already confirmed"
     assert not_confirmed(plan, study, config, _load(1500.0), startup_s=1.0) is None  # faster
+
+
+def test_a_load_with_no_measurement_answers_nothing_more_and_still_fails(tmp_path: Path) -> None:
+    plan, study = _plan(tmp_path)
+    config = TrialConfig(batch_size=2)
+    load = _load(400.0)
+    timings = [
+        dataclasses.replace(t, output_tokens=0) for t in load.timings
+    ]  # a load without tokens
+    empty = load.model_copy(update={"timings": timings})
+    why = not_judged(plan, study, config, empty, startup_s=1.0)
+    assert why is not None and why.reason == "no-measurement"
+    assert why.line() == "accuracy not judged: its load test is no measurement (the trial fails)"
+    trial = study.ask()
+    answers = AnswersPlan(known={}, source=None, accuracy_ids=None, floor=None, follow=True,
+                          key=None)  # fmt: skip
+    run = MeasuredRun(config=config, result=empty, startup_s=1.0, launch_id="l", answers=answers,
+                      computed=0, reference=None, not_judged=why)  # fmt: skip
+    artifacts = ArtifactRecorder(plan.storage_url, plan.study_name)
+    with pytest.raises(TrialFailure) as failed:
+        judged(trial, plan, run, {}, artifacts)
+    attrs = study.trials[-1].user_attrs
+    assert attrs["failure_reason"] == failed.value.reason and attrs["failure_kind"]
+    assert attrs["accuracy_not_judged"]["reason"] == "no-measurement"
