@@ -233,12 +233,15 @@ def timed_accuracy(
 
 def timed_before(study: optuna.Study, key: str) -> bool:
     """Whether a completed trial with the same answers key (autotune.accuracy.reuse) timed its
-    pass: a real study would reuse those answers, so this trial answers nothing."""
+    pass: a real study would reuse those answers, so this trial answers nothing. A pass cut
+    short counts not: one not judged timed its screening alone, one not confirmed skipped its
+    held-out items (autotune.study.run.accuracy_gate), which a later trial with the same key
+    may still have to answer."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         record = TrialRecord.of(trial)
         timed = record.figure(TIMED_ITEMS) is not None
-        # One not judged timed its screening alone (autotune.study.run.accuracy_gate).
-        if record.output_key == key and timed and record.accuracy_not_judged is None:
+        whole = record.accuracy_not_judged is None and record.confirmation_skipped is None
+        if record.output_key == key and timed and whole:
             return True
     return False
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
+from optuna.trial import create_trial
+
 from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.accuracy.timed import (
     TIMED_DISCORDANCE,
+    TIMED_ITEMS,
     TIMED_NOTE,
     floor_items,
     items_to_time,
     reference_items_needed,
     timed_accuracy,
+    timed_before,
 )
 from autotune.evalset.dataset import load_evalset
 from autotune.space import AccuracyConstraint
@@ -124,3 +129,17 @@ def test_a_candidates_pass_is_split_at_its_load_test_as_a_real_study_answers_it(
     held = set(evalset.decision_order()[-60:])
     assert rest.confirm and set(rest.confirm) <= held and not set(rest.floor) & held
     assert all(rest.lengths[i] == full.lengths[i] for i in rest.floor + rest.confirm)
+
+
+def test_only_a_whole_timed_pass_counts_as_timed_before() -> None:
+    study = optuna.create_study(direction="maximize")
+
+    def timed(key: str, **attrs: object) -> None:
+        attrs = {"output_key": key, TIMED_ITEMS: 80.0, **attrs}
+        study.add_trial(create_trial(values=[1.0], user_attrs=attrs))
+
+    timed("a", accuracy_not_judged={"reason": "memory"})  # its screening alone
+    timed("b", confirmation_skipped={"confirmed_trial": 0, "words": "slower"})  # no held-out
+    timed("c")
+    assert not timed_before(study, "a") and not timed_before(study, "b")
+    assert timed_before(study, "c") and not timed_before(study, "d")
