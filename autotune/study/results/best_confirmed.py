@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.accuracy.timed import TIMED_ITEMS
 from autotune.records.parts import NotConfirmed
 from autotune.records.stored import TrialRecord
-from autotune.study.results.select import confirmation_of, in_group_of, tied
+from autotune.study.results.select import confirmation_of, in_group_of
 
 _LIMITS = ("memory", "latency", "deployable")
 
@@ -35,18 +35,10 @@ class BestConfirmed:
     value: float
     is_reference: bool
     maximize: bool
-    trial: FrozenTrial
 
     def beaten_by(self, value: float) -> bool:
         """Whether `value` of the first objective is strictly better than this trial's."""
         return value > self.value if self.maximize else value < self.value
-
-    def ahead_of(self, candidate: FrozenTrial) -> bool:
-        """Whether `candidate` (its first objective and load figures) is slower than this
-        trial outside their tie band. The recommendation takes trials tied on the first
-        objective as tied and picks by the next (select.front_top, select.tied), so a tied
-        candidate may still be recommended and must be confirmed."""
-        return not self.beaten_by(float(candidate.values[0])) and not tied(candidate, self.trial)
 
     def not_confirmed(self) -> NotConfirmed:
         """Why a trial no faster than this one is not confirmed, as it records it."""
@@ -90,5 +82,5 @@ def best_confirmed(study: optuna.Study, group: str | None = None) -> BestConfirm
         value = float(trial.values[0])
         if best is None or best.beaten_by(value):
             held = TrialRecord.of(trial).is_reference
-            best = BestConfirmed(trial.number, value, held, maximize, trial)
+            best = BestConfirmed(trial.number, value, held, maximize)
     return best

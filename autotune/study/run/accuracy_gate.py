@@ -15,10 +15,7 @@ test, the rest after it (timed_answers).
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
-from optuna.trial import create_trial
 
 from autotune.accuracy.reuse import accuracy_key
 from autotune.accuracy.timed import TimedPass, TimedRest, timed_before
@@ -41,11 +38,11 @@ _OVER = {
 _NO_MEASUREMENT = "its load test is no measurement (the trial fails)"
 
 
-def _load_figures(
+def first_objective(
     plan: StudyPlan, config: TrialConfig, result: SessionResult, *, startup_s: float
-) -> tuple[float | None, dict[str, Any], dict[str, float]]:
-    """The load test's first objective (None where the load is no measurement), the figures
-    it stores and the constraint values they already decide (memory, latency)."""
+) -> tuple[float | None, dict[str, float]]:
+    """The load test's first objective (None where the load is no measurement) and the
+    constraint values its figures already decide (memory, latency)."""
     try:
         m = to_measurement(
             plan.space,
@@ -56,20 +53,10 @@ def _load_figures(
             measure_accuracy=False,
         )
     except TrialFailure:  # no measurement: the trial fails when it is judged
-        return None, {}, {}
-    attrs = m.user_attrs().written()
-    value = attrs.get(plan.space.objectives[0].metric)
+        return None, {}
+    value = m.user_attrs().written().get(plan.space.objectives[0].metric)
     values = constraint_values(plan.space, m, None)
-    return (float(value) if isinstance(value, int | float) else None), attrs, values
-
-
-def first_objective(
-    plan: StudyPlan, config: TrialConfig, result: SessionResult, *, startup_s: float
-) -> tuple[float | None, dict[str, float]]:
-    """The load test's first objective (None where the load is no measurement) and the
-    constraint values its figures already decide (memory, latency)."""
-    value, _, values = _load_figures(plan, config, result, startup_s=startup_s)
-    return value, values
+    return (float(value) if isinstance(value, int | float) else None), values
 
 
 def not_judged(
@@ -101,15 +88,13 @@ def not_confirmed(
     *,
     startup_s: float,
 ) -> NotConfirmed | None:
-    """Why a trial the floor passed is not confirmed (slower than the best confirmed trial
-    now, outside their tie band), or None where its confirmation may change the
-    recommendation."""
-    value, attrs, _ = _load_figures(plan, config, result, startup_s=startup_s)
+    """Why a trial the floor passed is not confirmed (no faster than the best confirmed
+    trial now), or None where its confirmation may change the recommendation."""
+    value, _ = first_objective(plan, config, result, startup_s=startup_s)
     best = best_confirmed(study, plan.group)
-    if value is None or best is None:
+    if value is None or best is None or best.beaten_by(value):
         return None
-    candidate = create_trial(values=[value], user_attrs=attrs)
-    return best.not_confirmed() if best.ahead_of(candidate) else None
+    return best.not_confirmed()
 
 
 def timed_pass(
