@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import optuna
 import pytest
 from optuna.trial import create_trial
 from small_space import small_space
+from synthetic_load import back_to_back_load
 
 from autotune.errors import TrialFailure
-from autotune.measure.timing import RequestTiming
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.space import load_space
@@ -38,18 +37,14 @@ def _plan(tmp_path: Path) -> tuple[StudyPlan, optuna.Study]:
 
 def _load(rate_per_s: float, *, memory_mib: float = 500.0) -> SessionResult:
     """A settled load at `rate_per_s` output tokens/s: requests back to back, 0.2 s each."""
-    rng = np.random.default_rng(1)
-    timings, at = [], 0.0
-    while at < 8.0:
-        e2e = 0.2 * (1 + 0.05 * float(rng.standard_normal()))
-        tokens = max(1, round(rate_per_s * e2e))
-        timings.append(RequestTiming(at, at + 0.02, at + e2e, at + e2e, tokens))
-        at += e2e
-    return SessionResult(
-        load_s=at, load_start=0.0, load_stop=at, min_warmup_s=0.2, timings=timings,
-        stop_reason="target_ci", peak_memory_mib=memory_mib, memory_source="rss",
+    return back_to_back_load(
+        rate_per_s,
+        8.0,
+        spread=0.05,
+        stop_reason="target_ci",
+        peak_memory_mib=memory_mib,
         environment={"clock": "wall clock"},
-    )  # fmt: skip
+    )
 
 
 def _reference(study: optuna.Study, rate_per_s: float, *, deployable: bool) -> int:

@@ -18,6 +18,7 @@ from fake_endpoint import endpoint_study, fake_endpoint
 from fake_server import autotune
 from optuna.trial import TrialState
 from small_space import quick_space, small_space
+from synthetic_load import back_to_back_load
 
 from autotune.engines import measure_plan
 from autotune.measure.convergence import (
@@ -29,7 +30,6 @@ from autotune.measure.convergence import (
     SteadyRule,
 )
 from autotune.measure.steady import BIN_S
-from autotune.measure.timing import RequestTiming
 from autotune.records import SessionResult
 from autotune.space import load_space
 from autotune.study.results.live import LiveEstimate
@@ -118,18 +118,14 @@ def test_a_short_or_unsettled_load_is_never_raced() -> None:
 def steady_result(rate_per_s: float, seconds: float, *, wait_share: float) -> SessionResult:
     """A wall-clock load at `rate_per_s` output tokens/s, stopped by racing: requests back to
     back, 0.2 s each give or take 10%, its engine having waited `wait_share` for a core."""
-    rng = np.random.default_rng(1)
-    timings, at = [], 0.0
-    while at < seconds:
-        e2e = 0.2 * (1 + 0.1 * float(rng.standard_normal()))
-        tokens = max(1, round(rate_per_s * e2e))
-        timings.append(RequestTiming(at, at + 0.02, at + e2e, at + e2e, tokens))
-        at += e2e
-    return SessionResult(
-        load_s=at, load_start=0.0, load_stop=at, min_warmup_s=0.2, timings=timings,
-        stop_reason=RACED, peak_memory_mib=1.0, memory_source="rss",
+    return back_to_back_load(
+        rate_per_s,
+        seconds,
+        spread=0.1,
+        stop_reason=RACED,
+        peak_memory_mib=1.0,
         environment={"clock": "wall clock", "engine_wait_share": f"{wait_share:.3f}"},
-    )  # fmt: skip
+    )
 
 
 def test_a_checked_stop_stands_only_while_the_incumbent_measured_again_still_beats_it(
