@@ -36,7 +36,8 @@ from autotune.errors import AutotuneError, TrialFailure  # noqa: E402
 from autotune.measure.steady import token_series  # noqa: E402
 from autotune.params import SERVER_BACKENDS, TrialConfig  # noqa: E402
 from autotune.records import SessionResult  # noqa: E402
-from autotune.space import load_space  # noqa: E402
+from autotune.space import SearchSpace, load_space  # noqa: E402
+from autotune.space.engine_defaults import baseline_config  # noqa: E402
 from autotune.study import plan_study  # noqa: E402
 
 SHOWN = (
@@ -60,6 +61,24 @@ def per_second(result: SessionResult) -> list[float]:
 def request_points(spec: dict[str, list[Any]]) -> list[dict[str, Any]]:
     names = list(spec)
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*spec.values())]
+
+
+def launch_config(space: SearchSpace, values: dict[str, Any]) -> TrialConfig:
+    """The configuration a launch measures: the reference's with the launch's values, a server
+    capped at the space's batch. A launch at the engine's defaults is the study's baseline
+    (autotune.space.engine_defaults), which passes no flag, so it is compared like for like."""
+    if values.get("engine_defaults"):
+        baseline = baseline_config(space)
+        if baseline is None or values.get("backend", baseline.backend) != baseline.backend:
+            raise AutotuneError(
+                f"space {space.name!r} measures no engine-defaults baseline for {values}: "
+                "its deploy target must be a server backend the space measures"
+            )
+        return TrialConfig(**{**baseline.model_dump(), **values})
+    values = dict(values)
+    if values.get("backend", space.reference_config().backend) in SERVER_BACKENDS:
+        values["max_batch_size"] = space.server_max_batch_size()
+    return TrialConfig(**{**space.reference_config().model_dump(), **values})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,12 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f} s] {message}", flush=True)
 
-    launches = [(values, number) for values in args.launch for number in range(1, args.repeat + 1)]
-    for launch_values, number in launches:
-        values = dict(launch_values)
-        if values.get("backend", space.reference_config().backend) in SERVER_BACKENDS:
-            values["max_batch_size"] = space.server_max_batch_size()
-        launch = TrialConfig(**{**space.reference_config().model_dump(), **values})
+    try:  # every launch checked before the first starts
+        configs = [launch_config(space, values) for values in args.launch]
+    except AutotuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    repeats = range(1, args.repeat + 1)
+    launches = [(i, v, n) for i, v in enumerate(args.launch) for n in repeats]
+    for index, launch_values, number in launches:
+        launch = configs[index]
         if args.deadline_s - (time.monotonic() - started) < args.min_launch_s:
             log(f"launch {launch_values} #{number}: skipped, too little time left")
             continue
