@@ -58,7 +58,7 @@ def test_each_part_names_what_its_writer_writes() -> None:
     step = Step({}, "batch_size", 8, 0, new_launch=False, also=("dtype",))
     assert set(Stepped.model_fields) == set(step.describe().written())
     assert set(Owner.model_fields) == set(owner().written())
-    timed = (set(PARTS) - {"waiting", "hand_off"}) | set(WAITS) | set(ENGINE_PHASES)
+    timed = (set(PARTS) - {"waiting", "hand_off", "failed"}) | set(WAITS) | set(ENGINE_PHASES)
     assert set(TimeSplit.model_fields) == timed | {"engine_call", "total"}
     assert {STARTUP_BESIDE, MEASURED_BESIDE} <= set(Environment.model_fields)
 

@@ -101,7 +101,8 @@ def measuring_caveat(record: TrialRecord) -> str:
 def time_line(trial: FrozenTrial) -> str:
     """Where one trial's seconds went: '(start-up 61 s, warm-up 3 s, measuring 12 s, ...)'."""
     record = TrialRecord.of(trial)
-    seconds = {key: part_seconds(record.times, key) for key in PARTS}  # a NaN part counts as none
+    failed = record.failure_kind is not None  # a NaN part counts as none
+    seconds = {key: part_seconds(record.times, key, failed=failed) for key in PARTS}
     parts = [
         f"{name} {seconds[key]:.0f} s"
         for key, name in (

@@ -30,6 +30,7 @@ PARTS = (
     "proposal",
     "study_reads",
     "hand_off",
+    "failed",
 )
 # Waiting is recorded in two parts: for GPUs to free up, for a twin trial measured elsewhere.
 WAITS = ("gpu_wait", "twin_wait")
@@ -44,6 +45,7 @@ NAMED = {
     "proposal": "sampler and config writes",
     "study_reads": "study reads",
     "hand_off": "engine hand-off",
+    "failed": "failed trials' engine calls",
 }
 # What no part times: the trial's few other storage writes (owner, launch) and the progress
 # line's own reads of the study.
@@ -101,11 +103,14 @@ class TimeShare:
         return f"{self.total_s:.0f} s of trial time on {launches}: {parts}"
 
 
-def part_seconds(split: TimeSplit, part: str) -> float:
+def part_seconds(split: TimeSplit, part: str, *, failed: bool = False) -> float:
     """A part's seconds in one trial's time split; a part it could not time (an endpoint's
-    start-up is NaN: autotune did not start it) counts as none."""
-    if part == "hand_off":
+    start-up is NaN: autotune did not start it) counts as none. A failed trial records no
+    engine phase, so its engine call is its own part ("failed"), never a hand-off."""
+    if part in ("hand_off", "failed"):
         engine = split.engine_call
+        if part != ("failed" if failed else "hand_off"):
+            return 0.0
         if not math.isfinite(engine) or engine <= 0:
             return 0.0
         return max(0.0, engine - sum(part_seconds(split, key) for key in ENGINE_PHASES))
@@ -150,8 +155,9 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
             continue
         timed += 1
         total += split.total
+        failed = record.failure_kind is not None
         for part in PARTS:
-            parts[part] += part_seconds(split, part)
+            parts[part] += part_seconds(split, part, failed=failed)
         if record.launch_id:
             launches.add(record.launch_id)
     return TimeShare(

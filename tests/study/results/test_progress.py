@@ -166,6 +166,29 @@ def test_what_was_other_is_split_into_named_parts() -> None:
     assert f"other ({OTHER}) 0%" not in line and share.other_s == pytest.approx(0.0)
 
 
+def test_a_failed_trial_s_engine_call_is_its_own_part_not_a_hand_off() -> None:
+    """A failed trial records no engine phase: its whole engine call read as hand-off (48% of
+    an H100 study whose reference failed); it is its own part."""
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.study.results.progress import time_line
+    from autotune.study.results.timeshare import time_share
+
+    failed_s = {"total": 200.0, "startup": 20.0, "engine_call": 174.0}
+    measured_s = {"total": 100.0, "measuring": 60.0, "accuracy": 30.0, "engine_call": 95.0}
+    failed = {"time_s": failed_s, "failure_kind": "no-tokens"}
+    trials = [
+        create_trial(state=TrialState.FAIL, user_attrs=failed),
+        create_trial(state=TrialState.COMPLETE, values=[1.0], user_attrs={"time_s": measured_s}),
+    ]
+    share = time_share(trials)
+    assert share.parts_s["failed"] == pytest.approx(174.0)
+    assert share.parts_s["hand_off"] == pytest.approx(5.0)  # the measured trial's alone
+    assert "failed trials' engine calls 58%" in share.line()
+    assert share.to_dict()["failed_s"] == pytest.approx(174.0)
+    assert "hand-off" not in time_line(trials[0])
+
+
 def test_a_part_no_one_timed_counts_as_none() -> None:
     """An endpoint study's start-up is NaN (autotune did not start the server)."""
     from optuna.trial import TrialState, create_trial
