@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 config = TrialConfig(**{**launch.model_dump(), **point})
                 measure = measure_plan(space, config, accuracy_ids=None, max_seconds=left - 20)
                 row: dict[str, Any] = {"launch": launch_values, "launch_number": number, **point}
+                row["config"] = config.model_dump(mode="json")  # what was launched, defaults filled
                 point_started = time.monotonic()
                 try:
                     result = session.measure(config, measure)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from small_space import FIGURES_WORKLOAD, REPO, autotune_cli, run_study, small_space
 
 from autotune.study.store.storage import open_storage
@@ -65,11 +66,19 @@ def grids(bench_space: Path) -> Path:
     A fixture of its own (the grid needs no study), so neither half's set-up is paid by a
     single test."""
     out = bench_space.parent
-    for name, repeat, request in (("grid", "1", '{"batch_size": [1, 2]}'),
-                                  ("repeat", "2", '{"batch_size": [2]}')):  # fmt: skip
+    # The GPU check of the gain launches the deploy target at its own defaults, as the study's
+    # baseline trial does: here `swift deploy`, in a copy of the bench space that measures it.
+    swift = yaml.safe_load((REPO / "search_spaces" / "smoke.yaml").read_text())["reference"]
+    deploying = small_space(out / "defaults-space", name="defaults", reference=swift)
+    runs = (
+        ("grid", "1", "{}", '{"batch_size": [1, 2]}', bench_space),
+        ("repeat", "2", "{}", '{"batch_size": [2]}', bench_space),
+        ("defaults", "1", '{"engine_defaults": true}', '{"batch_size": [2]}', deploying),
+    )
+    for name, repeat, launch, request, space in runs:
         grid = bench(
-            "grid.py", "--space", str(bench_space), "--out", str(out), "--name", name,
-            "--repeat", repeat, "--launch", "{}", "--request", request,
+            "grid.py", "--space", str(space), "--out", str(out), "--name", name,
+            "--repeat", repeat, "--launch", launch, "--request", request,
             "--deadline-s", "300", "--min-launch-s", "10", cwd=out,
         )  # fmt: skip
         assert grid.returncode == 0, grid.stdout[-2000:] + grid.stderr[-2000:]
@@ -96,6 +105,29 @@ def test_grid_measures_every_point_on_reused_and_fresh_launches(grids: Path) -> 
         assert figures["throughput_output_tokens_per_s"] > 0
         assert figures["measured_window_s"] > 0 and figures["startup_s"] > 0
         assert row["stop_reason"] in ("converged", "max_seconds", "max_requests")
+
+
+def test_grid_launches_the_engine_s_defaults_as_the_study_s_baseline(grids: Path) -> None:
+    """No batch cap, no KV share, the engine's own dtype: the launch the baseline trial makes."""
+    (row,) = json.loads((grids / "defaults.json").read_text())["rows"]
+    assert row["status"] == "ok", row
+    assert row["figures"]["throughput_output_tokens_per_s"] > 0
+    config = row["config"]
+    assert config["engine_defaults"] is True and config["backend"] == "swift"
+    assert config["max_batch_size"] is None and config["kv_cache_fraction"] is None
+
+
+def test_a_launch_the_space_has_no_baseline_for_is_one_line(bench_space: Path) -> None:
+    out = bench_space.parent
+    result = bench(
+        "grid.py", "--space", str(bench_space), "--out", str(out), "--name", "nothing",
+        "--launch", '{"engine_defaults": true, "backend": "lmdeploy"}',
+        "--request", '{"batch_size": [2]}', cwd=out,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: ") and "Traceback" not in result.stderr
+    assert "engine-defaults baseline" in result.stderr
+    assert not (out / "nothing.json").exists()
 
 
 def test_collect_study_reads_the_study_verify_repeat_and_grid(outputs: Path) -> None:
