@@ -1,8 +1,8 @@
 """A study's GPU figures from what `run.sh study`, `verify`, `sides` and `repeat` leave in $OUT.
 
     python3 bench/gpu/collect_study.py --study DIR/STUDY.db [--verify DIR/verify.json] \
-        [--repeat DIR/repeat.json] [--grid DIR/grid.json] [--candidate lmdeploy-graphs] \
-        --json OUT.json --markdown OUT.md
+        [--repeat DIR/repeat.json] [--grid DIR/grid.json] [--defaults DIR/defaults.json] \
+        [--candidate lmdeploy-graphs] --json OUT.json --markdown OUT.md
 
 - **Repeat:** one configuration in fresh launches: the study's `--candidate` trial when it was
   the first on its launch, and each launch of `repeat.json` (bench/gpu/grid.py --repeat). Each
@@ -10,6 +10,9 @@
 - **Study and verify:** the recommendation, where the study's time went, and whether a fresh
   relaunch (`autotune verify --tolerance 0.05`) passed and fell inside the recorded interval.
 - **Grid:** the recommendation against the grid's best throughput at equal or better p95.
+- **Baseline:** the study's trial of the deploy target at its own defaults against the same
+  defaults launched fresh by `grid.py` (`--defaults`): each fresh figure must lie inside the
+  trial's 95% interval, so the gain `best` prints stands on a figure that repeats.
 
 A piece that was not run is reported as such; the script never fails for a missing file.
 """
@@ -65,6 +68,38 @@ def repeat_check(runs: list[dict[str, Any]], tolerance: float = 0.03) -> dict[st
         )
     passed = all(r["within_tolerance"] and r["covers_the_others"] for r in runs)
     return {"runs": runs, "mean": mean, "tolerance": tolerance, "passed": passed}
+
+
+def _at_defaults(row: dict[str, Any]) -> bool:
+    return bool(row.get("launch", {}).get("engine_defaults"))
+
+
+def baseline_check(study: optuna.Study | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The study's baseline trial against fresh launches of the same defaults: each fresh
+    figure inside the trial's 95% interval, the gain recomputed on their mean."""
+    trials = study.get_trials(deepcopy=False) if study is not None else []
+    trial = next(
+        (
+            t
+            for t in trials
+            if t.values and (t.user_attrs.get("config") or {}).get("engine_defaults")
+        ),
+        None,
+    )
+    fresh = [r["figures"] for r in rows if _at_defaults(r) and r.get("status") == "ok"]
+    if trial is None or not fresh:
+        why = "the study measured no baseline trial" if trial is None else "no fresh launch"
+        return {"passed": None, "why": why}
+    value, rel = trial.user_attrs[TPS], trial.user_attrs.get(CI)
+    runs = [_figures(f) for f in fresh]
+    for run in runs:
+        run["inside"] = isinstance(rel, (int, float)) and (
+            value * (1 - rel) <= run[TPS] <= value * (1 + rel)
+        )
+    check = {"trial": trial.number, TPS: value, CI: rel, "runs": runs}
+    check["fresh_mean"] = statistics.fmean(run[TPS] for run in runs)
+    check["passed"] = all(run["inside"] for run in runs)
+    return check
 
 
 def _study(path: Path) -> optuna.Study | None:
@@ -158,7 +193,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     repeat = _load(args.repeat)
     if repeat is not None:
         for row in repeat["rows"]:
-            if row.get("status") == "ok":
+            if row.get("status") == "ok" and not _at_defaults(row):
                 fresh.append(
                     _figures(row["figures"], source=f"repeat launch {row.get('launch_number')}")
                 )
@@ -174,6 +209,14 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     if grid is not None and candidate_config:
         fresh += _grid_fresh_launches(grid["rows"], candidate_config)
     result["repeat"] = repeat_check(fresh)
+    defaults = _load(args.defaults)
+    if defaults is not None:
+        result["baseline"] = baseline_check(study, defaults["rows"])
+        recommended = result.get("study", {}).get("recommended", {}).get(TPS)
+        if recommended and result["baseline"].get("passed") is not None:
+            result["baseline"]["gain_on_fresh_mean"] = (
+                recommended / result["baseline"]["fresh_mean"]
+            )
     if verify is not None:
         checks = {c["metric"]: c for c in verify.get("checks", [])}
         tps = checks.get(TPS, {})
@@ -292,6 +335,7 @@ def markdown(result: dict[str, Any], title: str) -> str:
             f"{verify['covered']}.",
             "",
         ]
+    out += _baseline_markdown(result.get("baseline"))
     grid = result.get("grid")
     if grid is not None and grid.get("best") is not None:
         best = grid["best"]
@@ -326,12 +370,34 @@ def markdown(result: dict[str, Any], title: str) -> str:
     return "\n".join(out)
 
 
+def _baseline_markdown(check: dict[str, Any] | None) -> list[str]:
+    if check is None:
+        return []
+    out = ["## The engine's defaults: the study's baseline against fresh launches", ""]
+    if check.get("passed") is None:
+        return [*out, f"Not run: {check['why']}.", ""]
+    out += [
+        f"Baseline trial {check['trial']}: {_f(check[TPS])} tok/s ±{_f(check[CI], '.1%')}; "
+        f"every fresh launch inside its interval: **{check['passed']}**; the recommendation "
+        f"over the fresh launches' mean: {_f(check.get('gain_on_fresh_mean'), '.2f')}×.",
+        "",
+        "| fresh launch | tok/s | ±95% | inside | p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for number, run in enumerate(check["runs"], start=1):
+        out.append(
+            _row(number, _f(run[TPS]), _f(run[CI], ".1%"), run["inside"], _f(run[P95], ".0f"))
+        )
+    return [*out, ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", type=Path)
     parser.add_argument("--verify", type=Path)
     parser.add_argument("--repeat", type=Path)
     parser.add_argument("--grid", type=Path)
+    parser.add_argument("--defaults", type=Path, help="grid.py's JSON of engine-defaults launches")
     parser.add_argument("--candidate", default="lmdeploy-graphs")
     parser.add_argument("--title", default="A study's measurements, and whether they repeat")
     parser.add_argument("--json", type=Path, required=True)

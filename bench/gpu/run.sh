@@ -19,6 +19,8 @@
 #                                             # the answers cache of the first is warm
 #   bash bench/gpu/run.sh grid                # the exhaustive LMDeploy grid, engines reused
 #   bash bench/gpu/run.sh repeat              # fresh launches of one configuration ($LAUNCH)
+#   bash bench/gpu/run.sh defaults            # fresh launches of LMDeploy's defaults against
+#                                             # the study's baseline trial (collect_study.py)
 #   bash bench/gpu/run.sh oom                 # trials that cannot fit fail as oom
 #   bash bench/gpu/run.sh two-gpus            # 2 GPUs: the same trials on --gpus 0 and 0,1,
 #                                             # then a tensor-parallel trial
@@ -148,6 +150,17 @@ repeat() {  # fresh launches of $LAUNCH at 64 in flight until the call's time is
     --json "$OUT/repeat-summary.json" --markdown "$OUT/repeat-summary.md" | head -30
 }
 
+defaults() {  # fresh launches of LMDeploy's defaults beside the study's baseline trial
+  restore
+  python3 bench/gpu/grid.py --space default --dummy-weights --out "$OUT" --name defaults \
+    --repeat "${REPEATS:-2}" --launch '{"backend": "lmdeploy", "engine_defaults": true}' \
+    --request '{"batch_size": [64]}' --deadline-s "$(left_s)" --min-launch-s 110 2>&1 \
+    | tee "$OUT/defaults.log" | grep -v "^  "
+  python3 bench/gpu/collect_study.py --study "$KEEP/$STUDY.db" --defaults "$OUT/defaults.json" \
+    --json "$OUT/baseline.json" --markdown "$OUT/baseline.md" && cat "$OUT/baseline.md"
+  bring_back
+}
+
 oom() {
   # Full-HD images, so a batch of 256 in transformers cannot fit.
   python3 bench/gpu/bench_evalset.py /tmp/bench-evalset >/dev/null
@@ -235,6 +248,7 @@ case "$MODE" in
   second-study) machine; STUDY=${STUDY}-second; DB="sqlite:///$KEEP/$STUDY.db"; shift; study "${1:-8m}" ;;
   grid) setup >/dev/null; grid ;;
   repeat) setup; repeat ;;
+  defaults) setup >/dev/null; defaults ;;
   oom) setup; oom ;;
   two-gpus) setup; two_gpus ;;
   fp8-and-cache) setup; fp8_and_cache ;;
@@ -242,7 +256,7 @@ case "$MODE" in
   accuracy-through-lmdeploy) machine; accuracy_through_lmdeploy ;;
   train) machine; train ;;
   *)
-    echo "usage: $0 setup|exec CMD|study [BUDGET]|verify|sides|second-study [BUDGET]|grid|repeat|oom|two-gpus|fp8-and-cache|guide-recipe|accuracy-through-lmdeploy|train" >&2
+    echo "usage: $0 setup|exec CMD|study [BUDGET]|verify|sides|second-study [BUDGET]|grid|repeat|defaults|oom|two-gpus|fp8-and-cache|guide-recipe|accuracy-through-lmdeploy|train" >&2
     exit 2
     ;;
 esac
