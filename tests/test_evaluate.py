@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from fake_endpoint import fake_endpoint
 from small_space import autotune_cli, quick_space, small_evalset
 
+from autotune.cli import main
 from autotune.errors import SpaceError
 from autotune.evaluate import EvalProgress, configured, parse_overrides, with_timeout
 from autotune.params import TrialConfig
@@ -30,6 +32,13 @@ def test_full_size_is_written_null_or_none() -> None:
 def test_a_side_that_is_no_size_says_how_to_write_full_size(raw: str) -> None:
     with pytest.raises(SpaceError, match=r"full size is image_max_side=null \(or None\)$"):
         configured(TrialConfig(image_max_side=256), parse_overrides([f"image_max_side={raw}"]))
+
+
+def test_eval_help_shows_how_to_write_full_size() -> None:
+    # --help is where a user looks first; click wraps it, so compare the words, not the lines.
+    result = CliRunner().invoke(main, ["eval", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "full size is image_max_side=null (or None)" in " ".join(result.output.split())
 
 
 def test_lowercase_none_stays_a_word() -> None:
