@@ -33,14 +33,46 @@ def back_to_back_load(
         tokens = max(1, round(rate_per_s * e2e))
         timings.append(RequestTiming(at, at + 0.02, at + e2e, at + e2e, tokens))
         at += e2e
+    return _load_result(
+        timings,
+        min_warmup_s=0.2,
+        stop_reason=stop_reason,
+        peak_memory_mib=peak_memory_mib,
+        environment=environment,
+    )
+
+
+def _load_result(
+    timings: list[RequestTiming], *, min_warmup_s: float, **fields: Any
+) -> SessionResult:
+    """A load of `timings` from 0 that stopped as its last request ended (nothing in flight)."""
+    at = timings[-1].end
     return SessionResult(
         load_s=at,
         load_start=0.0,
         load_stop=at,
-        min_warmup_s=0.2,
+        min_warmup_s=min_warmup_s,
         timings=timings,
-        stop_reason=stop_reason,
-        peak_memory_mib=peak_memory_mib,
         memory_source="rss",
-        environment=environment,
+        **fields,
+    )
+
+
+def capped_batch_one_load(*, context_only: bool) -> SessionResult:
+    """A slow engine at batch 1 capped short: three requests of 128 tokens one after another,
+    about 7 s each (the first a little longer: the first call compiles), stopped by its cap
+    at 21.8 s after the third, every token arriving inside it at its decoding step. Its
+    warm-up floor (four requests, the default space's, capped at its last) outlasts the load:
+    no steady window. `context_only`: its plan's (MeasurePlan.context_only)."""
+    timings, at = [], 0.0
+    for e2e in (7.4, 7.2, 7.2):
+        timings.append(RequestTiming(at, at + 0.3, at + e2e, at + e2e, 128))
+        at += e2e
+    return _load_result(
+        timings,
+        min_warmup_s=at,
+        stop_reason="max_seconds",
+        peak_memory_mib=500.0,
+        environment={"clock": "wall clock"},
+        context_only=context_only,
     )

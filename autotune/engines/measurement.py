@@ -100,6 +100,7 @@ def to_measurement(
             confidence=space.workload.ci_confidence,
             launch_spread_rel=space.workload.launch_spread_rel,
             latency_slo_ms=space.constraints.latency_slo_ms,
+            context_only=result.context_only,
         )
         if space.workload.output_tokens is not None:
             figures["forced_output_tokens"] = float(space.workload.output_tokens)

@@ -162,6 +162,7 @@ async def run_phases(
         timed_tokens=answers.tokens if plan.timed is not None else {},
         screened_out=False,
         repeated_requests=repeats.repeated,
+        context_only=plan.context_only,  # how its figures are read (autotune.measure.summary)
     )
 
 

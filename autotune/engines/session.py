@@ -63,6 +63,10 @@ class MeasurePlan(BaseModel):
     seed: int = 0  # which load-test requests repeat an image (autotune.measure.repeats)
     # Racing (autotune.measure.convergence): the incumbent this trial must beat; None: none.
     race: RaceBound | None = None
+    # Its figure only gives context (a reference the deploy target cannot run, its load
+    # capped short): a load too short for a steady window is read after its first request
+    # (autotune.measure.summary) rather than failed.
+    context_only: bool = False
 
     def answer_lengths(self) -> AnswerLengths | None:
         """The forced length of each load-test request in start order; None: not forced."""

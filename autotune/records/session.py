@@ -39,6 +39,9 @@ class PassesResult(BaseModel):
     )
     screened_out: bool = Field(False, description="Screening put it below the floor.")
     repeated_requests: int = Field(0, description="Requests that resent an earlier image.")
+    context_only: bool = Field(
+        False, description="Its plan's: a load too short for a window is read without one."
+    )
 
 
 class SessionResult(PassesResult):

@@ -5,6 +5,7 @@ steady state racing's check weighs is the one the figures are read from."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import pytest
 from fake_endpoint import fake_endpoint
 from optuna.trial import TrialState
 from small_space import autotune_cli, quick_space, small_evalset
+from synthetic_load import capped_batch_one_load
 
+from autotune.errors import TrialFailure
 from autotune.measure.summary import NO_TOKENS, load_state, summarize
 from autotune.measure.timing import RequestTiming
 
@@ -100,3 +103,48 @@ def test_a_load_stopped_before_its_first_token_fails_its_trial_never_settled(
     assert shown.returncode == 2 and "study 's': no trial completed" in shown.stdout, said
     assert error_lines(shown) == ["error: study 's' has no completed trial: each failed"], said
     assert "trial 0 FAIL: the load test's rate never settled within its cap" in said, said
+
+
+def test_a_capped_context_only_load_without_a_window_is_read_after_its_first_request() -> None:
+    """The reference only the "x" figure reads: a warm-up of four requests (the default
+    space's) outlasts its three, so no steady window; its rate is the tokens after the first
+    request over that span, with no interval, and the latencies are its requests' as usual."""
+    load = capped_batch_one_load(context_only=True)
+    timings, stop = load.timings, load.load_stop
+    # The warm-up floor the load records: until its 4th request ended, capped at its last.
+    kwargs = {"load_start": 0.0, "load_stop": stop, "min_warmup_s": load.min_warmup_s}
+    assert load_state(timings, ended=True, **kwargs) is None
+    figures = summarize(timings, context_only=True, **kwargs)
+    rate = figures["throughput_output_tokens_per_s"]
+    assert rate == pytest.approx(256 / 14.4, rel=0.01)  # the 2nd and 3rd requests' tokens
+    assert rate == pytest.approx(128 / 7.2, rel=0.01)
+    assert math.isnan(figures["throughput_ci_rel"]) and math.isnan(
+        figures["throughput_ci_within_rel"]
+    )
+    assert figures["warmup_settled"] == 0.0 and figures["throughput_window"] == 0.0
+    assert figures["load_warmup_s"] == pytest.approx(7.4)
+    assert figures["measured_requests"] == 2.0 and figures["load_requests"] == 3.0
+    assert figures["e2e_latency_p50_ms"] == pytest.approx(7200)
+    assert figures["measured_output_tokens"] == pytest.approx(256, abs=1)
+    # Any other trial keeps the rule: no steady window, no measurement. The reason says what
+    # happened: its tokens arrived inside the load, which was too short for a window.
+    with pytest.raises(TrialFailure) as caught:
+        summarize(timings, **kwargs)
+    reason = caught.value.reason
+    assert caught.value.kind == NO_TOKENS
+    assert "too short for a warm-up and a steady window: 3 requests in 21.80 s" in reason
+    assert "drained" not in reason and "before any" not in reason
+    # One request alone leaves nothing after it: the reference fails as before.
+    with pytest.raises(TrialFailure) as caught:
+        summarize(timings[:1], context_only=True, load_start=0.0, load_stop=7.4, min_warmup_s=7.4)
+    assert caught.value.kind == NO_TOKENS
+
+
+def test_a_context_only_load_with_a_window_is_measured_as_any_other() -> None:
+    """The fallback is only for a load without a window: with one, the figures are the same."""
+    load = capped_batch_one_load(context_only=True)
+    timings, stop = load.timings, load.load_stop
+    kwargs = {"load_start": 0.0, "load_stop": stop, "min_warmup_s": timings[1].end}
+    assert summarize(timings, context_only=True, **kwargs) == pytest.approx(
+        summarize(timings, **kwargs), nan_ok=True
+    )

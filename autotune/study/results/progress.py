@@ -88,7 +88,10 @@ def trial_figures(trial: FrozenTrial) -> str:
 
 def measuring_caveat(record: TrialRecord) -> str:
     """' (cap reached)' or ' (never settled)' where a load test ended before it knew its rate;
-    the first figure's looser interval says why it is looser."""
+    the first figure's looser interval says why it is looser, and a context-only reference
+    too short for a window that its rate has no interval (autotune.measure.summary)."""
+    if record.figure("throughput_window") == 0.0:
+        return " (no interval: too short for a steady window, read after its first request)"
     if record.figure("warmup_settled") == 0.0:
         return " (rate never settled)"
     if record.measure_stop_reason in ("max_seconds", "max_requests"):

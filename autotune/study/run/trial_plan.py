@@ -133,12 +133,15 @@ def plan_measure(
 def reference_plan(plan: MeasurePlan, *, max_s: float) -> MeasurePlan:
     """`plan` with the reference's looser stop rule, its load (warm-up and window together)
     at most `max_s` (never longer than the plan's). Its window may then be too short for an
-    interval: the figure says so ("no interval"), and only the "x" figure reads it."""
+    interval, or the load for a window at all (a slow engine at batch 1): it is context only,
+    its rate then read after its first request; the figure says so ("no interval"), and only
+    the "x" figure reads it."""
     return plan.model_copy(
         update={
             "target_ci_rel": max(plan.target_ci_rel, REFERENCE_TARGET_CI_REL),
             "max_measure_s": min(plan.max_measure_s, max_s),
             "max_load_s": min(plan.max_load_s, max_s),
+            "context_only": True,
         }
     )
 

@@ -12,6 +12,7 @@ from autotune.checkpoints.dummy import dummy_checkpoint
 from autotune.engines import measure_plan, open_session
 from autotune.evalset.dataset import load_evalset
 from autotune.space import AccuracyConstraint, load_space
+from autotune.study.run.trial_plan import reference_plan
 
 TINY = Path(__file__).resolve().parents[3] / "models" / "tiny-qwen3-vl"
 
@@ -55,3 +56,25 @@ def test_timed_answers_hold_each_items_length(
         "load test",
         "accuracy",
     ]
+
+
+@pytest.mark.slow
+def test_the_capped_reference_plan_reaches_its_result_through_the_worker(tmp_path: Path) -> None:
+    """The reference's plan is context only (autotune.study.run.trial_plan.reference_plan);
+    the worker's phases carry that onto the result its figures are read from, so a load too
+    short for a window is read after its first request, and any other plan's result is not."""
+    space = load_space("smoke")
+    workload = space.workload.model_copy(
+        update={"warmup_requests": 1, "requests": 2, "max_warmup_s": 1, "max_measure_s": 2}
+    )
+    space = space.model_copy(update={"workload": workload})
+    config = space.reference_config().model_copy(update={"backend": "transformers"})
+    session = open_session(space, config, model_path=str(TINY), evalset=load_evalset("smoke"))
+    try:
+        plan = measure_plan(space, config, accuracy_ids=None)
+        capped = session.measure(config, reference_plan(plan, max_s=2.0), on_phase=None)
+        other = session.measure(config, plan, on_phase=None)
+    finally:
+        session.close()
+    assert capped.context_only and not other.context_only
+    assert capped.timings and other.timings  # each measured a load

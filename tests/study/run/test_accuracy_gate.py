@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import create_trial
 from small_space import small_space
-from synthetic_load import back_to_back_load
+from synthetic_load import back_to_back_load, capped_batch_one_load
 
 from autotune.errors import TrialFailure
 from autotune.params import TrialConfig
@@ -117,3 +117,16 @@ def test_a_load_with_no_measurement_answers_nothing_more_and_still_fails(tmp_pat
     attrs = study.trials[-1].user_attrs
     assert attrs["failure_reason"] == failed.value.reason and attrs["failure_kind"]
     assert attrs["accuracy_not_judged"]["reason"] == "no-measurement"
+
+
+def test_the_capped_reference_read_without_a_window_is_still_judged(tmp_path: Path) -> None:
+    """A context-only load too short for a steady window (the capped reference) is a
+    measurement: its accuracy is judged, where the same load planned for any other trial is
+    no measurement and answers nothing more."""
+    plan, study = _plan(tmp_path)
+    config = plan.space.reference_config()
+    reference = capped_batch_one_load(context_only=True)
+    assert not_judged(plan, study, config, reference, startup_s=1.0) is None
+    other = capped_batch_one_load(context_only=False)
+    why = not_judged(plan, study, config, other, startup_s=1.0)
+    assert why is not None and why.reason == "no-measurement"

@@ -131,3 +131,20 @@ def test_the_reference_is_never_the_first_figure(tmp_path: Path) -> None:
     baseline = only_a_baseline(plan.space, config, endpoint=None)
     cap = plan.space.workload.reference_max_s
     assert planned.measure == (reference_plan(space_plan, max_s=cap) if baseline else space_plan)
+    # Only a reference the deploy target cannot run is context only (read without a window).
+    assert planned.measure.context_only == baseline
+
+
+def test_the_capped_reference_is_context_only_and_says_so() -> None:
+    """reference_plan marks its load context only (autotune.measure.summary reads it after
+    its first request where it has no window); no other plan is, and a reference read so
+    says on its progress line that its figure has no interval."""
+    space = load_space("default")
+    plan = measure_plan(space, space.reference_config(), accuracy_ids=None)
+    assert not plan.context_only and not first_figure_plan(plan).context_only
+    assert reference_plan(plan, max_s=space.workload.reference_max_s).context_only
+    windowless = TrialRecord.from_attrs({"throughput_window": 0.0, "warmup_settled": 0.0}, number=0)
+    assert "no interval" in measuring_caveat(windowless)
+    assert "never settled" in measuring_caveat(
+        TrialRecord.from_attrs({"warmup_settled": 0.0}, number=1)
+    )
