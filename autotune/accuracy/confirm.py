@@ -1,21 +1,21 @@
 """Confirming the recommendation on held-out items: an error for the study's answer itself.
 
-Each floor verdict is wrong at most 1 - confidence of the time, but a study recommends the
+Each floor verdict is wrong at most 1 - confidence of the time, but the study recommends the
 fastest trial the floor passed, and the fastest are the lossiest. So a slice of the pool (the
 last items of the decision order, every category in its share) is held out from the search
-floor, and the recommendation is the fastest confirmed trial, else the reference. Every trial
-inside its limits answers the search floor; one it passes is confirmed only where it is
-faster than the best confirmed trial so far (the reference counts where it can be
-recommended): a slower one could never be recommended.
+floor; the recommendation is the fastest confirmed trial, else the reference. A trial the
+floor passes is confirmed only where faster than the best confirmed so far (the reference
+counts where it can be recommended): a slower one could never be recommended.
 
-Why the study's error stays under alpha = 1 - confidence: the confirmation of a trial is
-tested at alpha_j = 6 alpha / (pi^2 j^2), where j is the rank of its distinct answers among
-those the search floor passed, in the order they passed. The search alone fixes j (which
-trials are judged and their floor verdicts never read held-out answers), so P(some bad trial
-confirmed) <= sum over j of P(the j-th set is bad and would pass its test at alpha_j) <=
-alpha, whatever subset of tests runs (it may follow held-out outcomes). The recommendation
-equals that of confirming every trial the floor passed: an untested one is slower than one
-already confirmed. bench/cpu/floor_error_rates.py --whole-study measures it.
+The error stays under alpha = 1 - confidence: a confirmation is tested at alpha_j = 6 alpha /
+(pi^2 j^2), and no two answer sets share a j, so P(some bad trial confirmed) <= sum_j alpha_j
+<= alpha, whatever subset of tests runs. j is fixed by the search alone: with W workers
+(--gpus), the trial's on worker w (from 0) is W (r - 1) + w + 1, r the rank of its answers
+among those the floor passed on that worker, in completion order. Each worker's sequence is
+serial, so two trials settling at once on two workers never share a j (a rank over the whole
+study would: neither sees the other complete), with no lock Optuna's storage lacks; with one
+worker j = r. The recommendation equals that of confirming every trial the floor passed: an
+untested one is slower than one confirmed. bench/cpu/floor_error_rates.py --whole-study.
 """
 
 from __future__ import annotations

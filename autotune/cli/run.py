@@ -70,7 +70,9 @@ from autotune.errors import AutotuneError
     help="Resume a study measured on another GPU kind, host CPU or engine version: this "
     "machine's trials form a comparison group of their own, ranked and raced among themselves.",
 )
-@click.option("--worker", is_flag=True, hidden=True, help="Internal: one worker of --gpus.")
+@click.option(
+    "--worker", type=int, default=None, hidden=True, help="Internal: this worker's slot of --gpus."
+)
 @user_errors
 def run(
     space: str,
@@ -88,7 +90,7 @@ def run(
     adapter_specs: tuple[str, ...],
     enqueue_file: str | None,
     allow_other_machine: bool,
-    worker: bool,
+    worker: int | None,
 ) -> None:
     """Run (or resume) a study over a search space."""
     from autotune.checkpoints.adapters import parse_adapters
@@ -116,9 +118,10 @@ def run(
         allow_other_machine=allow_other_machine,
     )
     total = trials if trials is not None else loaded.trials
-    if worker:
+    if worker is not None:
         from autotune.study.run.loop import optimize
 
+        plan.worker = worker
         with Progress(total=total, quiet=quiet, live=False) as progress:
             optimize(plan, target=total, timeout_s=timeout, progress=progress)
         return

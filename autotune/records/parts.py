@@ -151,6 +151,9 @@ class Owner(_Part):
     host: str | None = None
     pid: int | None = None
     started: float | None = None  # the process's creation time (psutil), seconds
+    # Its worker's slot (from 0) in a run of several workers (--gpus); none with one: the
+    # level a confirmation is tested at depends on it (autotune.accuracy.confirm).
+    worker: int | None = None
 
 
 class _StrictPart(_Part):

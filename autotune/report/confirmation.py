@@ -23,10 +23,20 @@ def confirmation_json(rec: Recommendation) -> dict[str, Any]:
     }
 
 
-def confirmation_lines(rec: Recommendation) -> list[str]:
-    """The recommendation's accuracy guarantee in words, then each faster trial passed over."""
+# With dummy weights no verdict exists: the accuracy pass ran for its time (accuracy.timed).
+DUMMY_LINE = (
+    "accuracy: not judged (dummy weights: the accuracy pass was timed, not judged), so the "
+    "recommendation's error is not judged either"
+)
+
+
+def confirmation_lines(rec: Recommendation, *, dummy_weights: bool = False) -> list[str]:
+    """The recommendation's accuracy guarantee in words, then each faster trial passed over;
+    with `dummy_weights` (the study's), that no verdict exists to state an error of."""
     if not rec.feasible:
         return []
+    if dummy_weights:
+        return [DUMMY_LINE]
     if rec.holdout is None:
         return [
             "accuracy: no items held out to confirm the recommendation (the set has no room, or "
@@ -44,8 +54,8 @@ def confirmation_lines(rec: Recommendation) -> list[str]:
     else:
         lines = [
             f"accuracy: confirmed on {verdict.n_items} of the {verdict.holdout_items}"
-            f" held-out items (slice {verdict.holdout_digest}, confirmation "
-            f"{verdict.index} of the study, at error {verdict.error or 0:.3g}): it "
+            f" held-out items (slice {verdict.holdout_digest}, level j = {verdict.index}, "
+            f"at error {verdict.error or 0:.3g}): it "
             f"loses max_drop or more with probability at most {rec.error_bound:.2g}, whatever "
             "the number of trials"
         ]

@@ -8,7 +8,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.accuracy.floor import interval_label
 from autotune.engines.gpus import describe
-from autotune.records.stored import TrialRecord
+from autotune.records.stored import StudyRecord, TrialRecord
 from autotune.report.cells import (
     FIGURES,
     THROUGHPUT,
@@ -165,7 +165,9 @@ def recommended_section(data: ReportData) -> str:
         where += f"<p class='note'>Its GPU is unlike the reference's: {e(unlike)}.</p>"
     why = _reference_note(data) if is_reference and rec.feasible else ""
     # The recommendation's own accuracy error: the held-out confirmation, or why none.
-    guarantee = "".join(f"<p>{e(line)}</p>" for line in confirmation_lines(rec))
+    dummy = StudyRecord.of(data.study).dummy_weights
+    lines = confirmation_lines(rec, dummy_weights=dummy)
+    guarantee = "".join(f"<p>{e(line)}</p>" for line in lines)
     gain = gain_lines(data.study, rec.trial, data.gpu_price_per_hour)
     return (
         f"<h2 id='recommended'>Recommended: trial {rec.trial.number}{itself}{feasible_note}</h2>"

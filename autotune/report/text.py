@@ -339,7 +339,7 @@ def best_text(study: optuna.Study, *, gpu_price_per_hour: float | None = None) -
     console.print(f"  what ran: {provenance(TrialRecord.of(rec.trial), reference)}", markup=False)
     if (ratio := versus_reference(rec.trial, reference_trial(study))) is not None:
         console.print(f"  versus the accuracy reference: {ratio.words()}", markup=False)
-    for line in confirmation_lines(rec):
+    for line in confirmation_lines(rec, dummy_weights=stored.dummy_weights):
         console.print(f"  {line}", markup=False)
     if TrialRecord.of(rec.trial).is_reference and rec.feasible:
         console.print("  the reference itself is recommended; each faster trial and why not:")

@@ -49,6 +49,9 @@ class StudyPlan:
     # CPU or for an endpoint. `workers`: how many trials run at once, one per GPU with --gpus.
     gpus: list[Gpu] = field(default_factory=list)
     workers: int = 1
+    # This process's slot among them, from 0 (--worker): its confirmations' levels interleave
+    # with the other workers' (autotune.accuracy.confirm).
+    worker: int = 0
     # LoRA adapters served on the model (--adapter), the first one measured.
     adapters: list[Adapter] = field(default_factory=list)
     # Local folders of the model in a quantised layout, by weight_quant value, for engines

@@ -57,7 +57,8 @@ def test_each_part_names_what_its_writer_writes() -> None:
     assert set(FloorVerdict.model_fields) == {f.name for f in dataclasses.fields(FloorLook)}
     step = Step({}, "batch_size", 8, 0, new_launch=False, also=("dtype",))
     assert set(Stepped.model_fields) == set(step.describe().written())
-    assert set(Owner.model_fields) == set(owner().written())
+    assert set(Owner.model_fields) == set(owner(worker=1).written())
+    assert "worker" not in owner().written()  # a run of one worker stores as before
     timed = (set(PARTS) - {"waiting", "hand_off", "failed"}) | set(WAITS) | set(ENGINE_PHASES)
     assert set(TimeSplit.model_fields) == timed | {"engine_call", "total"}
     assert {STARTUP_BESIDE, MEASURED_BESIDE} <= set(Environment.model_fields)

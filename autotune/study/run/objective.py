@@ -16,6 +16,7 @@ from typing import NoReturn
 import optuna
 from optuna.trial import TrialState
 
+from autotune.accuracy.confirm import search_order
 from autotune.accuracy.floor import infeasible_because
 from autotune.accuracy.reuse import accuracy_key
 from autotune.engines.measurement import Measurement, to_measurement
@@ -49,6 +50,7 @@ from autotune.study.run.twins import (
 from autotune.study.run.verdicts import (
     confirmation_verdict,
     constraint_values,
+    identical_answers,
     judge_absolute,
     judge_paired,
     record_constraints,
@@ -174,7 +176,8 @@ def judge_run(plan: StudyPlan, run: MeasuredRun, time_s: dict[str, float]) -> _V
     if run.not_judged is not None:  # its answers could not change the recommendation
         record = record.joined(TrialRecord.part(accuracy_not_judged=run.not_judged))
     elif run.reference is not None and m.accuracy is not None:
-        same_answers = m.predictions == run.reference.predictions
+        searched = search_order(space, plan.evalset)  # the held-out items aside
+        same_answers = identical_answers(m.predictions, run.reference.predictions, searched)
         paired = judge_paired(
             m.accuracy, run.reference.report, space, plan.evalset, same_answers=same_answers
         )
@@ -254,7 +257,8 @@ class Objective:
         time_s: dict[str, float] = {"startup": 0.0}
         self.gate.open = True  # Ctrl-C from here on is this trial's to record
         try:
-            write_trial(trial, TrialRecord.part(owner=owner(), **self.plan.machine_attrs()))
+            slot = self.plan.worker if self.plan.workers > 1 else None
+            write_trial(trial, TrialRecord.part(owner=owner(slot), **self.plan.machine_attrs()))
             self.gate.raise_pending()  # a Ctrl-C that landed while Optuna created the trial
             if self.target is not None and is_surplus(trial.study, trial.number, self.target):
                 trial.study.stop()

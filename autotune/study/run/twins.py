@@ -53,6 +53,7 @@ from autotune.study.run.reference_load import (
 from autotune.study.run.verdicts import (
     CONFIRMATION,
     confirmation_request,
+    identical_answers,
     judge,
     record_constraints,
 )
@@ -325,12 +326,12 @@ class TrialAnswers:
             spent = time.perf_counter() - started
             computed |= more
             predictions |= more
-        confirm, unconfirmed = (confirm if measured and over is None else None), None
-        if confirm is not None and self._floor_passes(study, config, predictions):
-            # Confirmed only where faster than the best confirmed trial now (read late: another
-            # worker may have confirmed one meanwhile); a slower one could never be recommended.
-            unconfirmed = not_confirmed(self.plan, study, config, result, **at)
-        if confirm is not None and unconfirmed is None:
+        confirm = confirm if measured and over is None else None
+        passes = confirm is not None and self._floor_passes(study, config, predictions)
+        # Confirmed only where faster than the best confirmed trial now (read late: another
+        # worker may have confirmed one meanwhile); a slower one could never be recommended.
+        unconfirmed = not_confirmed(self.plan, study, config, result, **at) if passes else None
+        if confirm is not None and passes and unconfirmed is None:
             started = time.perf_counter()
             more = self._confirm(study, number, session, config, predictions, confirm)
             spent += time.perf_counter() - started
@@ -351,9 +352,13 @@ class TrialAnswers:
         return Settled(settled, len(computed), reference, confirm, verdict, skipped, unconfirmed)
 
     def _floor_passes(self, study: optuna.Study, config: TrialConfig, predictions: Any) -> bool:
-        """Whether the search floor passes the trial on `predictions`."""
-        floor = self.floor(config, self.stages.answers(study))
-        return floor is not None and floor.judge(self._scores(predictions)).decision == "feasible"
+        """Whether the floor passes `predictions`: its sequence, or identical answers."""
+        reference = self.stages.answers(study)
+        floor = self.floor(config, reference)
+        if floor is None or reference is None:  # a relative floor, as any confirmation's
+            return False
+        passed = floor.judge(self._scores(predictions)).decision == "feasible"
+        return passed or identical_answers(predictions, reference.predictions, self.order)
 
     def _confirm(
         self,
@@ -367,8 +372,6 @@ class TrialAnswers:
         """The held-out answers of a trial its floor passed, a stage at a time until the
         confirmation decides (autotune.accuracy.confirm); the reference answers each stage's
         items first, so it never answers more of the slice than a decision needs."""
-        if not self._floor_passes(study, config, predictions):
-            return {}
         scores = self._scores(predictions)
         more: dict[str, str] = {}
         for size in request.stages:
@@ -439,7 +442,8 @@ def confirmation_for(
         return None, None
     batch = accuracy_batch_size(plan.space, config)
     key = accuracy_key(config, plan.evalset)
-    return confirmation_request(study, plan.space, plan.evalset, batch=batch, key=key), None
+    slot = {"worker": plan.worker, "workers": plan.workers, "batch": batch}
+    return confirmation_request(study, plan.space, plan.evalset, key=key, **slot), None
 
 
 class TimedAnswers:

@@ -4,6 +4,7 @@ reference's, item by item."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import optuna
@@ -127,24 +128,41 @@ def judge_absolute(
 
 
 def confirmation_request(
-    study: optuna.Study, space: SearchSpace, evalset: EvalSet, *, batch: int, key: str
+    study: optuna.Study,
+    space: SearchSpace,
+    evalset: EvalSet,
+    *,
+    batch: int,
+    key: str,
+    worker: int = 0,
+    workers: int = 1,
 ) -> ConfirmRequest | None:
     """The confirmation a trial of output key `key` would run if the floor passes it, on the
-    study's held-out slice, at level j: the rank of its answers among the distinct answers
-    the search floor passed, in the order their trials completed (its own next where new).
-    The search alone fixes j, never a confirmation's outcome nor which ones ran
+    study's held-out slice, at level j = confirmation_index: its answers' rank among those
+    the search floor passed on its worker, interleaved with the other `workers`' ranks. The
+    search alone fixes j, never a confirmation's outcome nor which ones ran
     (autotune.accuracy.confirm)."""
     return confirm_request(
         space.constraints.accuracy,
         study_holdout(space, evalset),
-        index=floor_passed_rank(study, key),
+        index=confirmation_index(study, key, worker=worker, workers=workers),
         batch=batch,
     )
 
 
-def floor_passed_rank(study: optuna.Study, key: str) -> int:
+def confirmation_index(study: optuna.Study, key: str, *, worker: int, workers: int) -> int:
+    """j = workers * (r - 1) + worker + 1, r = floor_passed_rank on this worker: each worker
+    takes its own residue of j, so two trials settling at once on two workers never share a
+    level (autotune.accuracy.confirm). With one worker, j = r."""
+    rank = floor_passed_rank(study, key, worker=worker, workers=workers)
+    return workers * (rank - 1) + worker + 1
+
+
+def floor_passed_rank(study: optuna.Study, key: str, *, worker: int = 0, workers: int = 1) -> int:
     """The rank (from 1) of output key `key` among those the search floor passed, in the
-    order their trials completed; one past the last where it is not among them."""
+    order their trials completed; one past the last where it is not among them. With several
+    `workers`, among those of worker `worker` and of earlier runs of one worker (no slot
+    recorded): each worker's own sequence is serial, and starts past a one-worker history."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     done = sorted(
         trials, key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number)
@@ -152,11 +170,27 @@ def floor_passed_rank(study: optuna.Study, key: str) -> int:
     keys: list[str] = []
     for trial in done:
         record = TrialRecord.of(trial)
+        slot = record.owner.worker if record.owner is not None else None
+        if workers > 1 and slot is not None and slot != worker:
+            continue
         paired = record.paired_vs_reference
         passed = paired is not None and paired.decision in FLOOR_PASSED
         if passed and not record.is_reference and record.output_key not in keys:
             keys.append(str(record.output_key))
     return keys.index(key) + 1 if key in keys else len(keys) + 1
+
+
+def identical_answers(
+    predictions: Mapping[str, str], reference: Mapping[str, str], searched: Collection[str]
+) -> bool:
+    """Whether every answer is the reference's, word for word, on the same items of those
+    `searched` (the search floor's order): the held-out items are left aside, as the floor
+    never reads them, and the reference answers more of them than a trial whose
+    confirmation decided sooner."""
+    keep = set(searched)
+    return {i: a for i, a in predictions.items() if i in keep} == {
+        i: a for i, a in reference.items() if i in keep
+    }
 
 
 def confirmation_attrs(
@@ -169,7 +203,7 @@ def confirmation_attrs(
     answered the held-out items; nothing otherwise."""
     if request is None or paired is None or accuracy is None or reference is None:
         return {}
-    if paired.decision != "feasible":
+    if paired.decision not in FLOOR_PASSED:  # identical answers pass it too
         return {}
     reference_scores = reference.item_scores
     verdict = confirm(request, accuracy.item_scores, reference_scores)

@@ -77,7 +77,8 @@ class Coordinator:
         self.workers: list[Worker] = []
 
     def _start(self, slot: int) -> Worker:
-        argv = [sys.executable, "-m", "autotune.cli", "run", *self.worker_args, "--worker"]
+        argv = [sys.executable, "-m", "autotune.cli", "run", *self.worker_args]
+        argv += ["--worker", str(slot)]
         proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,

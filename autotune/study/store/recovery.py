@@ -103,10 +103,12 @@ def host_name() -> str:
     return named or socket.gethostname()
 
 
-def owner() -> Owner:
-    """Who runs a trial: enough to tell, on this host, whether that process is still there."""
+def owner(worker: int | None = None) -> Owner:
+    """Who runs a trial: enough to tell, on this host, whether that process is still there;
+    `worker`: its slot in a run of several workers (none recorded with one)."""
     me = psutil.Process()
-    return Owner(host=host_name(), pid=me.pid, started=me.create_time())
+    slot = {} if worker is None else {"worker": worker}
+    return Owner(host=host_name(), pid=me.pid, started=me.create_time(), **slot)
 
 
 def _owner_gone(record: Owner) -> bool:

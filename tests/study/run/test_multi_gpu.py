@@ -97,6 +97,9 @@ def test_two_workers_share_one_journal_study_and_stop_at_the_target(tmp_path: Pa
     )
     # Both workers measured, each trial on one GPU of its own, never a GPU shared at once.
     assert len({t.user_attrs["owner"]["pid"] for t in measured}) == 2
+    # Each records its worker's slot, by which their confirmations' levels interleave.
+    slots = {t.user_attrs["owner"]["pid"]: t.user_attrs["owner"]["worker"] for t in measured}
+    assert sorted(slots.values()) == [0, 1]
     assert all(len(t.user_attrs["gpus"]) == 1 for t in measured)
     assert {t.user_attrs["gpus"][0]["index"] for t in measured} <= {0, 1}
     assert all(t.user_attrs["gpu_share"] == 0.5 for t in measured)
