@@ -135,6 +135,18 @@ def reference_stages(space: SearchSpace, evalset: EvalSet, *, batch: int) -> lis
     if not (floor.enabled and floor.test == "sequential" and floor.mode == "relative"):
         return [pool]
     screening = space.screening.items if space.screening.items < pool else 0
+    return staged_reference(
+        pool, screening=screening, max_drop=floor.max_drop, confidence=floor.confidence, batch=batch
+    )
+
+
+def staged_reference(
+    pool: int, *, screening: int, max_drop: float, confidence: float, batch: int
+) -> list[int]:
+    """The reference's stages over a searched pool of `pool` items under a relative sequential
+    floor (reference_stages): the floor's looks from the first that holds the items a
+    candidate answering word for word as the reference needs to pass. A dummy-weights study's
+    timed reference takes the same stages (autotune.accuracy.timed)."""
     stages = stage_sizes(pool, first=max(screening, FIRST_STAGE_ITEMS), batch=batch)
-    needed = _items_to_pass_identical(pool, floor.max_drop, floor.confidence)
+    needed = _items_to_pass_identical(pool, max_drop, confidence)
     return [size for size in stages if size >= needed] or [pool]

@@ -1,9 +1,8 @@
 """Accuracy timed, not judged: a dummy-weights study's accuracy pass, run for its time alone.
 
-Random weights answer noise, so a dummy-weights study judges nothing (autotune.checkpoints.
-dummy). A real study still spends part of its time answering the pool, and a speed study that
-skipped it showed a time split, a budget and racing no real study has. So each trial answers
-what the floor would have asked of it, unjudged:
+Random weights answer noise, so a dummy-weights study judges nothing (checkpoints.dummy). A
+real study still spends time answering the pool; a speed study that skipped it showed a time
+split, a budget and racing no real study has. So each trial answers what the floor would ask:
 
 - how many: the items the sequential floor spends to pass a candidate that loses nothing and
   answers unlike the reference on TIMED_DISCORDANCE of them: the median of
@@ -13,6 +12,7 @@ what the floor would have asked of it, unjudged:
 - and its confirmation: where it is faster than every trial that timed one (or the reference),
   the median held-out items the first confirmation spends for that same candidate
   (autotune.accuracy.confirm); the search's items come from the pool without the slice.
+- the reference: a real study's stages, extended when a candidate reaches past them.
 - when: screening before the load test, the rest after it, none over the memory budget or the
   latency SLO (autotune.study.run.accuracy_gate; a timed pass counts as one the floor passed).
 - how long: the item's expected answer (its first) in the served tokenizer's tokens, at least
@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 from pydantic import BaseModel, ConfigDict, Field
 
 from autotune.accuracy.confirm import Holdout, holdout_size, level
-from autotune.accuracy.reuse import FIRST_STAGE_ITEMS
+from autotune.accuracy.reuse import FIRST_STAGE_ITEMS, staged_reference
 from autotune.accuracy.sequential import items_needed_to_pass, stage_sizes
 from autotune.evalset.dataset import EvalSet
 from autotune.records.stored import TrialRecord
@@ -81,6 +81,8 @@ class TimedAccuracy:
     lengths: dict[str, int]
     held_out: tuple[str, ...] = ()  # the confirmation's slice, in decision order
     confirm_needed: int = 0  # items the first confirmation spends (median)
+    max_drop: float = 0.0  # the floor's, which sizes the reference's stages
+    confidence: float = 0.0
 
     def note(self) -> str:
         """What the study's notes say about it."""
@@ -97,16 +99,32 @@ class TimedAccuracy:
             else ""
         )
         return (
-            f"{TIMED_NOTE}: each trial answers {count} of {len(self.order)}{confirm}, each answer "
-            "forced to its expected answer's length in the served tokenizer's tokens + 1 "
+            f"{TIMED_NOTE}: each candidate answers {count} of {len(self.order)}{confirm}, the "
+            "reference its first stage and the rest when a candidate's items reach past it, each "
+            "answer forced to its expected answer's length in the served tokenizer's tokens + 1 "
             "(end), capped by max_new_tokens; no verdict, constraint or screening verdict"
         )
 
+    def reference_stages(self, batch: int) -> list[int]:
+        """The reference's stages at its accuracy batch `batch`, as a real study's: the first
+        answered by its trial, each next one when a candidate needs it; every item at once
+        where the floor answers every item."""
+        if self.needed is None:
+            return [len(self.order)]
+        return staged_reference(
+            len(self.order),
+            screening=self.screening_items,
+            max_drop=self.max_drop,
+            confidence=self.confidence,
+            batch=batch,
+        )
+
     def trial_pass(self, *, batch: int, max_new_tokens: int, reference: bool) -> TimedPass:
-        """The pass of one trial: the reference's items (`reference_items_needed`), or a
-        candidate's, with screening's items first as the floor would answer them."""
+        """The pass of one trial: the reference's first stage (`reference_stages`: the rest,
+        held-out items included, come as candidates ask for them), or a candidate's floor
+        items, screening's first as the floor would answer them, then its confirmation's."""
         if reference:
-            ids = reference_items_needed(self.order, needed=self.needed, batch=batch)
+            ids = list(self.order[: self.reference_stages(batch)[0]])
             screening = 0
         else:
             ids = floor_items(
@@ -119,7 +137,7 @@ class TimedAccuracy:
             if size < len(ids)
         ]
         stages.append(len(ids))
-        confirming = self._confirming(batch)
+        confirming = self._confirming(batch) if not reference else ([], [])
         stages += [len(ids) + size for size in confirming[1]]
         ids += confirming[0]
         return TimedPass(
@@ -148,8 +166,8 @@ class TimedAccuracy:
         return engine, rest
 
     def _confirming(self, batch: int) -> tuple[list[str], list[int]]:
-        """The held-out items a passed candidate answers (the reference too, once), through
-        the confirmation's look at or past `confirm_needed`, and those looks."""
+        """The held-out items a passed candidate answers, through the confirmation's look at
+        or past `confirm_needed`, and those looks (the reference answers them when asked)."""
         if not self.held_out or self.confirm_needed <= 0:
             return [], []
         ids = floor_items(self.held_out, needed=self.confirm_needed, batch=batch)
@@ -174,13 +192,10 @@ def floor_items(
     return list(order[: next(size for size in stages if size >= min(needed, len(order)))])
 
 
-def reference_items_needed(
-    order: tuple[str, ...] | list[str], *, needed: int | None, batch: int
-) -> list[str]:
-    """The items the reference answers so that the floor can look at `needed` items of a
-    candidate: the same prefix, through the look at or past `needed`, in the reference's own
-    batches (None: every item, as the reference of a real study answers today)."""
-    return floor_items(order, needed=needed, batch=batch)
+def timed_text(tokens: int) -> str:
+    """What the answers cache and the reference's extensions keep of a timed answer: its
+    length, never a text (random weights answer noise)."""
+    return f"<timed: {tokens} tokens>"
 
 
 @functools.cache
@@ -228,6 +243,8 @@ def timed_accuracy(
             if holdout.ids
             else 0
         ),
+        max_drop=floor.max_drop,
+        confidence=floor.confidence,
     )
 
 

@@ -14,12 +14,12 @@ from autotune.accuracy.timed import (
     TIMED_NOTE,
     floor_items,
     items_to_time,
-    reference_items_needed,
     timed_accuracy,
     timed_before,
 )
-from autotune.evalset.dataset import load_evalset
-from autotune.space import AccuracyConstraint
+from autotune.engines.session import accuracy_batch_size
+from autotune.evalset.dataset import EvalSet, load_evalset
+from autotune.space import AccuracyConstraint, load_space
 
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen3-vl"
 
@@ -43,10 +43,6 @@ def test_items_run_through_the_floors_next_look_in_decision_order() -> None:
         assert len(ids) in looks and len(ids) >= needed
         assert looks[looks.index(len(ids)) - 1] < needed  # the first look past it, no later
         assert ids == order[: len(ids)]
-    assert reference_items_needed(order, needed=needed, batch=32) == floor_items(
-        order, needed=needed, batch=32
-    )
-    assert reference_items_needed(order, needed=None, batch=32) == order
 
 
 def test_each_answer_is_its_expected_answer_in_served_tokens_plus_the_end() -> None:
@@ -77,9 +73,11 @@ def test_a_floor_that_answers_every_item_times_every_item() -> None:
         AccuracyConstraint(enabled=False),
     ):
         timed = timed_accuracy(floor, screening_items=12, evalset=evalset, model_path=str(TINY))
-        trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=False)
-        assert timed.needed is None and trial.screening_items == 0
-        assert trial.order == evalset.decision_order() and trial.stages == [len(evalset)]
+        assert timed.needed is None and timed.reference_stages(8) == [len(evalset)]
+        for reference in (False, True):  # the reference too: one stage of every item
+            trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=reference)
+            assert trial.screening_items == 0
+            assert trial.order == evalset.decision_order() and trial.stages == [len(evalset)]
 
 
 def test_screening_items_come_first_for_candidates_only() -> None:
@@ -102,13 +100,15 @@ def test_a_trial_also_answers_what_its_confirmation_would_on_the_held_out_slice(
     held = evalset.decision_order()[-60:]
     assert timed.held_out == tuple(held) and not set(held) & set(timed.order)
     assert 0 < timed.confirm_needed <= 60
-    for reference in (False, True):
-        trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=reference)
-        searched = [i for i in trial.order if i not in held]
-        confirming = trial.order[len(searched) :]
-        assert trial.order[: len(searched)] == searched  # the search's items first
-        assert confirming == held[: len(confirming)] and len(confirming) >= timed.confirm_needed
-        assert trial.stages[-1] == len(trial.order) and len(searched) in trial.stages
+    trial = timed.trial_pass(batch=8, max_new_tokens=16, reference=False)
+    searched = [i for i in trial.order if i not in held]
+    confirming = trial.order[len(searched) :]
+    assert trial.order[: len(searched)] == searched  # the search's items first
+    assert confirming == held[: len(confirming)] and len(confirming) >= timed.confirm_needed
+    assert trial.stages[-1] == len(trial.order) and len(searched) in trial.stages
+    # The reference answers the slice only when a candidate's confirmation asks for it.
+    reference = timed.trial_pass(batch=8, max_new_tokens=16, reference=True)
+    assert not set(reference.order) & set(held)
     assert f"then the {timed.confirm_needed} of the 60 held-out items" in timed.note()
     off = AccuracyConstraint(max_drop=0.3, confirmation={"enabled": False})
     unconfirmed = timed_accuracy(off, screening_items=0, evalset=evalset, model_path=str(TINY))
@@ -143,3 +143,39 @@ def test_only_a_whole_timed_pass_counts_as_timed_before() -> None:
     timed("c")
     assert not timed_before(study, "a") and not timed_before(study, "b")
     assert timed_before(study, "c") and not timed_before(study, "d")
+
+
+def _pool(size: int) -> EvalSet:
+    """A set of `size` items shaped like the default space's pool (its length and ids matter;
+    the answers, for their lengths, are the bundled set's)."""
+    base = load_evalset("ocr-caption")
+    items = [
+        base.items[k % len(base.items)].model_copy(update={"id": f"i{k}"}) for k in range(size)
+    ]
+    return EvalSet.model_construct(name="ocr-caption-3k", path=base.path, items=items)
+
+
+def test_the_timed_reference_answers_a_real_references_first_stage_and_no_more() -> None:
+    """Issue 53: a dummy-weights study's reference answers in the stages a real study's does
+    (autotune.accuracy.reuse.reference_stages, on the floor the timed pass stands for): its
+    trial times the first only, and a candidate's timed floor reaches past it, so the
+    reference is extended as a real one is."""
+    from autotune.accuracy.reuse import reference_stages
+
+    default, pool = load_space("default"), _pool(3000)
+    floor = default.constraints.accuracy
+    timed = timed_accuracy(
+        floor, screening_items=default.screening.items, evalset=pool, model_path=str(TINY)
+    )
+    batch = accuracy_batch_size(default, default.reference_config())
+    stages = timed.reference_stages(batch)
+    assert stages == reference_stages(default, pool, batch=batch)
+    assert len(stages) > 1 and stages[-1] == len(timed.order)
+    reference = timed.trial_pass(batch=batch, max_new_tokens=128, reference=True)
+    assert reference.order == list(timed.order[: stages[0]])  # no held-out item up front
+    assert reference.stages[-1] == len(reference.order) == stages[0]
+    assert reference.screening_items == 0
+    candidate = timed.trial_pass(batch=batch, max_new_tokens=128, reference=False)
+    searched = [i for i in candidate.order if i not in timed.held_out]
+    assert len(searched) > stages[0]  # its floor asks the reference for its next stages
+    assert searched[: stages[0]] == reference.order

@@ -205,6 +205,12 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
     reference, candidate = complete
+    # The reference times its first stage alone, as a real study's reference answers it (here
+    # as many as the candidate's floor items): the held-out ones only when a candidate's
+    # confirmation asks for them, as an extension of the reference.
+    assert f"reference: {stated} of {len(searched)} items answered (stage 1)" in output
+    extensions = [v for k, v in study.user_attrs.items() if k.startswith("reference_extension_")]
+    timed = {reference.number: searched[:stated], candidate.number: expected}
     # As a real study: a candidate no faster than the (deployable) reference times its
     # floor's items after its load test but no held-out one, and says why.
     if candidate.values[0] <= reference.values[0]:
@@ -212,17 +218,23 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
         assert record.accuracy_not_judged is None
         assert record.confirmation_skipped is not None
         assert record.confirmation_skipped.confirmed_trial == reference.number
-        assert list(candidate.user_attrs["accuracy_timed_tokens"]) == searched[:stated]
         assert record.constraints is not None and record.constraints["accuracy"] == 0.0
-        complete = [reference]
+        timed[candidate.number] = searched[:stated]
+        assert extensions == []
+    else:  # the reference timed the slice when the candidate's confirmation asked for it
+        (extension,) = extensions
+        assert sorted(extension["predictions"]) == sorted(held.ids)
+        assert extension["for_trial"] == candidate.number and extension["stage"] == 1
+        assert all(v.startswith("<timed: ") for v in extension["predictions"].values())
+        assert f"(stage 1: {len(held.ids)} more for trial {candidate.number} in " in output
     for trial in complete:
         attrs = trial.user_attrs
         assert attrs["time_s"]["accuracy"] > 0
-        assert attrs["accuracy_timed_items"] == len(expected)
+        assert attrs["accuracy_timed_items"] == len(timed[trial.number])
         tokens = attrs["accuracy_timed_tokens"]
-        assert list(tokens) == expected  # the searched items, then the held-out ones
+        assert list(tokens) == timed[trial.number]  # the searched items, then the held-out
         max_new = attrs["config"]["max_new_tokens"]
-        assert tokens == {i: min(len(answers[i]) + 1, max_new) for i in expected}
+        assert tokens == {i: min(len(answers[i]) + 1, max_new) for i in tokens}
         assert attrs["accuracy_timed_answer_tokens"] == sum(tokens.values())
         for verdict in ("accuracy", "predictions", "item_scores", "paired_vs_reference"):
             assert verdict not in attrs
@@ -262,6 +274,53 @@ def test_a_second_dummy_study_reuses_the_timed_passes_from_the_answers_cache(
                 assert attrs["answers_computed"] == attrs["accuracy_timed_items"] > 0
     entries = list((tmp_path / "answers").rglob("*.json"))
     assert entries and all("<timed: " in e.read_text() for e in entries if "digest" not in e.name)
+
+
+@pytest.mark.slow
+def test_a_dummy_studys_reference_times_its_first_stage_and_is_extended_on_demand(
+    tmp_path: Path, dummy_dir: Path
+) -> None:
+    """Issue 53: as a real study's, the reference answers up front only the floor's first
+    stage at which a candidate can pass; a candidate whose timed floor reaches past it
+    extends the reference a stage at a time (ReferenceStages.extend), recorded and said as a
+    real extension is, its answers kept as lengths."""
+    import optuna
+
+    from autotune.accuracy.reuse import staged_reference
+    from autotune.accuracy.timed import items_to_time
+
+    # 60 items, no held-out slice at this floor: a candidate answering word for word as the
+    # reference passes after 40 items (stage 1: the look at 45), one at 5% discordance needs
+    # 48 (the look at 60).
+    floor = {"mode": "relative", "max_drop": 0.08, "confidence": 0.9}
+    space = quick_space(tmp_path, items=60, floor=floor)
+    storage, output = run_dummy_study(space, tmp_path)
+    study = optuna.load_study(study_name="d", storage=storage)
+    order = load_evalset(str(tmp_path / "evalset")).decision_order()
+    stages = staged_reference(60, screening=0, max_drop=0.08, confidence=0.9, batch=1)
+    assert stages == [45, 60] and items_to_time(0.08, 0.9, 60) > stages[0]
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    reference, candidate = complete
+    assert reference.user_attrs["is_reference"] is True
+    # Stage 1 alone up front: the reference's timed items are its size.
+    assert reference.user_attrs["accuracy_timed_items"] == stages[0]
+    assert list(reference.user_attrs["accuracy_timed_tokens"]) == order[: stages[0]]
+    assert "reference: 45 of 60 items answered (stage 1)" in output
+    # The candidate's floor times all 60: the reference answered stage 2 for it first.
+    assert candidate.user_attrs["accuracy_timed_items"] == 60
+    assert (
+        f"reference: 60 of 60 items answered (stage 2: 15 more for trial {candidate.number} in "
+        in output
+    )
+    (key,) = [k for k in study.user_attrs if k.startswith("reference_extension_")]
+    extension = study.user_attrs[key]
+    assert extension["stage"] == 2 and extension["answered_items"] == 60
+    assert extension["for_trial"] == candidate.number and extension["computed"] == 15
+    assert sorted(extension["predictions"]) == sorted(order[45:60])
+    assert all(v.startswith("<timed: ") for v in extension["predictions"].values())
+    assert extension["item_scores"] == {}  # lengths are never scored
+    # Its time is the candidate's, as a real extension's is.
+    assert candidate.user_attrs["time_s"]["accuracy"] >= extension["seconds"]
 
 
 @pytest.mark.slow

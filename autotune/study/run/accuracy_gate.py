@@ -10,25 +10,32 @@ confirmed only where it is faster than the best confirmed trial so far
 (autotune.study.results.best_confirmed): a slower one could never be recommended, so it
 answers no held-out item and its record says why (records.parts.NotConfirmed). With dummy
 weights the same rules time the pass (autotune.accuracy.timed): screening around the load
-test, the rest after it (timed_answers).
+test, the rest after it (timed_answers), the reference's stages extended as far as the
+candidate's items reach (TimedAnswers).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import optuna
 
-from autotune.accuracy.reuse import accuracy_key
-from autotune.accuracy.timed import TimedPass, TimedRest, timed_before
+from autotune.accuracy.answers_cache import AnswersKey
+from autotune.accuracy.reuse import accuracy_key, answered_prefix
+from autotune.accuracy.timed import TimedPass, TimedRest, timed_before, timed_text
 from autotune.engines import EngineSession
 from autotune.engines.measurement import to_measurement
-from autotune.engines.session import measure_plan
 from autotune.errors import TrialFailure
+from autotune.measure.convergence import RACED
 from autotune.params import TrialConfig
 from autotune.records import SessionResult
 from autotune.records.parts import NotConfirmed, NotJudged
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.best_confirmed import best_confirmed
+from autotune.study.run.reference_load import ReferenceStages, timed_only
 from autotune.study.run.verdicts import constraint_values
 
 _OVER = {
@@ -121,8 +128,105 @@ def timed_answers(
     """`ids` answered for their time alone, each forced to its length: their tokens."""
     if not ids:
         return {}
-    lengths = {i: rest.lengths[i] for i in ids}
-    timed = TimedPass(order=ids, stages=[len(ids)], lengths=lengths)
-    plan = measure_plan(space, config, accuracy_ids=None, timed=timed)
-    plan = plan.model_copy(update={"load_test": False, "workload_requests": 0})
+    plan = timed_only(space, config, ids, rest.lengths)
     return dict(session.measure(config, plan, on_phase=None).timed_tokens)
+
+
+@dataclass(frozen=True)
+class TimedSettled:
+    """A timed trial's session result with its pass's tokens, and how many it timed itself."""
+
+    result: SessionResult
+    computed: int
+    not_judged: NotJudged | None = None
+    not_confirmed: NotConfirmed | None = None
+
+
+class TimedAnswers:
+    """A dummy-weights trial's answers: timed, never judged (autotune.accuracy.timed)."""
+
+    def __init__(self, plan: StudyPlan, stages: ReferenceStages) -> None:
+        self.plan = plan
+        self.stages = stages
+
+    def settle(
+        self,
+        study: optuna.Study,
+        number: int,
+        result: SessionResult,
+        session: EngineSession,
+        config: TrialConfig,
+        *,
+        rest: TimedRest | None,
+        key: AnswersKey | None,
+        known: Mapping[str, str],
+        source: int | str | None,
+        for_reference: bool,
+    ) -> TimedSettled:
+        """A timed pass's answers are noise: the cache keeps how long each one was, so a later
+        study on the same checkpoint and set reuses the pass (its time), never a text. A
+        candidate's rest (`rest`) is answered as a real study's would be: nothing over a limit,
+        else its floor's items, and the held-out ones where it is faster than the best trial
+        that timed its confirmation; the reference first answers those of them it has not
+        (ReferenceStages.extend), and the candidate's time counts its extensions, as a real
+        candidate's does. `known`, `source`: what the cache gave the trial, and its entry."""
+        skipped, unconfirmed = None, None
+        if rest is not None and result.stop_reason != RACED and not result.screened_out:
+            started, tokens = time.perf_counter(), dict(result.timed_tokens)
+            at = {"startup_s": session.startup_s}
+            skipped = not_judged(self.plan, study, config, result, **at)
+            if skipped is None:
+                self._reference_through(study, number, [*tokens, *rest.floor])
+                tokens |= timed_answers(self.plan.space, session, config, rest.floor, rest)
+                if rest.confirm:
+                    unconfirmed = not_confirmed(self.plan, study, config, result, **at)
+                if rest.confirm and unconfirmed is None:
+                    self._extend(study, number, rest.confirm)
+                    tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
+            spent = time.perf_counter() - started
+            update = {"timed_tokens": tokens, "accuracy_s": result.accuracy_s + spent}
+            result = result.model_copy(update=update)
+        lengths = {i: timed_text(n) for i, n in result.timed_tokens.items()}
+        if key is not None and lengths and skipped is None:
+            self.stages.cache.write(key, lengths)
+        if for_reference and (known or lengths):
+            reused = f"; {len(known)} from the answers cache" if isinstance(source, str) else ""
+            answered = answered_prefix(self.stages.order, {**known, **lengths})
+            self.stages.progress.note(self.stages.line(answered, extra=reused))
+        if source is None:
+            computed = len(result.timed_tokens)
+            return TimedSettled(result, computed, skipped, unconfirmed)
+        self.stages.note_once("timed accuracy passes reused from the answers cache")
+        return TimedSettled(result, 0)
+
+    def _reference_through(self, study: optuna.Study, number: int, ids: list[str]) -> None:
+        """The reference's next stages, in turn, until it has answered the search order's
+        prefix that `ids` (a candidate's floor items) cover, as a real candidate's floor asks
+        for them (autotune.study.run.twins.TrialAnswers._follow). Nothing before the
+        reference has completed: a real study would wait for it; a timed one goes on."""
+        order = self.stages.order
+        upto = answered_prefix(order, dict.fromkeys(ids))
+        while (reference := self.stages.answers(study)) is not None:
+            answered = answered_prefix(order, reference.predictions)
+            if answered >= upto:
+                return
+            wanted = order[answered : self.stages.next_stage(answered)]
+            if not self._extend(study, number, wanted):
+                return
+            after = self.stages.answers(study)
+            if after is None or answered_prefix(order, after.predictions) <= answered:
+                return  # nothing was added (an extension that did not store): stop
+
+    def _extend(self, study: optuna.Study, number: int, ids: list[str]) -> bool:
+        """The reference answers those of `ids` it has not (timed); False where it cannot."""
+        if self.stages.answers(study) is None:
+            return False
+        try:
+            self.stages.extend(study, ids, for_trial=number)
+        except TrialFailure as failure:
+            self.stages.progress.note(
+                f"reference: could not answer more items ({failure.reason}); trial {number} "
+                "is timed without them"
+            )
+            return False
+        return True

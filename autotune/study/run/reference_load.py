@@ -29,6 +29,7 @@ from autotune.accuracy.answers_cache import (
 from autotune.accuracy.confirm import search_order
 from autotune.accuracy.reuse import answered_prefix, reference_stages
 from autotune.accuracy.scoring import AccuracyReport, score_predictions
+from autotune.accuracy.timed import TimedPass, timed_text
 from autotune.backends import BACKENDS
 from autotune.engines.identity import engine_version
 from autotune.engines.session import MeasurePlan, accuracy_batch_size, measure_plan
@@ -94,6 +95,16 @@ def answers_only(space: SearchSpace, config: TrialConfig, ids: list[str]) -> Mea
     return plan.model_copy(update={"load_test": False, "workload_requests": 0})
 
 
+def timed_only(
+    space: SearchSpace, config: TrialConfig, ids: list[str], lengths: dict[str, int]
+) -> MeasurePlan:
+    """A plan that answers `ids` for their time alone, each forced to its length in
+    `lengths` (dummy weights: autotune.accuracy.timed), and measures nothing."""
+    timed = TimedPass(order=ids, stages=[len(ids)], lengths={i: lengths[i] for i in ids})
+    plan = measure_plan(space, config, accuracy_ids=None, timed=timed)
+    return plan.model_copy(update={"load_test": False, "workload_requests": 0})
+
+
 @dataclass(frozen=True)
 class ReferenceAnswers:
     """The reference's answers so far (its trial's and its extensions'), scored."""
@@ -113,6 +124,8 @@ class ReferenceStages:
     answers are stored on the study (autotune.records.reference) and in the answers cache,
     where a later study on the same model and set finds them. The reference's key is locked
     while it answers, so workers of one host that need the same stage compute it once.
+    With dummy weights the same stages are timed (autotune.accuracy.timed): their answers
+    are lengths (`timed_text`), kept as a real extension's are, and never scored.
     """
 
     def __init__(self, plan: StudyPlan, launches: LaunchScheduler, progress: Progress) -> None:
@@ -126,6 +139,11 @@ class ReferenceStages:
         # Whether candidates are judged on the reference's answers a stage at a time.
         self.staged = floor.enabled and floor.test == "sequential" and floor.mode == "relative"
         self.order = search_order(plan.space, plan.evalset)  # the held-out: answers_for
+        self.timed = plan.timed_accuracy  # dummy weights: the floor the timed pass stands for
+        if self.timed is not None:
+            self.stages = self.timed.reference_stages(self.batch)
+            self.staged = self.timed.needed is not None
+            self.order = list(self.timed.order)
         self.cache = AnswersCache(answers_folder(plan.storage_url))
         self.key = cache_key(plan, self.config)
         self._categories = {item.id: item.category for item in plan.evalset.items}
@@ -144,6 +162,7 @@ class ReferenceStages:
             return None
         record = TrialRecord.of(trial)
         predictions = dict(record.predictions)
+        predictions |= {i: timed_text(n) for i, n in record.accuracy_timed_tokens.items()}
         scores = dict(record.item_scores)
         passed = dict(record.item_passed)
         parts, problems = study_extensions(study)
@@ -254,14 +273,19 @@ class ReferenceStages:
         """The reference's answers to `ids`: on the running launch when it is the
         reference's, else on a launch of its own beside it, stopped after."""
         plan = answers_only(self.plan.space, config, ids)
+        if self.timed is not None:
+            lengths = {i: min(self.timed.lengths[i], config.max_new_tokens) for i in ids}
+            plan = timed_only(self.plan.space, config, ids, lengths)
         running = self.launches.serving(config)
-        if running is not None:
-            return running.measure(config, plan).predictions
-        session = self.launches.open_aside(config, on_phase=None)
+        session = running or self.launches.open_aside(config, on_phase=None)
         try:
-            return session.measure(config, plan).predictions
+            result = session.measure(config, plan, on_phase=None)
         finally:
-            session.close()
+            if running is None:
+                session.close()
+        if self.timed is not None:
+            return {i: timed_text(n) for i, n in result.timed_tokens.items()}
+        return result.predictions
 
     def _store(
         self,
@@ -273,7 +297,8 @@ class ReferenceStages:
         answered: int,
         for_trial: int | None,
     ) -> None:
-        report = score_predictions(self.plan.evalset, answers)
+        # Timed answers are lengths: nothing to score.
+        report = score_predictions(self.plan.evalset, answers if self.timed is None else {})
         extension = ReferenceExtension(
             stage=self.stage(answered),
             answered_items=answered,

@@ -39,9 +39,9 @@ from autotune.study.plan import StudyPlan
 from autotune.study.results.groups import group_of
 from autotune.study.results.select import in_group_of, reference_trial
 from autotune.study.run.accuracy_gate import (
+    TimedAnswers,
     not_confirmed,
     not_judged,
-    timed_answers,
     timed_pass,
 )
 from autotune.study.run.reference_load import (
@@ -250,7 +250,7 @@ class TrialAnswers:
         key = cache_key(self.plan, config)
         if self.plan.dummy_weights:  # noise, timed only: a cached timed pass is not redone
             known, source = self._known(study, output_key, key, in_study=False)
-            planned = AnswersPlan(known, source, None, None, follow=False, key=key)
+            planned = AnswersPlan(known, source, None, None, False, key, is_reference)
             timed = timed_pass(self.plan, study, config, is_reference, known=bool(planned.known))
             accuracy = self.plan.timed_accuracy
             if timed is None or is_reference or accuracy is None:
@@ -307,9 +307,8 @@ class TrialAnswers:
         """`result` with the known answers, those its floor still needed and its
         confirmation's, stored in the answers cache."""
         if self.plan.dummy_weights:
-            return TimedAnswers(self.plan, self.stages).settle(
-                study, session, config, planned, result
-            )
+            timed = TimedAnswers(self.plan, self.stages)
+            return timed_settled(timed, study, number, result, session, config, planned)
         confirm, verdict = confirmation_for(self.plan, study, config, planned)
         computed = dict(result.predictions)
         predictions = {**planned.known, **computed}
@@ -446,48 +445,30 @@ def confirmation_for(
     return confirmation_request(study, plan.space, plan.evalset, key=key, **slot), None
 
 
-class TimedAnswers:
-    """A dummy-weights trial's answers: timed, never judged (autotune.accuracy.timed)."""
-
-    def __init__(self, plan: StudyPlan, stages: ReferenceStages) -> None:
-        self.plan = plan
-        self.stages = stages
-
-    def settle(
-        self,
-        study: optuna.Study,
-        session: EngineSession,
-        config: TrialConfig,
-        planned: AnswersPlan,
-        result: SessionResult,
-    ) -> Settled:
-        """A timed pass's answers are noise: the cache keeps how long each one was, so a later
-        study on the same checkpoint and set reuses the pass (its time), never a text. A
-        candidate's rest is answered as a real study's would be (autotune.study.run.
-        accuracy_gate): nothing over a limit, else its floor's items, and the held-out ones
-        where it is faster than the best trial that timed its confirmation."""
-        skipped, unconfirmed, rest = None, None, planned.timed_rest
-        if rest is not None and result.stop_reason != RACED and not result.screened_out:
-            started, tokens = time.perf_counter(), dict(result.timed_tokens)
-            at = {"startup_s": session.startup_s}
-            skipped = not_judged(self.plan, study, config, result, **at)
-            if skipped is None:
-                tokens |= timed_answers(self.plan.space, session, config, rest.floor, rest)
-                if rest.confirm:
-                    unconfirmed = not_confirmed(self.plan, study, config, result, **at)
-                if unconfirmed is None:
-                    tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
-            spent = time.perf_counter() - started
-            update = {"timed_tokens": tokens, "accuracy_s": result.accuracy_s + spent}
-            result = result.model_copy(update=update)
-        if planned.key is not None and result.timed_tokens and skipped is None:
-            lengths = {i: f"<timed: {n} tokens>" for i, n in result.timed_tokens.items()}
-            self.stages.cache.write(planned.key, lengths)
-        if planned.source is None:
-            computed = len(result.timed_tokens)
-            return Settled(result, computed, None, not_judged=skipped, not_confirmed=unconfirmed)
-        self.stages.note_once("timed accuracy passes reused from the answers cache")
-        return Settled(result, 0, None)
+def timed_settled(
+    timed: TimedAnswers,
+    study: optuna.Study,
+    number: int,
+    result: SessionResult,
+    session: EngineSession,
+    config: TrialConfig,
+    planned: AnswersPlan,
+) -> Settled:
+    """A dummy-weights trial's answers, timed as `planned` says (accuracy_gate.TimedAnswers)."""
+    settled = timed.settle(
+        study,
+        number,
+        result,
+        session,
+        config,
+        rest=planned.timed_rest,
+        key=planned.key,
+        known=planned.known,
+        source=planned.source,
+        for_reference=planned.for_reference,
+    )
+    at = {"not_judged": settled.not_judged, "not_confirmed": settled.not_confirmed}
+    return Settled(settled.result, settled.computed, None, **at)
 
 
 def accuracy_args(plan: StudyPlan, answers: AnswersPlan) -> dict[str, Any]:
