@@ -313,32 +313,3 @@ class ReferenceStages:
             batch_size=self.batch,
         )
         write_study(study, StudyRecord.part(**{extension.key(): extension.model_dump()}))
-
-
-def extend_or_note(
-    stages: ReferenceStages, study: optuna.Study, ids: list[str], *, for_trial: int, without: str
-) -> bool:
-    """The reference answers those of `ids` it has not (ReferenceStages.extend) for trial
-    `for_trial`; False where it cannot, noted with what the trial does `without` them."""
-    try:
-        stages.extend(study, ids, for_trial=for_trial)
-    except TrialFailure as failure:
-        stages.progress.note(
-            f"reference: could not answer more items ({failure.reason}); trial {for_trial} "
-            f"{without}"
-        )
-        return False
-    return True
-
-
-def extend_next_stage(
-    stages: ReferenceStages, study: optuna.Study, answered: int, *, for_trial: int, without: str
-) -> bool:
-    """The reference's next stage past its first `answered` items, as a candidate whose floor
-    needs more asks for it (extend_or_note); False where it could not, or where nothing was
-    added (an extension that did not store), so the caller stops asking."""
-    wanted = stages.order[answered : stages.next_stage(answered)]
-    if not extend_or_note(stages, study, wanted, for_trial=for_trial, without=without):
-        return False
-    reference = stages.answers(study)
-    return reference is not None and answered_prefix(stages.order, reference.predictions) > answered
