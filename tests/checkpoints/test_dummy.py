@@ -201,7 +201,6 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
     stated = next(look for look in looks if look >= needed)
     assert stated == 20 < len(searched) and len(held.ids) == 19
     expected = searched[:stated] + held.ids
-    assert f"acc timed, not judged ({len(expected)} items)" in output  # the progress line
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
     reference, candidate = complete
@@ -227,6 +226,9 @@ def test_study_with_dummy_weights_times_accuracy_and_judges_nothing(
         assert extension["for_trial"] == candidate.number and extension["stage"] == 1
         assert all(v.startswith("<timed: ") for v in extension["predictions"].values())
         assert f"(stage 1: {len(held.ids)} more for trial {candidate.number} in " in output
+    # The candidate's progress line: which branch it takes depends on the two trials' speeds,
+    # which the machine's load decides, so the count is the branch's.
+    assert f"acc timed, not judged ({len(timed[candidate.number])} items)" in output
     for trial in complete:
         attrs = trial.user_attrs
         assert attrs["time_s"]["accuracy"] > 0
