@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--evalset", default="ocr-caption-3k")
     parser.add_argument("--items", type=int, default=384)
     parser.add_argument("--batches", default="32,64,128")
-    parser.add_argument("--profile-batch", type=int, default=32)
+    parser.add_argument("--profile-batch", type=int, default=32, help="0: no profiled pass")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     local = Path(args.model).is_dir()
@@ -53,7 +53,7 @@ def main() -> None:
     ids = sorted(evalset.decision_order()[: args.items], key=lengths.__getitem__)
     prompts = [Prompt(item_id=i, image=by_id[i].load_image(), prompt=by_id[i].prompt) for i in ids]
 
-    def one_pass(batch: int, step_times: bool) -> dict[str, float]:
+    def one_pass(batch: int, step_times: bool, prompts: list[Prompt] = prompts) -> dict[str, float]:
         prepare_s = generate_s = 0.0
         steps = 0
         if cuda:
@@ -89,7 +89,10 @@ def main() -> None:
             "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1) if cuda else 0.0,
         }
 
-    one_pass(min(8, len(prompts)), False)  # warm-up: kernels, allocator
+    # Warm-up (kernels, allocator) on the first batch alone: a pass over every item at a small
+    # batch would take longer than the rows it prepares.
+    warm = max(int(b) for b in args.batches.split(","))
+    one_pass(warm, False, prompts[:warm])
     for batch in [int(b) for b in args.batches.split(",")]:
         for step_times in (True, False):
             try:
@@ -97,6 +100,8 @@ def main() -> None:
             except torch.OutOfMemoryError:
                 print(json.dumps({"batch": batch, "oom": True}), flush=True)
                 torch.cuda.empty_cache()
+    if args.profile_batch <= 0:
+        return
     profiler = cProfile.Profile()
     profiler.enable()
     one_pass(args.profile_batch, False)
