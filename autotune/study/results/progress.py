@@ -38,7 +38,7 @@ from autotune.study.results.counting import (
 from autotune.study.results.gain import baseline_trial, gain_over_baseline
 from autotune.study.results.provenance import provenance, reference_config
 from autotune.study.results.select import NoDeployableTrial, is_feasible, recommend
-from autotune.study.results.timeshare import PARTS, part_seconds, study_time_share
+from autotune.study.results.timeshare import study_time_share, trial_parts
 
 # A log shows the running estimate at most this often (a terminal's bar, as it comes).
 PLAIN_ESTIMATE_EVERY_S = 30.0
@@ -104,8 +104,7 @@ def measuring_caveat(record: TrialRecord) -> str:
 def time_line(trial: FrozenTrial) -> str:
     """Where one trial's seconds went: '(start-up 61 s, warm-up 3 s, measuring 12 s, ...)'."""
     record = TrialRecord.of(trial)
-    failed = record.failure_kind is not None  # a NaN part counts as none
-    seconds = {key: part_seconds(record.times, key, failed=failed) for key in PARTS}
+    seconds = trial_parts(record)
     parts = [
         f"{name} {seconds[key]:.0f} s"
         for key, name in (

@@ -108,14 +108,21 @@ def part_seconds(split: TimeSplit, part: str, *, failed: bool = False) -> float:
     start-up is NaN: autotune did not start it) counts as none. A failed trial records no
     engine phase, so its engine call is its own part ("failed"), never a hand-off."""
     if part in ("hand_off", "failed"):
-        engine = split.engine_call
-        if part != ("failed" if failed else "hand_off"):
+        if (part == "failed") != failed:  # the engine call is one or the other
             return 0.0
+        engine = split.engine_call
         if not math.isfinite(engine) or engine <= 0:
             return 0.0
         return max(0.0, engine - sum(part_seconds(split, key) for key in ENGINE_PHASES))
     keys = WAITS if part == "waiting" else (part,)
     return sum(split.finite(key) for key in keys)
+
+
+def trial_parts(record: TrialRecord) -> dict[str, float]:
+    """Each part's seconds in one trial's record (part_seconds), its failure deciding where
+    its engine call goes; a NaN part counts as none."""
+    failed = record.failure_kind is not None
+    return {part: part_seconds(record.times, part, failed=failed) for part in PARTS}
 
 
 @contextmanager
@@ -155,9 +162,8 @@ def time_share(trials: list[FrozenTrial]) -> TimeShare:
             continue
         timed += 1
         total += split.total
-        failed = record.failure_kind is not None
-        for part in PARTS:
-            parts[part] += part_seconds(split, part, failed=failed)
+        for part, seconds in trial_parts(record).items():
+            parts[part] += seconds
         if record.launch_id:
             launches.add(record.launch_id)
     return TimeShare(

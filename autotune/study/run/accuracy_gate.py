@@ -35,7 +35,12 @@ from autotune.records.parts import NotConfirmed, NotJudged
 from autotune.space import SearchSpace
 from autotune.study.plan import StudyPlan
 from autotune.study.results.best_confirmed import best_confirmed
-from autotune.study.run.reference_load import ReferenceStages, timed_only
+from autotune.study.run.reference_load import (
+    ReferenceStages,
+    extend_next_stage,
+    extend_or_note,
+    timed_only,
+)
 from autotune.study.run.verdicts import constraint_values
 
 _OVER = {
@@ -43,6 +48,8 @@ _OVER = {
     "latency": "its load test is over the latency SLO",
 }
 _NO_MEASUREMENT = "its load test is no measurement (the trial fails)"
+# What a timed trial does where the reference could not answer more (reference_load).
+_TIMED_WITHOUT = "is timed without them"
 
 
 def first_objective(
@@ -181,7 +188,7 @@ class TimedAnswers:
                 if rest.confirm:
                     unconfirmed = not_confirmed(self.plan, study, config, result, **at)
                 if rest.confirm and unconfirmed is None:
-                    self._extend(study, number, rest.confirm)
+                    self._reference_with(study, number, rest.confirm)
                     tokens |= timed_answers(self.plan.space, session, config, rest.confirm, rest)
             spent = time.perf_counter() - started
             update = {"timed_tokens": tokens, "accuracy_s": result.accuracy_s + spent}
@@ -210,23 +217,13 @@ class TimedAnswers:
             answered = answered_prefix(order, reference.predictions)
             if answered >= upto:
                 return
-            wanted = order[answered : self.stages.next_stage(answered)]
-            if not self._extend(study, number, wanted):
+            if not extend_next_stage(
+                self.stages, study, answered, for_trial=number, without=_TIMED_WITHOUT
+            ):
                 return
-            after = self.stages.answers(study)
-            if after is None or answered_prefix(order, after.predictions) <= answered:
-                return  # nothing was added (an extension that did not store): stop
 
-    def _extend(self, study: optuna.Study, number: int, ids: list[str]) -> bool:
-        """The reference answers those of `ids` it has not (timed); False where it cannot."""
-        if self.stages.answers(study) is None:
-            return False
-        try:
-            self.stages.extend(study, ids, for_trial=number)
-        except TrialFailure as failure:
-            self.stages.progress.note(
-                f"reference: could not answer more items ({failure.reason}); trial {number} "
-                "is timed without them"
-            )
-            return False
-        return True
+    def _reference_with(self, study: optuna.Study, number: int, ids: list[str]) -> None:
+        """The reference answers those of `ids` it has not (a candidate's held-out items),
+        once it has completed."""
+        if self.stages.answers(study) is not None:
+            extend_or_note(self.stages, study, ids, for_trial=number, without=_TIMED_WITHOUT)

@@ -245,12 +245,9 @@ class ReferenceStages:
             seconds = time.perf_counter() - clock
             answered = answered_prefix(self.order, {**have, **answers})
             self._store(study, answers, len(computed), started, seconds, answered, for_trial)
-        served = len(answers) - len(computed)
-        source = f"; {served} from the answers cache" if served else ""
+        how = how_answered(len(answers), len(answers) - len(computed), seconds)
         whom = f" for trial {for_trial}" if for_trial is not None else ""
-        self.progress.note(
-            self.line(answered, extra=f": {len(answers)} more{whom} in {seconds:.0f} s{source}")
-        )
+        self.progress.note(self.line(answered, extra=f": {len(answers)} more{whom}{how}"))
 
     def _cached(self) -> dict[str, str]:
         if self.key is None:
@@ -313,3 +310,42 @@ class ReferenceStages:
             batch_size=self.batch,
         )
         write_study(study, StudyRecord.part(**{extension.key(): extension.model_dump()}))
+
+
+def how_answered(count: int, served: int, seconds: float) -> str:
+    """How an extension's `count` items were answered, `served` of them by the answers cache:
+    ' in 41 s', ' in 41 s; 20 of them from the answers cache', or ', all from the answers
+    cache' (nothing was answered, so no time is given)."""
+    if count and served == count:
+        return ", all from the answers cache"
+    cached = f"; {served} of them from the answers cache" if served else ""
+    return f" in {seconds:.0f} s{cached}"
+
+
+def extend_or_note(
+    stages: ReferenceStages, study: optuna.Study, ids: list[str], *, for_trial: int, without: str
+) -> bool:
+    """The reference answers those of `ids` it has not (ReferenceStages.extend) for trial
+    `for_trial`; False where it cannot, noted with what the trial does `without` them."""
+    try:
+        stages.extend(study, ids, for_trial=for_trial)
+    except TrialFailure as failure:
+        stages.progress.note(
+            f"reference: could not answer more items ({failure.reason}); trial {for_trial} "
+            f"{without}"
+        )
+        return False
+    return True
+
+
+def extend_next_stage(
+    stages: ReferenceStages, study: optuna.Study, answered: int, *, for_trial: int, without: str
+) -> bool:
+    """The reference's next stage past its first `answered` items, as a candidate whose floor
+    needs more asks for it (extend_or_note); False where it could not, or where nothing was
+    added (an extension that did not store), so the caller stops asking."""
+    wanted = stages.order[answered : stages.next_stage(answered)]
+    if not extend_or_note(stages, study, wanted, for_trial=for_trial, without=without):
+        return False
+    reference = stages.answers(study)
+    return reference is not None and answered_prefix(stages.order, reference.predictions) > answered

@@ -49,6 +49,7 @@ from autotune.study.run.reference_load import (
     ReferenceStages,
     answers_only,
     cache_key,
+    extend_next_stage,
 )
 from autotune.study.run.verdicts import (
     CONFIRMATION,
@@ -412,18 +413,11 @@ class TrialAnswers:
                 continue
             if answered >= pool:
                 return more  # the set ran out: undecided, and so infeasible
-            wanted = self.order[answered : self.stages.next_stage(answered)]
-            try:
-                self.stages.extend(study, wanted, for_trial=number)
-            except TrialFailure as failure:
-                self.stages.progress.note(
-                    f"reference: could not answer more items ({failure.reason}); trial {number} "
-                    f"is judged on the {answered} it has answered"
-                )
+            without = f"is judged on the {answered} it has answered"
+            if not extend_next_stage(
+                self.stages, study, answered, for_trial=number, without=without
+            ):
                 return more
-            reference = self.stages.answers(study)
-            if reference is None or answered_prefix(self.order, reference.predictions) <= answered:
-                return more  # nothing was added (an extension that did not store): stop
 
 
 def confirmation_for(

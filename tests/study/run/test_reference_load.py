@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 from small_space import LOOP_WORKLOAD, run_study, small_evalset, small_space
 
 from autotune.engines import open_session
+from autotune.errors import TrialFailure
 from autotune.records.reference import study_extensions
 from autotune.space import load_space
 from autotune.study.plan import plan_study
 from autotune.study.results.progress import Progress
 from autotune.study.run.launches import LaunchScheduler
-from autotune.study.run.reference_load import ReferenceStages, answers_only
+from autotune.study.run.reference_load import (
+    ReferenceStages,
+    answers_only,
+    extend_next_stage,
+    extend_or_note,
+    how_answered,
+)
 
 
 @pytest.mark.slow  # a study on the bundled model, then the reference launched twice more
@@ -85,3 +93,55 @@ def test_the_reference_s_staged_answers_are_the_ones_it_gives_in_one_pass(tmp_pa
     finally:
         session.close()
     assert {i: staged.predictions[i] for i in order} == {i: unstaged[i] for i in order}
+
+
+class _Stages:
+    """What extend_or_note and extend_next_stage use of ReferenceStages: its order, its
+    stages, its progress lines and an extension that stores `adds` items or fails."""
+
+    def __init__(self, answered: int, *, adds: int, fails: bool = False) -> None:
+        self.order = [f"i{n}" for n in range(12)]
+        self.predictions = dict.fromkeys(self.order[:answered], "a")
+        self.adds, self.fails, self.notes, self.asked = adds, fails, [], []
+
+    def next_stage(self, answered: int) -> int:
+        return answered + 4
+
+    def extend(self, study: object, ids: list[str], *, for_trial: int) -> None:
+        self.asked.append(ids)
+        if self.fails:
+            raise TrialFailure("the reference's launch failed", kind="crash")
+        self.predictions |= dict.fromkeys(ids[: self.adds], "a")
+
+    def answers(self, study: object) -> SimpleNamespace:
+        return SimpleNamespace(predictions=self.predictions)
+
+    @property
+    def progress(self) -> SimpleNamespace:
+        return SimpleNamespace(note=self.notes.append)
+
+
+def test_the_next_stage_is_asked_for_and_a_stage_that_added_nothing_stops_the_asking() -> None:
+    grows = _Stages(4, adds=4)
+    assert extend_next_stage(grows, None, 4, for_trial=3, without="is timed without them")
+    assert grows.asked == [["i4", "i5", "i6", "i7"]] and not grows.notes
+    stuck = _Stages(4, adds=0)
+    assert not extend_next_stage(stuck, None, 4, for_trial=3, without="is timed without them")
+
+
+def test_an_extension_that_fails_is_one_line_saying_what_the_trial_does_without() -> None:
+    failing = _Stages(4, adds=4, fails=True)
+    without = "is judged on the 4 it has answered"
+    assert not extend_next_stage(failing, None, 4, for_trial=7, without=without)
+    assert failing.notes == [
+        "reference: could not answer more items (the reference's launch failed); trial 7 "
+        "is judged on the 4 it has answered"
+    ]
+    assert not extend_or_note(failing, None, ["i9"], for_trial=7, without="is timed without them")
+
+
+def test_an_extension_says_how_its_items_were_answered() -> None:
+    assert how_answered(128, 0, 41.2) == " in 41 s"
+    assert how_answered(128, 20, 41.2) == " in 41 s; 20 of them from the answers cache"
+    # Nothing was answered: no time to give, and no "45 more in 0 s; 45 from the cache".
+    assert how_answered(45, 45, 0.01) == ", all from the answers cache"
